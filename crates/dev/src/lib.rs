@@ -1,0 +1,180 @@
+//! Block devices for Flashlog.
+//!
+//! Owns: the [`BlockDevice`] trait every layer above talks to, and the simple backends
+//! (RAM, image file / block device, power-cut simulation). The flash SSD emulator lives in
+//! `flashlog-ssd` and implements the same trait.
+//!
+//! Invariants: all I/O is in whole 4 KiB blocks ([`BLOCK_SIZE`]) at 64-bit block addresses;
+//! a buffer whose length is not a multiple of the block size is refused with
+//! [`DevError::Misaligned`]; an access past [`Capabilities::block_count`] is refused with
+//! [`DevError::OutOfRange`]. A write is durable only after a later `flush` returned `Ok`.
+//!
+//! Lock order: each backend has only leaf locks (no backend calls back into the caller while
+//! holding a lock).
+
+mod file;
+mod ram;
+mod sim;
+
+pub use file::FileDevice;
+pub use ram::RamDevice;
+pub use sim::{CrashMode, SimDevice, SimOp};
+
+use std::sync::Arc;
+
+/// Size of one block, the unit of every device request.
+pub const BLOCK_SIZE: usize = 4096;
+/// `BLOCK_SIZE` as u64, for address arithmetic.
+pub const BLOCK_SIZE_U64: u64 = BLOCK_SIZE as u64;
+
+/// What a device declares about itself. The file system adapts to these, never to the
+/// backend's concrete type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Number of addressable 4 KiB blocks (the logical space, which may exceed physical
+    /// capacity on devices with virtual overprovisioning).
+    pub block_count: u64,
+    /// Discard (TRIM) is meaningful: the device frees space on discard.
+    pub discard: bool,
+    /// Reads of discarded blocks return zeros.
+    pub discard_zeroes: bool,
+    /// Completions may carry [`DeviceEvent::Migrated`] records (D2FS coupled GC).
+    pub migration_upcalls: bool,
+    /// The logical space is effectively infinite (IPLFS): addresses are never reused.
+    pub infinite_space: bool,
+    /// Contents survive the process (file, block device).
+    pub persistent: bool,
+    /// Human-readable kind, for reports.
+    pub kind: String,
+}
+
+impl Capabilities {
+    /// Capabilities of a plain device of `block_count` blocks.
+    pub fn plain(kind: &str, block_count: u64) -> Self {
+        Capabilities {
+            block_count,
+            discard: true,
+            discard_zeroes: true,
+            migration_upcalls: false,
+            infinite_space: false,
+            persistent: false,
+            kind: kind.to_string(),
+        }
+    }
+}
+
+/// An event a device reports to the host, piggybacked on an ordinary completion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceEvent {
+    /// The device moved `count` blocks from `old..old+count` to `new..new+count` during its
+    /// own garbage collection (D2FS migration upcall). The host must remap them.
+    Migrated { old: u64, new: u64, count: u32 },
+}
+
+/// What a finished request returns: possibly some device events.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub events: Vec<DeviceEvent>,
+}
+
+impl Completion {
+    pub const fn empty() -> Self {
+        Completion { events: Vec::new() }
+    }
+}
+
+/// Device errors. Every error is final for that request; callers poison the mount on a
+/// failed write or flush.
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(
+        "request at block {addr} (+{count}) is past the end of the device ({block_count} blocks)"
+    )]
+    OutOfRange {
+        addr: u64,
+        count: u64,
+        block_count: u64,
+    },
+    #[error("buffer of {len} bytes is not a whole number of 4 KiB blocks")]
+    Misaligned { len: usize },
+    #[error("power was cut: the device accepts no more requests")]
+    PowerCut,
+    #[error("injected fault: {0}")]
+    Injected(String),
+    #[error("device is read-only")]
+    ReadOnly,
+}
+
+pub type DevResult<T> = Result<T, DevError>;
+
+/// A 4 KiB-block device with 64-bit addresses.
+///
+/// Implementations are shared between threads (`&self` everywhere) and must allow
+/// concurrent requests to different blocks.
+pub trait BlockDevice: Send + Sync {
+    fn capabilities(&self) -> &Capabilities;
+    /// Read `buf.len() / 4096` blocks starting at `addr`.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<Completion>;
+    /// Write `buf.len() / 4096` blocks starting at `addr`. Not durable until `flush`.
+    fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion>;
+    /// Tell the device `count` blocks from `addr` no longer hold data.
+    fn discard(&self, addr: u64, count: u64) -> DevResult<Completion>;
+    /// Make every completed write durable.
+    fn flush(&self) -> DevResult<Completion>;
+    /// Read several extents with as many requests in flight as the device allows. The default
+    /// issues them one by one; devices with internal parallelism override it.
+    fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Completion> {
+        let mut all = Completion::empty();
+        for (addr, buf) in reqs.iter_mut() {
+            let c = self.read(*addr, buf)?;
+            all.events.extend(c.events);
+        }
+        Ok(all)
+    }
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
+    fn capabilities(&self) -> &Capabilities {
+        (**self).capabilities()
+    }
+    fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<Completion> {
+        (**self).read(addr, buf)
+    }
+    fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        (**self).write(addr, buf)
+    }
+    fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
+        (**self).discard(addr, count)
+    }
+    fn flush(&self) -> DevResult<Completion> {
+        (**self).flush()
+    }
+    fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Completion> {
+        (**self).read_many(reqs)
+    }
+}
+
+/// Check a request against the device size and the block granularity; returns the number
+/// of blocks. Shared by every backend so that all refuse bad requests the same way.
+pub fn check_request(caps: &Capabilities, addr: u64, len: usize) -> DevResult<u64> {
+    if len % BLOCK_SIZE != 0 {
+        return Err(DevError::Misaligned { len });
+    }
+    let count = (len / BLOCK_SIZE) as u64;
+    check_range(caps, addr, count)?;
+    Ok(count)
+}
+
+/// Check that `addr..addr+count` lies inside the device.
+pub fn check_range(caps: &Capabilities, addr: u64, count: u64) -> DevResult<()> {
+    match addr.checked_add(count) {
+        Some(end) if end <= caps.block_count => Ok(()),
+        _ => Err(DevError::OutOfRange {
+            addr,
+            count,
+            block_count: caps.block_count,
+        }),
+    }
+}
