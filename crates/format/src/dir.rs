@@ -1,0 +1,263 @@
+//! Directory entries: dentry blocks, inline dentries and the multi-level hash (F2FS 2.4).
+//!
+//! A dentry area has `nslots` slots of 8 name bytes; an entry uses ceil(len/8) consecutive
+//! slots and its 12-byte record sits at its first slot. Dentry block layout:
+//! `[0,8)` header · `[8,33)` slot bitmap · `[40,2440)` 200 records · `[2440,4040)` names.
+//! Inline dentries use the same layout, smaller (180 slots), inside the inode's area.
+//!
+//! Multi-level hash: level L has `buckets(L)` buckets of 2 blocks; a name with hash h lives at
+//! some level L <= depth, in bucket h % buckets(L). Lookup probes levels 0..depth; insertion
+//! takes the first level with room. Entries never move once inserted, so a slot position is a
+//! stable readdir offset. Inline slots map one-to-one onto block 0 when a directory grows out
+//! of its inode, which keeps offsets stable across that conversion too.
+
+use crate::codec::*;
+use crate::{tag, Ino, NAME_MAX};
+
+/// Record bytes per entry.
+const REC: usize = 12;
+/// Name bytes per slot.
+pub const SLOT_LEN: usize = 8;
+
+/// Slots in a dentry block.
+pub const BLOCK_SLOTS: usize = 200;
+/// Slots in an inline dentry area.
+pub const INLINE_SLOTS: usize = 180;
+/// Blocks per hash bucket.
+pub const BUCKET_BLOCKS: u64 = 2;
+/// Bucket count stops doubling at this level (2^20 buckets), as F2FS caps MAX_DIR_BUCKETS.
+pub const MAX_BUCKET_BITS: u32 = 20;
+/// Deepest hash level (bounds lookups and hostile depth values).
+pub const MAX_DEPTH: u32 = 40;
+
+/// File type codes stored in dentries (as in struct dirent's d_type).
+pub mod ftype {
+    pub const UNKNOWN: u8 = 0;
+    pub const FIFO: u8 = 1;
+    pub const CHR: u8 = 2;
+    pub const DIR: u8 = 4;
+    pub const BLK: u8 = 6;
+    pub const REG: u8 = 8;
+    pub const LNK: u8 = 10;
+    pub const SOCK: u8 = 12;
+}
+
+/// Geometry of a dentry area inside some byte buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub nslots: usize,
+    pub bitmap: usize,
+    pub recs: usize,
+    pub names: usize,
+}
+
+pub const BLOCK_LAYOUT: Layout = Layout { nslots: BLOCK_SLOTS, bitmap: 8, recs: 40, names: 40 + BLOCK_SLOTS * REC };
+pub const INLINE_LAYOUT: Layout = Layout { nslots: INLINE_SLOTS, bitmap: 0, recs: 24, names: 24 + INLINE_SLOTS * REC };
+
+const _: () = assert!(BLOCK_LAYOUT.names + BLOCK_SLOTS * SLOT_LEN <= crate::BLOCK_SIZE);
+const _: () = assert!(INLINE_LAYOUT.names + INLINE_SLOTS * SLOT_LEN <= crate::node::INODE_AREA_BYTES);
+const _: () = assert!(INLINE_LAYOUT.bitmap + INLINE_SLOTS.div_ceil(8) <= INLINE_LAYOUT.recs);
+const _: () = assert!(INLINE_SLOTS <= BLOCK_SLOTS);
+
+/// A decoded entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dentry {
+    pub slot: usize,
+    pub hash: u32,
+    pub ino: Ino,
+    pub ftype: u8,
+    pub name: Vec<u8>,
+}
+
+pub fn slots_for(name_len: usize) -> usize {
+    name_len.div_ceil(SLOT_LEN).max(1)
+}
+
+/// Name hash: crc32c of the name, seeded per volume (so that colliding names cannot be
+/// prepared without the seed).
+pub fn name_hash(seed: u32, name: &[u8]) -> u32 {
+    crc32c::crc32c_append(seed, name)
+}
+
+impl Layout {
+    fn used(&self, a: &[u8], slot: usize) -> bool {
+        test_bit(&a[self.bitmap..], slot)
+    }
+
+    /// All valid entries. Malformed records (a name running past the area, zero length,
+    /// ino 0) are reported as errors, never trusted.
+    pub fn entries(&self, a: &[u8]) -> FormatResult<Vec<Dentry>> {
+        let mut out = Vec::new();
+        let mut slot = 0;
+        while slot < self.nslots {
+            if !self.used(a, slot) {
+                slot += 1;
+                continue;
+            }
+            let r = self.recs + slot * REC;
+            let len = get_u16(a, r + 8) as usize;
+            let n = slots_for(len);
+            if len == 0 || len > NAME_MAX || slot + n > self.nslots {
+                return Err(FormatError::BadField { what: "dentry", field: "name_len", value: len as u64 });
+            }
+            let ino = get_u32(a, r + 4);
+            if ino == 0 {
+                return Err(FormatError::BadField { what: "dentry", field: "ino", value: 0 });
+            }
+            let start = self.names + slot * SLOT_LEN;
+            out.push(Dentry { slot, hash: get_u32(a, r), ino, ftype: get_u8(a, r + 10), name: a[start..start + len].to_vec() });
+            slot += n;
+        }
+        Ok(out)
+    }
+
+    /// Find `name`.
+    pub fn find(&self, a: &[u8], name: &[u8], hash: u32) -> FormatResult<Option<Dentry>> {
+        Ok(self.entries(a)?.into_iter().find(|d| d.hash == hash && d.name == name))
+    }
+
+    /// First run of `need` free slots.
+    pub fn find_space(&self, a: &[u8], need: usize) -> Option<usize> {
+        let mut run = 0;
+        for slot in 0..self.nslots {
+            if self.used(a, slot) {
+                run = 0;
+            } else {
+                run += 1;
+                if run == need {
+                    return Some(slot + 1 - need);
+                }
+            }
+        }
+        None
+    }
+
+    /// Write an entry at `slot` (which `find_space` returned for this name).
+    pub fn insert(&self, a: &mut [u8], slot: usize, name: &[u8], hash: u32, ino: Ino, ftype: u8) {
+        let r = self.recs + slot * REC;
+        put_u32(a, r, hash);
+        put_u32(a, r + 4, ino);
+        put_u16(a, r + 8, name.len() as u16);
+        put_u8(a, r + 10, ftype);
+        put_u8(a, r + 11, 0);
+        let start = self.names + slot * SLOT_LEN;
+        let n = slots_for(name.len());
+        a[start..start + n * SLOT_LEN].fill(0);
+        a[start..start + name.len()].copy_from_slice(name);
+        for s in slot..slot + n {
+            set_bit(&mut a[self.bitmap..], s, true);
+        }
+    }
+
+    /// Change the inode an entry points at (rename over an existing name).
+    pub fn set_ino(&self, a: &mut [u8], slot: usize, ino: Ino, ftype: u8) {
+        let r = self.recs + slot * REC;
+        put_u32(a, r + 4, ino);
+        put_u8(a, r + 10, ftype);
+    }
+
+    /// Remove the entry starting at `slot`.
+    pub fn remove(&self, a: &mut [u8], slot: usize) {
+        let r = self.recs + slot * REC;
+        let n = slots_for(get_u16(a, r + 8) as usize).min(self.nslots - slot);
+        a[r..r + REC].fill(0);
+        for s in slot..slot + n {
+            set_bit(&mut a[self.bitmap..], s, false);
+        }
+    }
+
+    pub fn is_empty(&self, a: &[u8]) -> bool {
+        (0..self.nslots).all(|s| !self.used(a, s))
+    }
+
+    /// Copy every entry of inline area `from` (laid out as `self`) into block layout `to`, at
+    /// the same slot numbers.
+    pub fn copy_into_block(&self, from: &[u8], to: &mut [u8]) -> FormatResult<()> {
+        for d in self.entries(from)? {
+            BLOCK_LAYOUT.insert(to, d.slot, &d.name, d.hash, d.ino, d.ftype);
+        }
+        Ok(())
+    }
+}
+
+/// Check a dentry block read from disk. An all-zero block (a hole in the directory file
+/// reads as zeros) is an empty block.
+pub fn check_dentry_block(b: &Block) -> FormatResult<()> {
+    if is_zero(b) {
+        return Ok(());
+    }
+    check(b, tag::DENTRY, "dentry block")
+}
+
+/// Seal a dentry block before writing.
+pub fn seal_dentry_block(b: &mut Block) {
+    seal(b, tag::DENTRY);
+}
+
+/// Buckets at hash level `level`.
+pub fn buckets(level: u32) -> u64 {
+    1u64 << level.min(MAX_BUCKET_BITS)
+}
+
+/// First block (file block index) of hash level `level`.
+pub fn level_start(level: u32) -> u64 {
+    (0..level).map(|l| buckets(l) * BUCKET_BLOCKS).sum()
+}
+
+/// Block indexes of the bucket that `hash` maps to at `level`.
+pub fn bucket_blocks(level: u32, hash: u32) -> std::ops::Range<u64> {
+    let start = level_start(level) + (hash as u64 % buckets(level)) * BUCKET_BLOCKS;
+    start..start + BUCKET_BLOCKS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BLOCK_SIZE;
+
+    #[test]
+    fn insert_find_remove_in_block() {
+        let mut b = [0u8; BLOCK_SIZE];
+        let l = BLOCK_LAYOUT;
+        let long = vec![b'x'; 255];
+        let h = name_hash(1, &long);
+        let s = l.find_space(&b, slots_for(255)).unwrap();
+        l.insert(&mut b, s, &long, h, 42, ftype::REG);
+        let s2 = l.find_space(&b, 1).unwrap();
+        assert_eq!(s2, 32);
+        l.insert(&mut b, s2, b"a", name_hash(1, b"a"), 43, ftype::DIR);
+        assert_eq!(l.find(&b, &long, h).unwrap().unwrap().ino, 42);
+        assert_eq!(l.entries(&b).unwrap().len(), 2);
+        l.remove(&mut b, s);
+        assert!(l.find(&b, &long, h).unwrap().is_none());
+        assert_eq!(l.find_space(&b, 32), Some(0));
+        seal_dentry_block(&mut b);
+        check_dentry_block(&b).unwrap();
+    }
+
+    #[test]
+    fn hostile_record_is_an_error() {
+        let mut b = [0u8; BLOCK_SIZE];
+        let l = BLOCK_LAYOUT;
+        l.insert(&mut b, 199, b"z", 0, 5, ftype::REG);
+        put_u16(&mut b, l.recs + 199 * REC + 8, 200); // runs past the end
+        assert!(l.entries(&b).is_err());
+    }
+
+    #[test]
+    fn inline_converts_to_block_at_same_slots() {
+        let mut inl = vec![0u8; crate::node::INODE_AREA_BYTES];
+        INLINE_LAYOUT.insert(&mut inl, 7, b"name", 9, 11, ftype::REG);
+        let mut b = [0u8; BLOCK_SIZE];
+        INLINE_LAYOUT.copy_into_block(&inl, &mut b).unwrap();
+        assert_eq!(BLOCK_LAYOUT.entries(&b).unwrap()[0].slot, 7);
+    }
+
+    #[test]
+    fn levels() {
+        assert_eq!(level_start(0), 0);
+        assert_eq!(level_start(1), 2);
+        assert_eq!(level_start(2), 6);
+        assert_eq!(bucket_blocks(1, 3), 4..6);
+    }
+}

@@ -1,0 +1,438 @@
+//! Superblock and volume geometry.
+//!
+//! The superblock is written twice (blocks 0 and 1) at mkfs and never changes afterwards, so
+//! either valid copy describes the volume. Geometry is computed once by [`Geometry::compute`]
+//! and stored field by field; mount recomputes nothing and checks the stored relations.
+//!
+//! Layout (block addresses):
+//! ```text
+//! 0      superblock copy 0
+//! 1      superblock copy 1
+//! cp     checkpoint pack A, then pack B (each `cp_pack_blocks`)
+//! sit    SIT: 2 copies of each block, interleaved (block i copy c at sit + 2i + c)
+//! nat    NAT: same interleaving
+//! ssa    SSA: same interleaving, one block per main segment
+//! main   main area, segment aligned: `main_segments` x 512 blocks
+//! ```
+
+use crate::codec::*;
+use crate::meta::{NAT_ENTRIES_PER_BLOCK, SIT_ENTRIES_PER_BLOCK};
+use crate::{tag, BlkAddr, Nid, SegNo, BLOCKS_PER_SEG, BLOCK_SIZE, BLOCK_SIZE_LOG2, ROOT_INO};
+
+/// Format version written by this code.
+pub const FORMAT_VERSION: u32 = 1;
+/// Smallest volume mkfs accepts (bytes).
+pub const MIN_VOLUME_BYTES: u64 = 64 << 20;
+/// Largest number of nids (inodes + other nodes). Bounds the in-memory NAT (8 B per nid) and
+/// the NAT area; 2^26 nids is 512 MiB of NAT in memory, reached only past ~128 GiB volumes.
+pub const MAX_NIDS: u64 = 1 << 26;
+/// Most log heads a volume can record in its checkpoint (6 per mlog x mlogs + GC streams).
+pub const MAX_LOG_HEADS: u32 = 256;
+/// Most orphan inodes (unlinked while open) a checkpoint records.
+pub const MAX_ORPHANS: u32 = 8192;
+/// Number of persistent log heads mkfs sets up (hot/warm/cold x node/data).
+pub const DEFAULT_LOG_HEADS: u32 = 6;
+
+// Superblock field offsets.
+const O_VERSION: usize = 8;
+const O_BLOCK_LOG: usize = 12;
+const O_BLOCKS_PER_SEG: usize = 16;
+const O_SEGS_PER_SEC: usize = 20;
+const O_BLOCK_COUNT: usize = 24;
+const O_CP_ADDR: usize = 32;
+const O_CP_PACK_BLOCKS: usize = 40;
+const O_SIT_ADDR: usize = 48;
+const O_SIT_BLOCKS: usize = 56;
+const O_NAT_ADDR: usize = 64;
+const O_NAT_BLOCKS: usize = 72;
+const O_SSA_ADDR: usize = 80;
+const O_SSA_BLOCKS: usize = 88;
+const O_MAIN_ADDR: usize = 96;
+const O_MAIN_SEGS: usize = 104;
+const O_MAX_NID: usize = 112;
+const O_ROOT_INO: usize = 116;
+const O_RESERVED_SEGS: usize = 120;
+const O_OVP_SEGS: usize = 128;
+const O_USER_BLOCKS: usize = 136;
+const O_LOG_HEADS: usize = 144;
+const O_MLOGS: usize = 148;
+const O_HASH_SEED: usize = 152;
+const O_CREATED: usize = 160;
+const O_FEATURES: usize = 168;
+const O_UUID: usize = 176;
+const O_LABEL: usize = 192;
+/// Label bytes (NUL padded).
+pub const LABEL_LEN: usize = 64;
+
+/// Where everything is, as stored in the superblock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub block_count: u64,
+    pub segs_per_sec: u32,
+    pub cp_addr: BlkAddr,
+    pub cp_pack_blocks: u64,
+    pub sit_addr: BlkAddr,
+    /// SIT blocks per copy.
+    pub sit_blocks: u64,
+    pub nat_addr: BlkAddr,
+    /// NAT blocks per copy.
+    pub nat_blocks: u64,
+    pub ssa_addr: BlkAddr,
+    /// SSA blocks per copy (= main_segments).
+    pub ssa_blocks: u64,
+    pub main_addr: BlkAddr,
+    pub main_segments: u64,
+    /// Nids are 1..max_nid (exclusive).
+    pub max_nid: Nid,
+    /// Segments kept free for the cleaner (F2FS "reserved").
+    pub reserved_segments: u64,
+    /// Segments not counted as user space (F2FS "overprovision"), >= reserved.
+    pub ovp_segments: u64,
+    /// Blocks users may fill (statfs total).
+    pub user_blocks: u64,
+    pub log_heads: u32,
+    pub mlogs: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub geo: Geometry,
+    pub hash_seed: u32,
+    pub created_unix: u64,
+    pub features: u64,
+    pub uuid: [u8; 16],
+    pub label: String,
+}
+
+/// Payload bytes per checkpoint payload block (after its 24-byte header).
+pub const CP_PAYLOAD_BYTES: usize = BLOCK_SIZE - 24;
+
+fn ceil_div(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+/// Bytes of checkpoint payload needed for a volume with these meta-area sizes.
+pub fn cp_payload_bytes(nat_blocks: u64, sit_blocks: u64, ssa_blocks: u64) -> u64 {
+    let heads = MAX_LOG_HEADS as u64 * crate::cp::LOG_HEAD_BYTES as u64;
+    let orphans = MAX_ORPHANS as u64 * 4;
+    let bitmaps = ceil_div(nat_blocks, 8) + ceil_div(sit_blocks, 8) + ceil_div(ssa_blocks, 8);
+    heads + orphans + bitmaps
+}
+
+/// Why mkfs refuses a device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GeometryError {
+    #[error("device of {bytes} bytes is too small: Flashlog needs at least {min} bytes (64 MiB)")]
+    TooSmall { bytes: u64, min: u64 },
+    #[error("device of {bytes} bytes leaves only {user_segments} user segments after reserved and overprovision space; use a larger device")]
+    NoUserSpace { bytes: u64, user_segments: u64 },
+    #[error("segments per section must be a power of two between 1 and 512, got {0}")]
+    BadSectionSize(u32),
+    #[error("mlogs must be between 1 and 32, got {0}")]
+    BadMlogs(u32),
+}
+
+/// F2FS mkfs's overprovision search (f2fs-tools 1.16 `get_best_overprovision`): try ovp from
+/// 0.01 % to 10 % and keep the one that leaves the most user segments. Returns
+/// (ovp percent x 100, reserved segments, overprovision segments).
+pub fn best_overprovision(main_segments: u64, segs_per_sec: u64, logs: u64) -> Option<(u64, u64, u64)> {
+    let mut best: Option<(u64, u64, u64, u64)> = None;
+    for ovp_centi in 1..=1000u64 {
+        let ovp = ovp_centi as f64 / 100.0;
+        let reserved = ((100.0 / ovp + 1.0 + logs as f64) as u64) * segs_per_sec;
+        if reserved >= main_segments {
+            continue;
+        }
+        let scaled = ((main_segments - reserved) as f64 * ovp / 100.0) as u64;
+        let ovp_segs = scaled.max(reserved) + 2 * segs_per_sec;
+        if ovp_segs >= main_segments {
+            continue;
+        }
+        let user = main_segments - ovp_segs;
+        if best.is_none_or(|b| user > b.3) {
+            best = Some((ovp_centi, reserved, ovp_segs, user));
+        }
+    }
+    best.map(|(o, r, s, _)| (o, r, s))
+}
+
+impl Geometry {
+    /// Lay out a device of `block_count` blocks.
+    pub fn compute(block_count: u64, segs_per_sec: u32, mlogs: u32) -> Result<Geometry, GeometryError> {
+        let bytes = block_count * BLOCK_SIZE as u64;
+        if bytes < MIN_VOLUME_BYTES {
+            return Err(GeometryError::TooSmall { bytes, min: MIN_VOLUME_BYTES });
+        }
+        if !(1..=512).contains(&segs_per_sec) || !segs_per_sec.is_power_of_two() {
+            return Err(GeometryError::BadSectionSize(segs_per_sec));
+        }
+        if !(1..=32).contains(&mlogs) {
+            return Err(GeometryError::BadMlogs(mlogs));
+        }
+        let sps = segs_per_sec as u64;
+        let total_segs = block_count / BLOCKS_PER_SEG;
+        // Metadata size depends on the main-area size and vice versa: shrink the main area
+        // until both fit (converges in a few steps because metadata is < 2 % of the volume).
+        let mut main_segs = total_segs.saturating_sub(1);
+        loop {
+            main_segs -= main_segs % sps;
+            let max_nid = (main_segs * BLOCKS_PER_SEG).clamp(1024, MAX_NIDS);
+            let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
+            let sit_blocks = ceil_div(main_segs, SIT_ENTRIES_PER_BLOCK as u64);
+            let ssa_blocks = main_segs;
+            let pack = 2 + ceil_div(cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks), CP_PAYLOAD_BYTES as u64);
+            let cp_addr = 2;
+            let sit_addr = cp_addr + 2 * pack;
+            let nat_addr = sit_addr + 2 * sit_blocks;
+            let ssa_addr = nat_addr + 2 * nat_blocks;
+            let meta_end = ssa_addr + 2 * ssa_blocks;
+            let main_addr = ceil_div(meta_end, BLOCKS_PER_SEG) * BLOCKS_PER_SEG;
+            if main_addr + main_segs * BLOCKS_PER_SEG <= block_count {
+                let logs = (DEFAULT_LOG_HEADS * mlogs) as u64;
+                let (reserved, ovp) = match best_overprovision(main_segs / sps, 1, 2 * logs) {
+                    Some((_, r, o)) => (r * sps, o * sps),
+                    None => return Err(GeometryError::NoUserSpace { bytes, user_segments: 0 }),
+                };
+                let user_segments = main_segs - ovp;
+                if user_segments < 4 {
+                    return Err(GeometryError::NoUserSpace { bytes, user_segments });
+                }
+                return Ok(Geometry {
+                    block_count,
+                    segs_per_sec,
+                    cp_addr,
+                    cp_pack_blocks: pack,
+                    sit_addr,
+                    sit_blocks,
+                    nat_addr,
+                    nat_blocks,
+                    ssa_addr,
+                    ssa_blocks,
+                    main_addr,
+                    main_segments: main_segs,
+                    max_nid: max_nid as Nid,
+                    reserved_segments: reserved,
+                    ovp_segments: ovp,
+                    user_blocks: user_segments * BLOCKS_PER_SEG,
+                    log_heads: DEFAULT_LOG_HEADS * mlogs,
+                    mlogs,
+                });
+            }
+            if main_segs <= sps {
+                return Err(GeometryError::TooSmall { bytes, min: MIN_VOLUME_BYTES });
+            }
+            main_segs -= sps;
+        }
+    }
+
+    /// First block of main-area segment `seg`.
+    pub fn seg_start(&self, seg: SegNo) -> BlkAddr {
+        self.main_addr + seg * BLOCKS_PER_SEG
+    }
+    /// Segment holding main-area block `addr`, if it is in the main area.
+    pub fn seg_of(&self, addr: BlkAddr) -> Option<SegNo> {
+        if addr < self.main_addr {
+            return None;
+        }
+        let seg = (addr - self.main_addr) / BLOCKS_PER_SEG;
+        (seg < self.main_segments).then_some(seg)
+    }
+    pub fn is_main(&self, addr: BlkAddr) -> bool {
+        self.seg_of(addr).is_some()
+    }
+    pub fn main_blocks(&self) -> u64 {
+        self.main_segments * BLOCKS_PER_SEG
+    }
+    pub fn sections(&self) -> u64 {
+        self.main_segments / self.segs_per_sec as u64
+    }
+    /// Address of copy `copy` (0 or 1) of SIT block `i`.
+    pub fn sit_block_addr(&self, i: u64, copy: u8) -> BlkAddr {
+        self.sit_addr + 2 * i + copy as u64
+    }
+    pub fn nat_block_addr(&self, i: u64, copy: u8) -> BlkAddr {
+        self.nat_addr + 2 * i + copy as u64
+    }
+    pub fn ssa_block_addr(&self, seg: SegNo, copy: u8) -> BlkAddr {
+        self.ssa_addr + 2 * seg + copy as u64
+    }
+    /// First block of checkpoint pack `pack` (0 or 1).
+    pub fn cp_pack_addr(&self, pack: u8) -> BlkAddr {
+        self.cp_addr + pack as u64 * self.cp_pack_blocks
+    }
+
+    /// Check the relations mount relies on; a superblock that fails them is corrupt.
+    pub fn validate(&self) -> FormatResult<()> {
+        let bad = |field: &'static str, value: u64| Err(FormatError::BadField { what: "superblock", field, value });
+        let pack_need = 2 + ceil_div(cp_payload_bytes(self.nat_blocks, self.sit_blocks, self.ssa_blocks), CP_PAYLOAD_BYTES as u64);
+        if self.segs_per_sec == 0 || !self.segs_per_sec.is_power_of_two() || self.segs_per_sec > 512 {
+            return bad("segs_per_sec", self.segs_per_sec as u64);
+        }
+        if self.cp_addr != 2 || self.cp_pack_blocks < pack_need {
+            return bad("cp_pack_blocks", self.cp_pack_blocks);
+        }
+        if self.sit_addr != self.cp_addr + 2 * self.cp_pack_blocks {
+            return bad("sit_addr", self.sit_addr);
+        }
+        if self.sit_blocks != ceil_div(self.main_segments, SIT_ENTRIES_PER_BLOCK as u64) {
+            return bad("sit_blocks", self.sit_blocks);
+        }
+        if self.nat_addr != self.sit_addr + 2 * self.sit_blocks {
+            return bad("nat_addr", self.nat_addr);
+        }
+        if self.max_nid as u64 > MAX_NIDS || self.nat_blocks != ceil_div(self.max_nid as u64, NAT_ENTRIES_PER_BLOCK as u64) {
+            return bad("nat_blocks", self.nat_blocks);
+        }
+        if self.ssa_addr != self.nat_addr + 2 * self.nat_blocks || self.ssa_blocks != self.main_segments {
+            return bad("ssa_addr", self.ssa_addr);
+        }
+        if self.main_addr < self.ssa_addr + 2 * self.ssa_blocks || self.main_addr % BLOCKS_PER_SEG != 0 {
+            return bad("main_addr", self.main_addr);
+        }
+        match self.main_segments.checked_mul(BLOCKS_PER_SEG).and_then(|b| b.checked_add(self.main_addr)) {
+            Some(end) if end <= self.block_count && self.main_segments > 0 => {}
+            _ => return bad("main_segments", self.main_segments),
+        }
+        if self.main_segments % self.segs_per_sec as u64 != 0 {
+            return bad("main_segments", self.main_segments);
+        }
+        if self.ovp_segments >= self.main_segments || self.reserved_segments > self.ovp_segments {
+            return bad("ovp_segments", self.ovp_segments);
+        }
+        if self.user_blocks != (self.main_segments - self.ovp_segments) * BLOCKS_PER_SEG {
+            return bad("user_blocks", self.user_blocks);
+        }
+        if self.log_heads == 0 || self.log_heads > MAX_LOG_HEADS || self.mlogs == 0 || self.mlogs > 32 {
+            return bad("log_heads", self.log_heads as u64);
+        }
+        if (self.max_nid as u64) <= crate::FIRST_FREE_NID as u64 {
+            return bad("max_nid", self.max_nid as u64);
+        }
+        Ok(())
+    }
+}
+
+impl Superblock {
+    pub fn encode(&self) -> Box<Block> {
+        let g = &self.geo;
+        let mut b = zero_block();
+        put_u32(&mut b[..], O_VERSION, FORMAT_VERSION);
+        put_u32(&mut b[..], O_BLOCK_LOG, BLOCK_SIZE_LOG2);
+        put_u32(&mut b[..], O_BLOCKS_PER_SEG, BLOCKS_PER_SEG as u32);
+        put_u32(&mut b[..], O_SEGS_PER_SEC, g.segs_per_sec);
+        put_u64(&mut b[..], O_BLOCK_COUNT, g.block_count);
+        put_u64(&mut b[..], O_CP_ADDR, g.cp_addr);
+        put_u64(&mut b[..], O_CP_PACK_BLOCKS, g.cp_pack_blocks);
+        put_u64(&mut b[..], O_SIT_ADDR, g.sit_addr);
+        put_u64(&mut b[..], O_SIT_BLOCKS, g.sit_blocks);
+        put_u64(&mut b[..], O_NAT_ADDR, g.nat_addr);
+        put_u64(&mut b[..], O_NAT_BLOCKS, g.nat_blocks);
+        put_u64(&mut b[..], O_SSA_ADDR, g.ssa_addr);
+        put_u64(&mut b[..], O_SSA_BLOCKS, g.ssa_blocks);
+        put_u64(&mut b[..], O_MAIN_ADDR, g.main_addr);
+        put_u64(&mut b[..], O_MAIN_SEGS, g.main_segments);
+        put_u32(&mut b[..], O_MAX_NID, g.max_nid);
+        put_u32(&mut b[..], O_ROOT_INO, ROOT_INO);
+        put_u64(&mut b[..], O_RESERVED_SEGS, g.reserved_segments);
+        put_u64(&mut b[..], O_OVP_SEGS, g.ovp_segments);
+        put_u64(&mut b[..], O_USER_BLOCKS, g.user_blocks);
+        put_u32(&mut b[..], O_LOG_HEADS, g.log_heads);
+        put_u32(&mut b[..], O_MLOGS, g.mlogs);
+        put_u32(&mut b[..], O_HASH_SEED, self.hash_seed);
+        put_u64(&mut b[..], O_CREATED, self.created_unix);
+        put_u64(&mut b[..], O_FEATURES, self.features);
+        b[O_UUID..O_UUID + 16].copy_from_slice(&self.uuid);
+        let label = self.label.as_bytes();
+        let n = label.len().min(LABEL_LEN);
+        b[O_LABEL..O_LABEL + n].copy_from_slice(&label[..n]);
+        seal(&mut b, tag::SUPERBLOCK);
+        b
+    }
+
+    pub fn decode(b: &Block) -> FormatResult<Superblock> {
+        check(b, tag::SUPERBLOCK, "superblock")?;
+        let bad = |field: &'static str, value: u64| FormatError::BadField { what: "superblock", field, value };
+        let version = get_u32(b, O_VERSION);
+        if version != FORMAT_VERSION {
+            return Err(bad("version", version as u64));
+        }
+        if get_u32(b, O_BLOCK_LOG) != BLOCK_SIZE_LOG2 {
+            return Err(bad("block_size_log2", get_u32(b, O_BLOCK_LOG) as u64));
+        }
+        if get_u32(b, O_BLOCKS_PER_SEG) as u64 != BLOCKS_PER_SEG {
+            return Err(bad("blocks_per_seg", get_u32(b, O_BLOCKS_PER_SEG) as u64));
+        }
+        if get_u32(b, O_ROOT_INO) != ROOT_INO {
+            return Err(bad("root_ino", get_u32(b, O_ROOT_INO) as u64));
+        }
+        let geo = Geometry {
+            block_count: get_u64(b, O_BLOCK_COUNT),
+            segs_per_sec: get_u32(b, O_SEGS_PER_SEC),
+            cp_addr: get_u64(b, O_CP_ADDR),
+            cp_pack_blocks: get_u64(b, O_CP_PACK_BLOCKS),
+            sit_addr: get_u64(b, O_SIT_ADDR),
+            sit_blocks: get_u64(b, O_SIT_BLOCKS),
+            nat_addr: get_u64(b, O_NAT_ADDR),
+            nat_blocks: get_u64(b, O_NAT_BLOCKS),
+            ssa_addr: get_u64(b, O_SSA_ADDR),
+            ssa_blocks: get_u64(b, O_SSA_BLOCKS),
+            main_addr: get_u64(b, O_MAIN_ADDR),
+            main_segments: get_u64(b, O_MAIN_SEGS),
+            max_nid: get_u32(b, O_MAX_NID),
+            reserved_segments: get_u64(b, O_RESERVED_SEGS),
+            ovp_segments: get_u64(b, O_OVP_SEGS),
+            user_blocks: get_u64(b, O_USER_BLOCKS),
+            log_heads: get_u32(b, O_LOG_HEADS),
+            mlogs: get_u32(b, O_MLOGS),
+        };
+        geo.validate()?;
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[O_UUID..O_UUID + 16]);
+        let raw = &b[O_LABEL..O_LABEL + LABEL_LEN];
+        let end = raw.iter().position(|&c| c == 0).unwrap_or(LABEL_LEN);
+        Ok(Superblock {
+            geo,
+            hash_seed: get_u32(b, O_HASH_SEED),
+            created_unix: get_u64(b, O_CREATED),
+            features: get_u64(b, O_FEATURES),
+            uuid,
+            label: String::from_utf8_lossy(&raw[..end]).into_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_from_64mib_to_16tib() {
+        for bytes in [64u64 << 20, 100 << 20, 1 << 30, 8 << 30, 1 << 40, 16 << 40] {
+            let g = Geometry::compute(bytes / 4096, 1, 1).unwrap();
+            g.validate().unwrap();
+            assert!(g.main_addr + g.main_blocks() <= g.block_count);
+            assert!(g.user_blocks > 0 && g.user_blocks < g.main_blocks());
+        }
+        assert!(matches!(Geometry::compute((32 << 20) / 4096, 1, 1), Err(GeometryError::TooSmall { .. })));
+    }
+
+    #[test]
+    fn overprovision_matches_f2fs_tools() {
+        // f2fs-tools 1.16 worked values for 8 GiB and 1 TiB (6 logs, 1 seg/section): reserved
+        // 67 / 721 segments. Main area is slightly smaller than the volume.
+        let (_, r8, _) = best_overprovision((8u64 << 30) / (2 << 20) - 40, 1, 6).unwrap();
+        assert!((60..=75).contains(&r8), "{r8}");
+        let (_, r1t, _) = best_overprovision((1u64 << 40) / (2 << 20) - 3000, 1, 6).unwrap();
+        assert!((700..=740).contains(&r1t), "{r1t}");
+    }
+
+    #[test]
+    fn superblock_roundtrip_and_corruption() {
+        let geo = Geometry::compute((1u64 << 30) / 4096, 1, 1).unwrap();
+        let sb = Superblock { geo, hash_seed: 7, created_unix: 1, features: 0, uuid: [3; 16], label: "vol".into() };
+        let mut b = sb.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        b[O_MAIN_SEGS] ^= 0xff;
+        assert!(Superblock::decode(&b).is_err());
+    }
+}
