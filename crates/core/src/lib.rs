@@ -1,1 +1,36 @@
-//! placeholder
+//! Flashlog core: a log-structured file system for flash, of F2FS lineage, as a library.
+//!
+//! Layers (docs/DESIGN.md): `Fs` (API) -> file cells (`cell`, per-inode state) -> node tree
+//! and write path (`inner`, `file`, `dir`) -> segment manager and NAT (`seg`, `nat`) ->
+//! checkpoint and recovery (`checkpoint`, `recovery`) -> the device (flashlog-dev).
+//!
+//! Global lock order: op lock (shared; the checkpoint takes it exclusively) -> rename lock
+//! -> directory cells (ascending ino) -> other cells (ascending ino) -> log heads -> leaf
+//! locks (SSA dirty set, prefree sets, cell-table shards, NAT prefree list).
+
+pub mod bitmap;
+pub mod cell;
+pub mod checkpoint;
+pub mod config;
+pub mod dir;
+pub mod error;
+pub mod file;
+pub mod fs;
+pub mod fsck;
+pub mod inner;
+pub mod lock;
+pub mod nat;
+pub mod recovery;
+pub mod seg;
+pub mod stats;
+
+pub use checkpoint::{MkfsOptions, MkfsReport};
+pub use config::{AllocMode, GcPolicy, MountOptions};
+pub use dir::DirEntry;
+pub use error::{Error, Result};
+pub use file::FallocMode;
+pub use fs::{Attr, Fs, RenameFlags, SetAttr, StatFs, TimeSet, XattrMode};
+pub use fsck::{fsck, FsckReport};
+pub use stats::Counters;
+pub use flashlog_format::node::Timespec;
+pub use flashlog_format::{Ino, ROOT_INO};

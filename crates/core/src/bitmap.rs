@@ -1,0 +1,122 @@
+//! Atomic bitmap on `AtomicU64` words: set/clear/test and claim-first-zero with a CAS loop.
+//! Used for free sections, free nids and dirty metadata blocks. No locks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub struct AtomicBitmap {
+    words: Box<[AtomicU64]>,
+    bits: u64,
+}
+
+impl AtomicBitmap {
+    pub fn new(bits: u64) -> Self {
+        AtomicBitmap { words: (0..bits.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(), bits }
+    }
+    pub fn len(&self) -> u64 {
+        self.bits
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bits == 0
+    }
+    pub fn test(&self, i: u64) -> bool {
+        i < self.bits && self.words[(i / 64) as usize].load(Ordering::Acquire) & (1 << (i % 64)) != 0
+    }
+    /// Set bit `i`; returns its previous value.
+    pub fn set(&self, i: u64) -> bool {
+        debug_assert!(i < self.bits);
+        self.words[(i / 64) as usize].fetch_or(1 << (i % 64), Ordering::AcqRel) & (1 << (i % 64)) != 0
+    }
+    /// Clear bit `i`; returns its previous value.
+    pub fn clear(&self, i: u64) -> bool {
+        debug_assert!(i < self.bits);
+        self.words[(i / 64) as usize].fetch_and(!(1 << (i % 64)), Ordering::AcqRel) & (1 << (i % 64)) != 0
+    }
+    pub fn count_ones(&self) -> u64 {
+        self.words.iter().map(|w| w.load(Ordering::Relaxed).count_ones() as u64).sum()
+    }
+    /// Find a zero bit at or after `hint` (wrapping once), set it, and return it.
+    pub fn claim_zero(&self, hint: u64) -> Option<u64> {
+        let n = self.words.len();
+        if n == 0 {
+            return None;
+        }
+        let start = ((hint % self.bits.max(1)) / 64) as usize;
+        for k in 0..=n {
+            let wi = (start + k) % n;
+            let w = &self.words[wi];
+            let mut cur = w.load(Ordering::Acquire);
+            loop {
+                let free = !cur;
+                if free == 0 {
+                    break;
+                }
+                let bit = free.trailing_zeros() as u64;
+                let idx = wi as u64 * 64 + bit;
+                if idx >= self.bits {
+                    break;
+                }
+                match w.compare_exchange_weak(cur, cur | (1 << bit), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Some(idx),
+                    Err(now) => cur = now,
+                }
+            }
+        }
+        None
+    }
+    /// Iterate set bits.
+    pub fn ones(&self) -> impl Iterator<Item = u64> + '_ {
+        self.words.iter().enumerate().flat_map(move |(wi, w)| {
+            let mut v = w.load(Ordering::Acquire);
+            std::iter::from_fn(move || {
+                if v == 0 {
+                    return None;
+                }
+                let b = v.trailing_zeros() as u64;
+                v &= v - 1;
+                Some(wi as u64 * 64 + b)
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    proptest! {
+        #[test]
+        fn matches_a_set(ops in proptest::collection::vec((0u8..3, 0u64..200), 1..300)) {
+            let b = AtomicBitmap::new(200);
+            let mut m = BTreeSet::new();
+            for (op, i) in ops {
+                match op {
+                    0 => prop_assert_eq!(b.set(i), !m.insert(i)),
+                    1 => prop_assert_eq!(b.clear(i), m.remove(&i)),
+                    _ => {
+                        let got = b.claim_zero(i);
+                        let want = (i..200).chain(0..i).find(|x| !m.contains(x));
+                        prop_assert_eq!(got.is_some(), want.is_some());
+                        if let Some(g) = got { prop_assert!(m.insert(g)); }
+                    }
+                }
+            }
+            prop_assert_eq!(b.ones().collect::<BTreeSet<_>>(), m);
+        }
+    }
+
+    #[test]
+    fn concurrent_claims_are_unique() {
+        let b = std::sync::Arc::new(AtomicBitmap::new(10_000));
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let b = b.clone();
+                std::thread::spawn(move || (0..2500).map(|i| b.claim_zero(t * 977 + i).unwrap()).collect::<Vec<_>>())
+            })
+            .collect();
+        let all: BTreeSet<u64> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        assert_eq!(all.len(), 10_000);
+        assert!(b.claim_zero(0).is_none());
+    }
+}

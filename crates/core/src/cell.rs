@@ -1,0 +1,171 @@
+//! File cells (Max): the in-memory state of each inode, sharded by inode number.
+//!
+//! Owns: `InodeCell` (one per cached inode) and the `CellTable` that finds them. An inode's
+//! cell holds everything that belongs to that file alone: its inode block, its other node
+//! blocks (direct, indirect, xattr), and its page cache. All of it is guarded by the cell's
+//! one mutex, so node contents never need a lock of their own (every node belongs to exactly
+//! one inode) and the GC/flush race is settled under this lock (the node-lock rule).
+//!
+//! Lock order: op lock (shared) -> rename lock -> directory cells (ascending ino) -> other
+//! cells (ascending ino) -> log heads -> leaves. The table's shard locks are leaves: never
+//! held while taking a cell lock.
+
+use crate::config::CELL_SHARDS;
+use flashlog_format::codec::Block;
+use flashlog_format::node::InodeHdr;
+use flashlog_format::{Ino, Nid};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// A cached node block of a file (not its inode).
+pub struct NodeBuf {
+    pub blk: Box<Block>,
+    pub dirty: bool,
+}
+
+/// A cached page of file data (or a directory's dentry block).
+pub struct Page {
+    pub data: Box<Block>,
+    pub dirty: bool,
+    /// Counted in the volume's allocated blocks when it was dirtied over a hole.
+    pub reserved: bool,
+}
+
+pub struct InodeState {
+    pub ino: Ino,
+    /// The inode block; `hdr` is written into it before it goes to disk.
+    pub node: Box<Block>,
+    pub hdr: InodeHdr,
+    /// The inode block differs from disk.
+    pub dirty: bool,
+    pub nodes: HashMap<Nid, NodeBuf>,
+    pub pages: BTreeMap<u64, Page>,
+    pub dirty_pages: u64,
+    /// Resources freed: the inode no longer exists.
+    pub freed: bool,
+    /// An fsync must write a checkpoint (the inode gained or changed a name since the last
+    /// checkpoint, which roll-forward cannot replay).
+    pub needs_cp: bool,
+}
+
+impl InodeState {
+    pub fn is_dir(&self) -> bool {
+        self.hdr.mode & libc_mode::S_IFMT == libc_mode::S_IFDIR
+    }
+    pub fn is_reg(&self) -> bool {
+        self.hdr.mode & libc_mode::S_IFMT == libc_mode::S_IFREG
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.hdr.mode & libc_mode::S_IFMT == libc_mode::S_IFLNK
+    }
+    pub fn has_dirty_nodes(&self) -> bool {
+        self.nodes.values().any(|n| n.dirty)
+    }
+    /// Nothing of this inode waits to be written.
+    pub fn is_clean(&self) -> bool {
+        !self.dirty && self.dirty_pages == 0 && !self.has_dirty_nodes()
+    }
+}
+
+/// Mode bits (as in <sys/stat.h>), kept here so that the core does not depend on libc.
+pub mod libc_mode {
+    pub const S_IFMT: u32 = 0o170000;
+    pub const S_IFSOCK: u32 = 0o140000;
+    pub const S_IFLNK: u32 = 0o120000;
+    pub const S_IFREG: u32 = 0o100000;
+    pub const S_IFBLK: u32 = 0o060000;
+    pub const S_IFDIR: u32 = 0o040000;
+    pub const S_IFCHR: u32 = 0o020000;
+    pub const S_IFIFO: u32 = 0o010000;
+    pub const S_ISUID: u32 = 0o4000;
+    pub const S_ISGID: u32 = 0o2000;
+    pub const S_ISVTX: u32 = 0o1000;
+}
+
+pub struct InodeCell {
+    pub ino: Ino,
+    pub state: Mutex<InodeState>,
+    /// Open handles (library `open`/`release`, FUSE open/release).
+    pub open: AtomicU32,
+    /// Created since the last checkpoint.
+    pub is_new: AtomicBool,
+    /// Mirror of `hdr.pino` readable without the cell lock (rename's ancestor walk).
+    pub pino: AtomicU32,
+}
+
+impl InodeCell {
+    pub fn new(state: InodeState, is_new: bool) -> Arc<Self> {
+        Arc::new(InodeCell {
+            ino: state.ino,
+            pino: AtomicU32::new(state.hdr.pino),
+            state: Mutex::new(state),
+            open: AtomicU32::new(0),
+            is_new: AtomicBool::new(is_new),
+        })
+    }
+    pub fn pino(&self) -> Ino {
+        self.pino.load(Ordering::Acquire)
+    }
+}
+
+pub struct CellTable {
+    shards: Box<[Mutex<HashMap<Ino, Arc<InodeCell>>>]>,
+}
+
+impl Default for CellTable {
+    fn default() -> Self {
+        CellTable { shards: (0..CELL_SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+    }
+}
+
+impl CellTable {
+    fn shard(&self, ino: Ino) -> &Mutex<HashMap<Ino, Arc<InodeCell>>> {
+        &self.shards[ino as usize % CELL_SHARDS]
+    }
+    pub fn get(&self, ino: Ino) -> Option<Arc<InodeCell>> {
+        self.shard(ino).lock().get(&ino).cloned()
+    }
+    /// Insert unless present; returns the cell that is in the table.
+    pub fn insert(&self, cell: Arc<InodeCell>) -> Arc<InodeCell> {
+        self.shard(cell.ino).lock().entry(cell.ino).or_insert(cell).clone()
+    }
+    pub fn remove(&self, ino: Ino) {
+        self.shard(ino).lock().remove(&ino);
+    }
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Snapshot of every cell, in inode order (the checkpoint locks them in this order).
+    pub fn all(&self) -> Vec<Arc<InodeCell>> {
+        let mut v: Vec<_> = self.shards.iter().flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>()).collect();
+        v.sort_by_key(|c| c.ino);
+        v
+    }
+    /// Drop cells nobody holds that are clean and closed, until at most `keep` remain.
+    pub fn evict(&self, keep: usize) {
+        let mut len = self.len();
+        for s in self.shards.iter() {
+            if len <= keep {
+                return;
+            }
+            let mut m = s.lock();
+            m.retain(|_, c| {
+                if len <= keep || Arc::strong_count(c) > 1 || c.open.load(Ordering::Acquire) > 0 {
+                    return true;
+                }
+                match c.state.try_lock() {
+                    Some(st) if st.is_clean() && !st.freed => {
+                        len -= 1;
+                        false
+                    }
+                    _ => true,
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! mkfs, mount (roll-back to the newest valid checkpoint) and the checkpoint itself.
+//!
+//! Checkpoint protocol (docs/DESIGN.md "Checkpoint"), with every operation excluded:
+//! 1. write back all dirty data and nodes to the logs; submit the log buffers;
+//! 2. write dirty NAT, SIT and SSA blocks to their *other* copies (flipping bits in memory);
+//! 3. flush; write the pack header and payload to pack (v % 2); flush; write the footer; flush.
+//!
+//! Until the footer is durable the previous pack still describes a complete, consistent
+//! volume, since nothing it references was overwritten: main-area blocks freed since it are
+//! not reused (prefree), and metadata went to the copies it does not use.
+
+use crate::cell::{InodeCell, InodeState};
+use crate::config::MountOptions;
+use crate::error::{Error, Result};
+use crate::inner::{CpState, FsInner};
+use crate::lock::OpLock;
+use crate::nat::NatTable;
+use crate::seg::SegManager;
+use crate::stats::Stats;
+use flashlog_dev::BlockDevice;
+use flashlog_format::codec::{zero_block, Block};
+use flashlog_format::cp::{self, Checkpoint, LogKind, PackChoice, Temp};
+use flashlog_format::node::{self, iflag, InodeHdr, NodeKind};
+use flashlog_format::sb::{Geometry, Superblock};
+use flashlog_format::{BLOCK_SIZE, ROOT_INO};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// mkfs options.
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    pub label: String,
+    pub segs_per_sec: u32,
+    pub mlogs: u32,
+    /// Overwrite an existing file system.
+    pub force: bool,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions { label: String::new(), segs_per_sec: 1, mlogs: 1, force: false }
+    }
+}
+
+/// What mkfs laid out.
+#[derive(Clone, Debug)]
+pub struct MkfsReport {
+    pub sb: Superblock,
+}
+
+impl std::fmt::Display for MkfsReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = &self.sb.geo;
+        let mib = |blocks: u64| blocks as f64 * BLOCK_SIZE as f64 / (1 << 20) as f64;
+        writeln!(f, "Flashlog volume {:?}: {} blocks ({:.1} MiB)", self.sb.label, g.block_count, mib(g.block_count))?;
+        writeln!(f, "  area        start block   blocks")?;
+        writeln!(f, "  superblock  {:>11}   {:>6}", 0, 2)?;
+        writeln!(f, "  checkpoint  {:>11}   {:>6}  (2 packs of {})", g.cp_addr, 2 * g.cp_pack_blocks, g.cp_pack_blocks)?;
+        writeln!(f, "  SIT         {:>11}   {:>6}  (2 copies)", g.sit_addr, 2 * g.sit_blocks)?;
+        writeln!(f, "  NAT         {:>11}   {:>6}  (2 copies, {} nids)", g.nat_addr, 2 * g.nat_blocks, g.max_nid)?;
+        writeln!(f, "  SSA         {:>11}   {:>6}  (2 copies)", g.ssa_addr, 2 * g.ssa_blocks)?;
+        writeln!(f, "  main        {:>11}   {:>6}  ({} segments of 2 MiB, {} per section)", g.main_addr, g.main_blocks(), g.main_segments, g.segs_per_sec)?;
+        writeln!(f, "  reserved segments {}, overprovision segments {}", g.reserved_segments, g.ovp_segments)?;
+        write!(f, "  user space {:.1} MiB, {} log heads ({} mlogs)", mib(g.user_blocks), g.log_heads, g.mlogs)
+    }
+}
+
+/// A known file-system signature found on a device (mkfs refuses without --force).
+pub fn detect_signature(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
+    let mut b = zero_block();
+    if dev.capabilities().block_count == 0 {
+        return Ok(None);
+    }
+    dev.read(0, &mut b[..])?;
+    if Superblock::decode(&b).is_ok() {
+        return Ok(Some("Flashlog"));
+    }
+    let le16 = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+    let le32 = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    if le16(1024 + 56) == 0xEF53 {
+        return Ok(Some("ext2/3/4"));
+    }
+    if le32(1024) == 0xF2F5_2010 {
+        return Ok(Some("F2FS"));
+    }
+    if &b[0..4] == b"XFSB" {
+        return Ok(Some("XFS"));
+    }
+    if dev.capabilities().block_count > 17 {
+        dev.read(16, &mut b[..])?;
+        if &b[64..72] == b"_BHRfS_M" {
+            return Ok(Some("btrfs"));
+        }
+    }
+    Ok(None)
+}
+
+/// The head table of a fresh volume: 6 heads per mlog.
+fn head_specs(mlogs: u32) -> Vec<(LogKind, Temp, u16, u16)> {
+    let mut v = Vec::new();
+    for m in 0..mlogs as u16 {
+        for kind in [LogKind::Data, LogKind::Node] {
+            for temp in [Temp::Hot, Temp::Warm, Temp::Cold] {
+                v.push((kind, temp, m, 0));
+            }
+        }
+    }
+    v
+}
+
+fn bitmap_len(blocks: u64) -> usize {
+    blocks.div_ceil(8) as usize
+}
+
+/// Blocks written per request when zeroing metadata areas.
+const ZERO_BATCH: u64 = 256;
+
+/// Lay out a new volume on `dev`.
+pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport> {
+    let caps = dev.capabilities().clone();
+    if !opts.force {
+        if let Some(sig) = detect_signature(&*dev)? {
+            return Err(Error::Invalid(match sig {
+                "Flashlog" => "the device already holds a Flashlog file system (use --force to overwrite it)",
+                _ => "the device already holds another file system (use --force to overwrite it)",
+            }));
+        }
+    }
+    let geo = Geometry::compute(caps.block_count, opts.segs_per_sec, opts.mlogs).map_err(|e| Error::Invalid(Box::leak(e.to_string().into_boxed_str())))?;
+    // Zero the metadata areas: a stale block of an earlier volume with a valid crc would be
+    // trusted. Discard zeroes where the device says it does.
+    if caps.discard && caps.discard_zeroes {
+        dev.discard(0, geo.main_addr)?;
+    } else {
+        let zeros = vec![0u8; ZERO_BATCH as usize * BLOCK_SIZE];
+        let mut a = 0;
+        while a < geo.main_addr {
+            let n = ZERO_BATCH.min(geo.main_addr - a);
+            dev.write(a, &zeros[..n as usize * BLOCK_SIZE])?;
+            a += n;
+        }
+    }
+    let mut seed = [0u8; 16];
+    rand::fill(&mut seed);
+    let sb = Superblock {
+        geo: geo.clone(),
+        hash_seed: u32::from_le_bytes([seed[0], seed[1], seed[2], seed[3]]),
+        created_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        features: 0,
+        uuid: seed,
+        label: opts.label.clone(),
+    };
+    let enc = sb.encode();
+    dev.write(0, &enc[..])?;
+    dev.write(1, &enc[..])?;
+    // Random first checkpoint version: node blocks of an earlier volume can never carry it,
+    // so roll-forward cannot adopt them.
+    let first_version = (rand::random::<u64>() >> 16).max(1);
+    let cp_state = CpState {
+        nat_bm: vec![0; bitmap_len(geo.nat_blocks)],
+        sit_bm: vec![0; bitmap_len(geo.sit_blocks)],
+        ssa_bm: vec![0; bitmap_len(geo.ssa_blocks)],
+        elapsed_base: 0,
+        mounted_at: std::time::Instant::now(),
+    };
+    let mut seg = SegManager::load(dev.clone(), &geo, &cp_state.sit_bm, &cp_state.ssa_bm, &[], 0)?;
+    let heads = seg.fresh_heads(&head_specs(geo.mlogs))?;
+    seg.install_heads(&heads)?;
+    let nat = NatTable::new(geo.max_nid, geo.nat_blocks);
+    let opts_m = MountOptions { cp_interval: None, ..Default::default() };
+    let fs = build(dev.clone(), sb.clone(), opts_m, nat, seg, cp_state, first_version - 1);
+    // The root directory.
+    let now = fs.now();
+    let hdr = InodeHdr {
+        mode: crate::cell::libc_mode::S_IFDIR | 0o755,
+        nlink: 2,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        flags: iflag::INLINE_DENTRY,
+        pino: ROOT_INO,
+        ..Default::default()
+    };
+    fs.nat.mark_used(ROOT_INO);
+    fs.nat.set(ROOT_INO, ROOT_INO, 0);
+    let mut blk = node::new_node(NodeKind::Inode, ROOT_INO, ROOT_INO, 0);
+    hdr.write(&mut blk);
+    let st = InodeState { ino: ROOT_INO, node: blk, hdr, dirty: true, nodes: Default::default(), pages: Default::default(), dirty_pages: 0, freed: false, needs_cp: false };
+    fs.cells.insert(InodeCell::new(st, true));
+    fs.alloc_blocks.store(1, Ordering::Relaxed);
+    fs.valid_nodes.store(1, Ordering::Relaxed);
+    fs.valid_inodes.store(1, Ordering::Relaxed);
+    fs.write_checkpoint(true)?;
+    Ok(MkfsReport { sb })
+}
+
+pub(crate) fn build(dev: Arc<dyn BlockDevice>, sb: Superblock, opts: MountOptions, nat: NatTable, seg: SegManager, cp: CpState, version: u64) -> FsInner {
+    FsInner {
+        dev,
+        sb,
+        opts,
+        oplock: OpLock::new(),
+        rename_lock: Mutex::new(()),
+        nat,
+        seg,
+        cells: Default::default(),
+        cp: Mutex::new(cp),
+        cp_version: AtomicU64::new(version),
+        orphans: Mutex::new(Default::default()),
+        alloc_blocks: AtomicU64::new(0),
+        valid_nodes: AtomicU64::new(0),
+        valid_inodes: AtomicU64::new(0),
+        dirty_pages: AtomicU64::new(0),
+        dirty_nodes: AtomicU64::new(0),
+        poison: Mutex::new(None),
+        poisoned: AtomicBool::new(false),
+        stats: Stats::default(),
+    }
+}
+
+/// Read the superblock: copy 0, else copy 1.
+pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
+    let mut errs = Vec::new();
+    for addr in 0..2u64 {
+        let mut b = zero_block();
+        if dev.capabilities().block_count <= addr {
+            break;
+        }
+        dev.read(addr, &mut b[..])?;
+        match Superblock::decode(&b) {
+            Ok(sb) if sb.geo.block_count <= dev.capabilities().block_count => return Ok(sb),
+            Ok(sb) => errs.push(format!("copy {addr}: volume of {} blocks on a device of {}", sb.geo.block_count, dev.capabilities().block_count)),
+            Err(e) => errs.push(format!("copy {addr}: {e}")),
+        }
+    }
+    Err(Error::Corrupt(format!("no valid Flashlog superblock ({})", errs.join("; "))))
+}
+
+/// Read and check one checkpoint pack.
+pub fn read_pack(dev: &dyn BlockDevice, geo: &Geometry, pack: u8) -> Result<Checkpoint> {
+    let start = geo.cp_pack_addr(pack);
+    let mut hdr = zero_block();
+    dev.read(start, &mut hdr[..])?;
+    let h = Checkpoint::decode_header(&hdr, geo.cp_pack_blocks)?;
+    let mut blocks: Vec<Box<Block>> = vec![hdr];
+    let mut buf = vec![0u8; (h.pack_blocks as usize - 1) * BLOCK_SIZE];
+    dev.read(start + 1, &mut buf)?;
+    for c in buf.chunks_exact(BLOCK_SIZE) {
+        let mut b = zero_block();
+        b.copy_from_slice(c);
+        blocks.push(b);
+    }
+    Ok(Checkpoint::decode(&blocks, bitmap_len(geo.nat_blocks), bitmap_len(geo.sit_blocks), bitmap_len(geo.ssa_blocks))?)
+}
+
+/// The newest valid checkpoint (roll-back), per `cp::choose_pack`.
+pub fn read_checkpoint(dev: &dyn BlockDevice, geo: &Geometry) -> Result<Checkpoint> {
+    let a = read_pack(dev, geo, 0);
+    let b = read_pack(dev, geo, 1);
+    let va = a.as_ref().ok().map(|c| c.version);
+    let vb = b.as_ref().ok().map(|c| c.version);
+    match cp::choose_pack(va, vb) {
+        PackChoice::Newer(0) | PackChoice::Only(0) => a,
+        PackChoice::Newer(_) | PackChoice::Only(_) => b,
+        PackChoice::Neither => Err(Error::Corrupt(format!(
+            "no valid checkpoint pack (pack 0: {}; pack 1: {})",
+            a.err().map(|e| e.to_string()).unwrap_or_default(),
+            b.err().map(|e| e.to_string()).unwrap_or_default()
+        ))),
+    }
+}
+
+/// Mount-time state from the newest checkpoint (no roll-forward yet).
+pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsInner, Checkpoint)> {
+    let sb = read_superblock(&*dev)?;
+    let geo = sb.geo.clone();
+    let cpk = read_checkpoint(&*dev, &geo)?;
+    if cpk.heads.len() != geo.log_heads as usize {
+        return Err(Error::Corrupt(format!("checkpoint has {} log heads, superblock says {}", cpk.heads.len(), geo.log_heads)));
+    }
+    let nat = NatTable::load(&*dev, &geo, &cpk.nat_bitmap)?;
+    let seg = SegManager::load(dev.clone(), &geo, &cpk.sit_bitmap, &cpk.ssa_bitmap, &cpk.heads, cpk.elapsed_secs)?;
+    let cp_state = CpState {
+        nat_bm: cpk.nat_bitmap.clone(),
+        sit_bm: cpk.sit_bitmap.clone(),
+        ssa_bm: cpk.ssa_bitmap.clone(),
+        elapsed_base: cpk.elapsed_secs,
+        mounted_at: std::time::Instant::now(),
+    };
+    let fs = build(dev, sb, opts, nat, seg, cp_state, cpk.version);
+    fs.alloc_blocks.store(cpk.valid_blocks, Ordering::Relaxed);
+    fs.valid_nodes.store(cpk.valid_nodes, Ordering::Relaxed);
+    fs.valid_inodes.store(cpk.valid_inodes, Ordering::Relaxed);
+    Ok((fs, cpk))
+}
+
+impl FsInner {
+    /// Write a checkpoint. The caller holds the exclusive side of the op lock (or is mkfs /
+    /// mount, where nothing else runs).
+    pub fn write_checkpoint(&self, umount: bool) -> Result<()> {
+        let r = self.write_checkpoint_inner(umount);
+        if let Err(e) = &r {
+            self.poison_with(format!("checkpoint failed: {e}"));
+        }
+        r
+    }
+
+    fn write_checkpoint_inner(&self, umount: bool) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned(self.poison.lock().clone().unwrap_or_default()));
+        }
+        self.tick_clock();
+        // 1. Data, then nodes, of every cached inode.
+        let cells = self.cells.all();
+        for c in &cells {
+            let mut st = c.state.lock();
+            if st.freed {
+                continue;
+            }
+            self.writeback_pages(&mut st)?;
+        }
+        for c in &cells {
+            let mut st = c.state.lock();
+            if st.freed {
+                continue;
+            }
+            self.write_all_nodes(&mut st, None)?;
+            st.needs_cp = false;
+        }
+        self.seg.submit_all()?;
+        // 2. Metadata to the other copies.
+        let mut cp = self.cp.lock();
+        let mut nat_bm = cp.nat_bm.clone();
+        let mut sit_bm = cp.sit_bm.clone();
+        let mut ssa_bm = cp.ssa_bm.clone();
+        for i in self.nat.dirty_blocks() {
+            let copy = !flashlog_format::codec::test_bit(&nat_bm, i as usize);
+            let b = self.nat.encode_block(i).encode();
+            self.dev.write(self.sb.geo.nat_block_addr(i, copy as u8), &b[..])?;
+            self.seg.blocks_written.fetch_add(1, Ordering::Relaxed);
+            flashlog_format::codec::set_bit(&mut nat_bm, i as usize, copy);
+            self.nat.clear_dirty(i);
+        }
+        self.seg.flush_meta(&mut sit_bm, &mut ssa_bm)?;
+        self.dev.flush()?;
+        // 3. The pack.
+        let version = self.cp_version.load(Ordering::Acquire) + 1;
+        let elapsed = cp.elapsed_base + cp.mounted_at.elapsed().as_secs();
+        let orphans: Vec<_> = self.orphans.lock().iter().copied().collect();
+        let mut flags = if umount { cp::flags::UMOUNT } else { 0 };
+        if !orphans.is_empty() {
+            flags |= cp::flags::ORPHANS;
+        }
+        let ck = Checkpoint {
+            version,
+            flags,
+            elapsed_secs: elapsed,
+            wall_unix: self.now().sec.max(0) as u64,
+            valid_blocks: self.alloc_blocks.load(Ordering::Acquire),
+            valid_nodes: self.valid_nodes.load(Ordering::Acquire),
+            valid_inodes: self.valid_inodes.load(Ordering::Acquire),
+            free_segments: self.seg.free_sections() * self.sb.geo.segs_per_sec as u64,
+            next_nid_hint: 0,
+            heads: self.seg.head_records(),
+            orphans,
+            nat_bitmap: nat_bm.clone(),
+            sit_bitmap: sit_bm.clone(),
+            ssa_bitmap: ssa_bm.clone(),
+        };
+        let blocks = ck.encode();
+        if blocks.len() as u64 > self.sb.geo.cp_pack_blocks {
+            return Err(Error::Corrupt("checkpoint pack outgrew its area".into()));
+        }
+        let start = self.sb.geo.cp_pack_addr((version % 2) as u8);
+        let (footer, body) = blocks.split_last().expect("pack has a footer");
+        let mut buf = Vec::with_capacity(body.len() * BLOCK_SIZE);
+        for b in body {
+            buf.extend_from_slice(&b[..]);
+        }
+        self.dev.write(start, &buf)?;
+        self.dev.flush()?;
+        self.dev.write(start + body.len() as u64, &footer[..])?;
+        self.dev.flush()?;
+        self.seg.blocks_written.fetch_add(blocks.len() as u64, Ordering::Relaxed);
+        // Durable: commit the in-memory view.
+        cp.nat_bm = nat_bm;
+        cp.sit_bm = sit_bm;
+        cp.ssa_bm = ssa_bm;
+        drop(cp);
+        self.cp_version.store(version, Ordering::Release);
+        self.nat.release_prefree();
+        self.seg.release_prefree();
+        for c in &cells {
+            c.is_new.store(false, Ordering::Release);
+        }
+        drop(cells);
+        self.dirty_nodes.store(0, Ordering::Relaxed);
+        self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.cells.evict(self.opts.inode_cache_max / 2);
+        Ok(())
+    }
+}

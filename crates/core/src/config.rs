@@ -1,0 +1,90 @@
+//! Mount options and the limits of the core, in one place, each with why.
+
+use std::time::Duration;
+
+/// Dirty page cache cap: above it, writers write back before adding more. 64 MiB keeps
+/// writeback batches large (whole segments) while bounding memory.
+pub const DEFAULT_DIRTY_CAP_BYTES: u64 = 64 << 20;
+/// Dirty nodes before a checkpoint is forced (F2FS balances dirty node pages the same way):
+/// bounds both memory and the roll-forward work after a crash.
+pub const DEFAULT_DIRTY_NODES_MAX: u64 = 16_384;
+/// Cached inode cells before clean, closed ones are evicted.
+pub const DEFAULT_INODE_CACHE_MAX: usize = 65_536;
+/// Clean node buffers one file may keep cached (its dirty ones are never dropped).
+pub const NODE_CACHE_PER_FILE: usize = 4096;
+/// Blocks a log head gathers before one device write: 256 blocks = 1 MiB, a large
+/// sequential write, as F2FS merges bios.
+pub const WRITE_BATCH_BLOCKS: usize = 256;
+/// Shards of the inode-cell table (Max's file cells): a power of two well above the core
+/// count so that unrelated files rarely share a shard lock.
+pub const CELL_SHARDS: usize = 128;
+/// Checkpoint timer (F2FS DEF_CP_INTERVAL is 60 s; shorter bounds roll-forward work).
+pub const DEFAULT_CP_INTERVAL: Duration = Duration::from_secs(30);
+/// Roll-forward walks at most this many chain blocks per main-area block count (never more
+/// than the main area), so a corrupt chain cannot loop.
+pub const ROLL_FORWARD_MAX_FACTOR: u64 = 1;
+/// Hard-link limit per inode.
+pub const LINK_MAX: u32 = 65_000;
+
+/// Cleaning mode (F2FS `mode=`): `lfs` never writes into holes; `adaptive` uses threaded
+/// logging (SSR) when free space runs short.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum AllocMode {
+    Adaptive,
+    Lfs,
+}
+
+/// Garbage-collection policy chosen per mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum GcPolicy {
+    /// F2FS: one collector, foreground greedy, background cost-benefit.
+    F2fs,
+    /// ScaleLFS dedicated collectors.
+    Scale,
+    /// D2FS device-driven GC.
+    Device,
+    /// IPLFS: infinite partition, no host GC.
+    None,
+}
+
+impl std::str::FromStr for GcPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f2fs" => Ok(GcPolicy::F2fs),
+            "scale" => Ok(GcPolicy::Scale),
+            "device" => Ok(GcPolicy::Device),
+            "none" => Ok(GcPolicy::None),
+            _ => Err(format!("unknown GC policy {s:?} (expected f2fs, scale, device or none)")),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    pub read_only: bool,
+    pub dirty_cap_bytes: u64,
+    pub dirty_nodes_max: u64,
+    pub inode_cache_max: usize,
+    /// Periodic checkpoint; None disables the timer thread (tests drive checkpoints).
+    pub cp_interval: Option<Duration>,
+    pub alloc_mode: AllocMode,
+    pub gc: GcPolicy,
+    /// Store small files and directories inside the inode.
+    pub inline: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: false,
+            dirty_cap_bytes: DEFAULT_DIRTY_CAP_BYTES,
+            dirty_nodes_max: DEFAULT_DIRTY_NODES_MAX,
+            inode_cache_max: DEFAULT_INODE_CACHE_MAX,
+            cp_interval: Some(DEFAULT_CP_INTERVAL),
+            alloc_mode: AllocMode::Adaptive,
+            gc: GcPolicy::F2fs,
+            inline: true,
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! File data: read, buffered write, truncate, fallocate, inline data.
+//!
+//! All functions take the inode's cell locked (`&mut InodeState`). Writes go to the page
+//! cache; the write path (writeback) is in `inner`. Invariant: `hdr.blocks` counts data
+//! blocks held or reserved (real addresses, NEW_ADDR reservations and dirty pages over holes),
+//! and `FsInner::alloc_blocks` moves with it.
+
+use crate::cell::{InodeState, Page};
+use crate::error::{Error, Result};
+use crate::inner::FsInner;
+use flashlog_format::codec::{zero_block, Block};
+use flashlog_format::node::{self, iflag, MAX_FILE_BLOCKS, MAX_INLINE_DATA};
+use flashlog_format::{BLOCK_SIZE, NEW_ADDR, NULL_ADDR};
+use std::sync::atomic::Ordering;
+
+const BS: u64 = BLOCK_SIZE as u64;
+/// Largest file size in bytes.
+pub const MAX_FILE_BYTES: u64 = MAX_FILE_BLOCKS * BS;
+
+/// fallocate modes the core implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FallocMode {
+    /// Reserve blocks and extend the size.
+    Allocate,
+    /// Reserve blocks, keep the size.
+    KeepSize,
+    /// Free the range (keeps the size), reads return zeros.
+    PunchHole,
+}
+
+impl FsInner {
+    fn is_inline(st: &InodeState) -> bool {
+        st.hdr.flags & iflag::INLINE_DATA != 0
+    }
+
+    /// Read up to `buf.len()` bytes at `off`. Returns the bytes read (0 at or past EOF).
+    pub fn file_read(&self, st: &mut InodeState, off: u64, buf: &mut [u8]) -> Result<usize> {
+        if st.is_dir() {
+            return Err(Error::IsDir);
+        }
+        let size = st.hdr.size;
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(size - off) as usize;
+        if Self::is_inline(st) {
+            let area = node::inode_area(&st.node);
+            let (s, e) = (off as usize, off as usize + n);
+            if e > area.len() {
+                return Err(Error::Corrupt(format!("inline inode {} has size {size}", st.ino)));
+            }
+            buf[..n].copy_from_slice(&area[s..e]);
+            return Ok(n);
+        }
+        let mut done = 0usize;
+        let mut blk = zero_block();
+        while done < n {
+            let pos = off + done as u64;
+            let idx = pos / BS;
+            let in_page = (pos % BS) as usize;
+            let take = (BLOCK_SIZE - in_page).min(n - done);
+            let out = &mut buf[done..done + take];
+            if let Some(p) = st.pages.get(&idx) {
+                out.copy_from_slice(&p.data[in_page..in_page + take]);
+            } else {
+                match self.block_addr(st, idx)? {
+                    NULL_ADDR | NEW_ADDR => out.fill(0),
+                    addr => {
+                        // Read the run of physically contiguous blocks in one request.
+                        let first_page_rest = n - done;
+                        if in_page == 0 && first_page_rest >= 2 * BLOCK_SIZE {
+                            let run = self.contiguous_run(st, idx, addr, (first_page_rest / BLOCK_SIZE) as u64)?;
+                            if run > 1 {
+                                let bytes = run as usize * BLOCK_SIZE;
+                                if run_is_pending_free(self, addr, run) {
+                                    self.dev.read(addr, &mut buf[done..done + bytes])?;
+                                    self.stats.dev_read_blocks.fetch_add(run, Ordering::Relaxed);
+                                    done += bytes;
+                                    continue;
+                                }
+                            }
+                        }
+                        self.read_block(addr, &mut blk)?;
+                        out.copy_from_slice(&blk[in_page..in_page + take]);
+                    }
+                }
+            }
+            done += take;
+        }
+        self.stats.app_read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// How many blocks from `idx` (at `addr`) are mapped to consecutive addresses with no
+    /// cached page in between, up to `max`.
+    fn contiguous_run(&self, st: &mut InodeState, idx: u64, addr: u64, max: u64) -> Result<u64> {
+        let mut run = 1;
+        while run < max.min(256) {
+            if st.pages.contains_key(&(idx + run)) || self.block_addr(st, idx + run)? != addr + run {
+                break;
+            }
+            run += 1;
+        }
+        Ok(run)
+    }
+
+    /// Move inline data out of the inode into page 0.
+    pub fn convert_inline(&self, st: &mut InodeState) -> Result<()> {
+        if !Self::is_inline(st) {
+            return Ok(());
+        }
+        let size = st.hdr.size as usize;
+        let mut data = zero_block();
+        if size > 0 {
+            let area = node::inode_area(&st.node);
+            data[..size.min(BLOCK_SIZE)].copy_from_slice(&area[..size.min(MAX_INLINE_DATA)]);
+        }
+        node::inode_area_mut(&mut st.node).fill(0);
+        st.hdr.flags &= !iflag::INLINE_DATA;
+        st.dirty = true;
+        if size > 0 {
+            self.reserve_blocks(1)?;
+            st.hdr.blocks += 1;
+            st.pages.insert(0, Page { data, dirty: true, reserved: true });
+            st.dirty_pages += 1;
+            self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Get page `idx` for modification, loading it unless `overwrite_all`; marks it dirty and
+    /// reserves space if it lies over a hole.
+    fn page_for_write<'s>(&self, st: &'s mut InodeState, idx: u64, overwrite_all: bool) -> Result<&'s mut Page> {
+        if !st.pages.contains_key(&idx) {
+            let addr = self.block_addr(st, idx)?;
+            let mut data = zero_block();
+            if !overwrite_all && addr != NULL_ADDR && addr != NEW_ADDR {
+                self.read_block(addr, &mut data)?;
+            }
+            let reserved = addr == NULL_ADDR;
+            if reserved {
+                self.reserve_blocks(1)?;
+                st.hdr.blocks += 1;
+            }
+            st.pages.insert(idx, Page { data, dirty: false, reserved });
+        }
+        let p = st.pages.get_mut(&idx).expect("inserted");
+        if !p.dirty {
+            p.dirty = true;
+            st.dirty_pages += 1;
+            self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(st.pages.get_mut(&idx).expect("inserted"))
+    }
+
+    /// Buffered write. Returns bytes written (short only if space ran out part way).
+    pub fn file_write(&self, st: &mut InodeState, off: u64, data: &[u8]) -> Result<usize> {
+        if st.is_dir() {
+            return Err(Error::IsDir);
+        }
+        let end = off.checked_add(data.len() as u64).ok_or(Error::TooBig)?;
+        if end > MAX_FILE_BYTES {
+            return Err(Error::TooBig);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if Self::is_inline(st) {
+            if self.opts.inline && end <= MAX_INLINE_DATA as u64 {
+                node::inode_area_mut(&mut st.node)[off as usize..end as usize].copy_from_slice(data);
+                st.hdr.size = st.hdr.size.max(end);
+                st.dirty = true;
+                self.stats.app_write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                return Ok(data.len());
+            }
+            self.convert_inline(st)?;
+        }
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = off + done as u64;
+            let idx = pos / BS;
+            let in_page = (pos % BS) as usize;
+            let take = (BLOCK_SIZE - in_page).min(data.len() - done);
+            let full = in_page == 0 && take == BLOCK_SIZE;
+            // A page past EOF needs no read: its old contents are zeros by definition.
+            let past_eof = idx * BS >= st.hdr.size;
+            match self.page_for_write(st, idx, full || past_eof) {
+                Ok(p) => p.data[in_page..in_page + take].copy_from_slice(&data[done..done + take]),
+                Err(Error::NoSpace) if done > 0 => break,
+                Err(e) => return Err(e),
+            }
+            done += take;
+            st.hdr.size = st.hdr.size.max(off + done as u64);
+        }
+        st.dirty = true;
+        self.stats.app_write_bytes.fetch_add(done as u64, Ordering::Relaxed);
+        Ok(done)
+    }
+
+    /// Zero bytes `[from, to)` of page `idx` if the block exists (page cache or disk).
+    fn zero_in_page(&self, st: &mut InodeState, idx: u64, from: usize, to: usize) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        if !st.pages.contains_key(&idx) {
+            let addr = self.block_addr(st, idx)?;
+            if addr == NULL_ADDR || addr == NEW_ADDR {
+                return Ok(());
+            }
+        }
+        let p = self.page_for_write(st, idx, false)?;
+        p.data[from..to].fill(0);
+        Ok(())
+    }
+
+    /// Drop cached pages with index >= `first` (and < `end`), releasing reservations.
+    fn drop_pages(&self, st: &mut InodeState, first: u64, end: u64) {
+        let idxs: Vec<u64> = st.pages.range(first..end).map(|(&i, _)| i).collect();
+        for i in idxs {
+            let p = st.pages.remove(&i).expect("present");
+            if p.dirty {
+                st.dirty_pages -= 1;
+                self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+            }
+            if p.reserved {
+                self.release_blocks(1);
+                st.hdr.blocks = st.hdr.blocks.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Set the file size (truncate or extend with a hole).
+    pub fn file_truncate(&self, st: &mut InodeState, size: u64) -> Result<()> {
+        if st.is_dir() {
+            return Err(Error::IsDir);
+        }
+        if size > MAX_FILE_BYTES {
+            return Err(Error::TooBig);
+        }
+        let old = st.hdr.size;
+        if Self::is_inline(st) {
+            if size <= MAX_INLINE_DATA as u64 {
+                if size < old {
+                    node::inode_area_mut(&mut st.node)[size as usize..].fill(0);
+                }
+                st.hdr.size = size;
+                st.dirty = true;
+                return Ok(());
+            }
+            self.convert_inline(st)?;
+        }
+        if size < old {
+            let first_free = size.div_ceil(BS);
+            self.drop_pages(st, first_free, u64::MAX);
+            self.free_blocks_from(st, first_free)?;
+            // Zero the tail of the last partial page so that a later extension reads zeros.
+            if size % BS != 0 {
+                self.zero_in_page(st, size / BS, (size % BS) as usize, BLOCK_SIZE)?;
+            }
+        }
+        st.hdr.size = size;
+        st.dirty = true;
+        Ok(())
+    }
+
+    /// fallocate.
+    pub fn file_fallocate(&self, st: &mut InodeState, mode: FallocMode, off: u64, len: u64) -> Result<()> {
+        if st.is_dir() {
+            return Err(Error::IsDir);
+        }
+        if len == 0 {
+            return Err(Error::Invalid("fallocate length is zero"));
+        }
+        let end = off.checked_add(len).ok_or(Error::TooBig)?;
+        if end > MAX_FILE_BYTES {
+            return Err(Error::TooBig);
+        }
+        match mode {
+            FallocMode::Allocate | FallocMode::KeepSize => {
+                if Self::is_inline(st) {
+                    if end <= MAX_INLINE_DATA as u64 {
+                        if mode == FallocMode::Allocate && end > st.hdr.size {
+                            st.hdr.size = end;
+                            st.dirty = true;
+                        }
+                        return Ok(());
+                    }
+                    self.convert_inline(st)?;
+                }
+                for idx in off / BS..end.div_ceil(BS) {
+                    if st.pages.contains_key(&idx) {
+                        continue;
+                    }
+                    let (nid, slot) = self.locate(st, idx, true)?.expect("create");
+                    if self.dnode_get(st, nid, slot) == NULL_ADDR {
+                        self.reserve_blocks(1)?;
+                        st.hdr.blocks += 1;
+                        self.dnode_set(st, nid, slot, NEW_ADDR);
+                    }
+                }
+                if mode == FallocMode::Allocate && end > st.hdr.size {
+                    st.hdr.size = end;
+                }
+                st.dirty = true;
+            }
+            FallocMode::PunchHole => {
+                if Self::is_inline(st) {
+                    let s = off.min(st.hdr.size) as usize;
+                    let e = end.min(st.hdr.size) as usize;
+                    node::inode_area_mut(&mut st.node)[s..e].fill(0);
+                    st.dirty = true;
+                    return Ok(());
+                }
+                let first_full = off.div_ceil(BS);
+                let end_full = end / BS;
+                if first_full > end_full {
+                    // Inside one page.
+                    self.zero_in_page(st, off / BS, (off % BS) as usize, (end % BS) as usize)?;
+                } else {
+                    if off % BS != 0 {
+                        self.zero_in_page(st, off / BS, (off % BS) as usize, BLOCK_SIZE)?;
+                    }
+                    if end % BS != 0 && end_full < st.hdr.size.div_ceil(BS) {
+                        self.zero_in_page(st, end_full, 0, (end % BS) as usize)?;
+                    }
+                    self.drop_pages(st, first_full, end_full);
+                    self.punch_blocks(st, first_full, end_full)?;
+                }
+                st.dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Free the blocks of file indexes [first, end), skipping unmapped subtrees quickly.
+    fn punch_blocks(&self, st: &mut InodeState, first: u64, end: u64) -> Result<()> {
+        let mut idx = first;
+        while idx < end {
+            match self.locate(st, idx, false)? {
+                None => {
+                    // No direct node here: skip to the start of the next direct node's range.
+                    let p = node::node_path(idx).ok_or(Error::TooBig)?;
+                    let (start, count) = node::dnode_range(p.node_ofs[p.depth]).unwrap_or((idx, 1));
+                    idx = (start + count).max(idx + 1);
+                }
+                Some((nid, slot)) => {
+                    let addr = self.dnode_get(st, nid, slot);
+                    if addr != NULL_ADDR {
+                        self.free_data_addr(st, addr);
+                        self.dnode_set(st, nid, slot, NULL_ADDR);
+                    }
+                    idx += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Contents of a symlink.
+    pub fn read_all(&self, st: &mut InodeState) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; st.hdr.size.min(1 << 20) as usize];
+        let is_dir = st.is_dir();
+        if is_dir {
+            return Err(Error::IsDir);
+        }
+        let n = self.file_read(st, 0, &mut v)?;
+        v.truncate(n);
+        Ok(v)
+    }
+}
+
+/// The device can serve `run` blocks from `addr` directly (none still buffered in a head).
+fn run_is_pending_free(fs: &FsInner, addr: u64, run: u64) -> bool {
+    let mut probe: Block = [0u8; BLOCK_SIZE];
+    !(0..run).any(|k| fs.seg.read_pending(addr + k, &mut probe))
+}

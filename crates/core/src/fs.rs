@@ -1,0 +1,1124 @@
+//! The library API: `Fs`, a mounted volume. Inode-number based (what FUSE needs), with path
+//! helpers for programs that embed Flashlog.
+//!
+//! Every operation runs under the shared side of the op lock; mutating operations first
+//! refuse on a read-only or poisoned mount. After an operation, the caller's thread does any
+//! writeback or checkpoint that the dirty limits ask for, holding no cell lock.
+
+use crate::cell::{libc_mode::*, InodeCell, InodeState};
+use crate::checkpoint::{self, MkfsOptions, MkfsReport};
+use crate::config::{MountOptions, LINK_MAX};
+use crate::dir::{DirEntry, Found};
+use crate::error::{Error, Result};
+use crate::file::FallocMode;
+use crate::inner::FsInner;
+use crate::stats::Counters;
+use flashlog_dev::BlockDevice;
+use flashlog_format::dir::ftype;
+use flashlog_format::node::{self, iflag, InodeHdr, NodeKind, Timespec};
+use flashlog_format::{Ino, BLOCK_SIZE, FIRST_FREE_NID, NAME_MAX, ROOT_INO};
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// File attributes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub size: u64,
+    /// 512-byte units, as st_blocks.
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub crtime: Timespec,
+    /// Type and permission bits, as st_mode.
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+}
+
+impl Attr {
+    pub fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+    pub fn is_file(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG
+    }
+}
+
+/// A time to set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(Timespec),
+}
+
+/// setattr request; `None` leaves a field alone.
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+    pub ctime: Option<Timespec>,
+}
+
+/// rename flags (renameat2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+/// setxattr flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XattrMode {
+    Any,
+    Create,
+    Replace,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u32,
+}
+
+struct Background {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    handle: JoinHandle<()>,
+}
+
+/// A mounted Flashlog volume.
+pub struct Fs {
+    inner: Arc<FsInner>,
+    bg: Mutex<Option<Background>>,
+    done: std::sync::atomic::AtomicBool,
+}
+
+fn ftype_of(mode: u32) -> u8 {
+    match mode & S_IFMT {
+        S_IFREG => ftype::REG,
+        S_IFDIR => ftype::DIR,
+        S_IFLNK => ftype::LNK,
+        S_IFCHR => ftype::CHR,
+        S_IFBLK => ftype::BLK,
+        S_IFIFO => ftype::FIFO,
+        S_IFSOCK => ftype::SOCK,
+        _ => ftype::UNKNOWN,
+    }
+}
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::Invalid("empty file name"));
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong);
+    }
+    if name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::Invalid("file name contains '/' or NUL"));
+    }
+    if name == b"." || name == b".." {
+        return Err(Error::Invalid("'.' and '..' cannot be created or removed"));
+    }
+    Ok(())
+}
+
+fn attr_of(st: &InodeState) -> Attr {
+    let h = &st.hdr;
+    Attr {
+        ino: st.ino,
+        size: h.size,
+        blocks: h.blocks * (BLOCK_SIZE as u64 / 512),
+        atime: h.atime,
+        mtime: h.mtime,
+        ctime: h.ctime,
+        crtime: h.crtime,
+        mode: h.mode,
+        nlink: h.nlink,
+        uid: h.uid,
+        gid: h.gid,
+        rdev: h.rdev,
+        blksize: BLOCK_SIZE as u32,
+    }
+}
+
+/// Lock two cells in ascending inode order (or one if they are the same).
+fn lock_pair<'a>(a: &'a InodeCell, b: &'a InodeCell) -> (parking_lot::MutexGuard<'a, InodeState>, Option<parking_lot::MutexGuard<'a, InodeState>>) {
+    if a.ino == b.ino {
+        (a.state.lock(), None)
+    } else if a.ino < b.ino {
+        let ga = a.state.lock();
+        (ga, Some(b.state.lock()))
+    } else {
+        let gb = b.state.lock();
+        (a.state.lock(), Some(gb))
+    }
+}
+
+impl Fs {
+    /// Lay out a new volume.
+    pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport> {
+        checkpoint::mkfs(dev, opts)
+    }
+
+    /// Mount a volume: newest valid checkpoint, then roll-forward of fsync'd data, then the
+    /// orphan list.
+    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
+        let ro = opts.read_only;
+        let (inner, ck) = checkpoint::load(dev, opts)?;
+        let inner = Arc::new(inner);
+        let recovered = crate::recovery::roll_forward(&inner, &ck)?;
+        if !ro {
+            let orphans = ck.orphans.clone();
+            for ino in orphans {
+                if let Ok(c) = inner.cell(ino) {
+                    let mut st = c.state.lock();
+                    if st.hdr.nlink == 0 {
+                        inner.free_inode(&mut st)?;
+                    }
+                }
+            }
+            if recovered > 0 || ck.flags & flashlog_format::cp::flags::UMOUNT == 0 || !ck.orphans.is_empty() {
+                inner.write_checkpoint(false)?;
+            }
+        }
+        let fs = Fs { inner, bg: Mutex::new(None), done: false.into() };
+        if !ro {
+            fs.start_background();
+        }
+        Ok(fs)
+    }
+
+    fn start_background(&self) {
+        let Some(interval) = self.inner.opts.cp_interval else { return };
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let weak = Arc::downgrade(&self.inner);
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("flashlog-cp".into())
+            .spawn(move || loop {
+                {
+                    let mut s = stop2.0.lock();
+                    if *s {
+                        return;
+                    }
+                    stop2.1.wait_for(&mut s, interval);
+                    if *s {
+                        return;
+                    }
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                if inner.poisoned.load(Ordering::Acquire) {
+                    return;
+                }
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let _g = inner.oplock.checkpoint();
+                    inner.write_checkpoint(false)
+                }));
+                if r.is_err() {
+                    inner.poison_with("the checkpoint thread panicked".into());
+                    return;
+                }
+            })
+            .expect("spawn checkpoint thread");
+        *self.bg.lock() = Some(Background { stop, handle });
+    }
+
+    fn stop_background(&self) {
+        if let Some(bg) = self.bg.lock().take() {
+            *bg.stop.0.lock() = true;
+            bg.stop.1.notify_all();
+            let _ = bg.handle.join();
+        }
+    }
+
+    /// Write a final checkpoint and stop. Errors if the volume is poisoned.
+    pub fn unmount(self) -> Result<()> {
+        self.finish(true)
+    }
+
+    fn finish(&self, checkpoint: bool) -> Result<()> {
+        if self.done.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.stop_background();
+        if checkpoint && !self.inner.opts.read_only {
+            let _g = self.inner.oplock.checkpoint();
+            if self.inner.poisoned.load(Ordering::Acquire) {
+                return Err(Error::Poisoned(self.inner.poison.lock().clone().unwrap_or_default()));
+            }
+            self.inner.write_checkpoint(true)?;
+        }
+        Ok(())
+    }
+
+    /// Stop without writing anything (tests that simulate a crash).
+    pub fn abandon(self) {
+        let _ = self.finish(false);
+    }
+
+    pub fn inner(&self) -> &Arc<FsInner> {
+        &self.inner
+    }
+
+    /// Run a read-only operation.
+    fn read_op<T>(&self, f: impl FnOnce(&FsInner) -> Result<T>) -> Result<T> {
+        let _g = self.inner.oplock.op();
+        f(&self.inner)
+    }
+
+    /// Run a mutating operation, then any writeback or checkpoint the limits ask for.
+    fn write_op<T>(&self, f: impl FnOnce(&FsInner) -> Result<T>) -> Result<T> {
+        let r = {
+            let _g = self.inner.oplock.op();
+            self.inner.check_writable()?;
+            let r = f(&self.inner);
+            self.inner.guard(r)
+        };
+        self.balance()?;
+        r
+    }
+
+    /// Enforce the dirty limits: write back pages over the cap; checkpoint over the node cap.
+    fn balance(&self) -> Result<()> {
+        let inner = &self.inner;
+        let cap_pages = inner.opts.dirty_cap_bytes / BLOCK_SIZE as u64;
+        if inner.dirty_pages.load(Ordering::Relaxed) > cap_pages {
+            let _g = inner.oplock.op();
+            for c in inner.cells.all() {
+                if inner.dirty_pages.load(Ordering::Relaxed) <= cap_pages / 2 {
+                    break;
+                }
+                if let Some(mut st) = c.state.try_lock() {
+                    if !st.freed {
+                        let r = inner.writeback_pages(&mut st);
+                        inner.guard(r)?;
+                    }
+                }
+            }
+        }
+        if inner.dirty_nodes.load(Ordering::Relaxed) > inner.opts.dirty_nodes_max || inner.cells.len() > inner.opts.inode_cache_max {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Checkpoint now (sync(2)).
+    pub fn sync(&self) -> Result<()> {
+        if self.inner.opts.read_only {
+            return Ok(());
+        }
+        let _g = self.inner.oplock.checkpoint();
+        self.inner.check_writable()?;
+        self.inner.write_checkpoint(false)
+    }
+
+    pub fn root(&self) -> Ino {
+        ROOT_INO
+    }
+
+    pub fn getattr(&self, ino: Ino) -> Result<Attr> {
+        self.read_op(|fs| {
+            let c = fs.cell(ino)?;
+            let st = c.state.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
+            Ok(attr_of(&st))
+        })
+    }
+
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Attr> {
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong);
+        }
+        self.read_op(|fs| {
+            let ino = {
+                let pc = fs.cell(parent)?;
+                let mut pst = pc.state.lock();
+                if !pst.is_dir() {
+                    return Err(Error::NotDir);
+                }
+                match name {
+                    b"." => parent,
+                    b".." => pst.hdr.pino,
+                    _ => fs.dir_find(&mut pst, name)?.ok_or(Error::NotFound)?.ino,
+                }
+            };
+            let c = fs.cell(ino)?;
+            let st = c.state.lock();
+            Ok(attr_of(&st))
+        })
+    }
+
+    /// Create a file, directory, symlink or special file. `mode` carries the type bits.
+    pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u32, uid: u32, gid: u32) -> Result<Attr> {
+        check_name(name)?;
+        let kind = mode & S_IFMT;
+        if !matches!(kind, S_IFREG | S_IFDIR | S_IFLNK | S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) {
+            return Err(Error::Invalid("unknown file type in mode"));
+        }
+        self.write_op(|fs| {
+            let pc = fs.cell(parent)?;
+            let mut pst = pc.state.lock();
+            if !pst.is_dir() {
+                return Err(Error::NotDir);
+            }
+            if pst.hdr.nlink == 0 {
+                return Err(Error::NotFound);
+            }
+            if fs.dir_find(&mut pst, name)?.is_some() {
+                return Err(Error::Exists);
+            }
+            if kind == S_IFDIR && pst.hdr.nlink >= LINK_MAX {
+                return Err(Error::TooManyLinks);
+            }
+            fs.reserve_blocks(1)?;
+            let ino = match fs.nat.alloc() {
+                Ok(n) => n,
+                Err(e) => {
+                    fs.release_blocks(1);
+                    return Err(e);
+                }
+            };
+            let now = fs.now();
+            // setgid directories pass their group (and, to directories, the bit) down.
+            let (gid, mut mode) = if pst.hdr.mode & S_ISGID != 0 { (pst.hdr.gid, mode) } else { (gid, mode) };
+            if pst.hdr.mode & S_ISGID != 0 && kind == S_IFDIR {
+                mode |= S_ISGID;
+            }
+            let mut flags = iflag::NEW;
+            if fs.opts.inline {
+                flags |= if kind == S_IFDIR { iflag::INLINE_DENTRY } else { iflag::INLINE_DATA };
+            }
+            let hdr = InodeHdr {
+                mode,
+                uid,
+                gid,
+                nlink: if kind == S_IFDIR { 2 } else { 1 },
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+                generation: rand::random(),
+                flags,
+                pino: parent,
+                rdev,
+                name: name.to_vec(),
+                ..Default::default()
+            };
+            let mut blk = node::new_node(NodeKind::Inode, ino, ino, 0);
+            hdr.write(&mut blk);
+            fs.nat.set(ino, ino, 0);
+            fs.valid_nodes.fetch_add(1, Ordering::Relaxed);
+            fs.valid_inodes.fetch_add(1, Ordering::Relaxed);
+            let st = InodeState { ino, node: blk, hdr, dirty: true, nodes: Default::default(), pages: Default::default(), dirty_pages: 0, freed: false, needs_cp: false };
+            let cell = fs.cells.insert(InodeCell::new(st, true));
+            let mut st = cell.state.lock();
+            if let Err(e) = fs.dir_insert(&mut pst, name, ino, ftype_of(mode)) {
+                fs.free_inode(&mut st)?;
+                return Err(e);
+            }
+            if kind == S_IFDIR {
+                pst.hdr.nlink += 1;
+            }
+            pst.hdr.mtime = now;
+            pst.hdr.ctime = now;
+            pst.dirty = true;
+            Ok(attr_of(&st))
+        })
+    }
+
+    pub fn create(&self, parent: Ino, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.mknod(parent, name, S_IFREG | (perm & 0o7777), 0, uid, gid)
+    }
+
+    pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.mknod(parent, name, S_IFDIR | (perm & 0o7777), 0, uid, gid)
+    }
+
+    pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        if target.is_empty() {
+            return Err(Error::NotFound);
+        }
+        if target.len() > 4095 {
+            return Err(Error::NameTooLong);
+        }
+        let a = self.mknod(parent, name, S_IFLNK | 0o777, 0, uid, gid)?;
+        self.write_op(|fs| {
+            let c = fs.cell(a.ino)?;
+            let mut st = c.state.lock();
+            fs.file_write(&mut st, 0, target)?;
+            Ok(attr_of(&st))
+        })
+    }
+
+    pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.read_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            if !st.is_symlink() {
+                return Err(Error::Invalid("not a symbolic link"));
+            }
+            fs.read_all(&mut st)
+        })
+    }
+
+    /// Drop one link of `child` (locked), freeing it or making it an orphan at zero.
+    fn drop_link(&self, fs: &FsInner, cell: &InodeCell, st: &mut InodeState, now: Timespec) -> Result<()> {
+        let is_dir = st.is_dir();
+        st.hdr.nlink = if is_dir { 0 } else { st.hdr.nlink.saturating_sub(1) };
+        st.hdr.ctime = now;
+        st.dirty = true;
+        if st.hdr.nlink == 0 {
+            if cell.open.load(Ordering::Acquire) > 0 {
+                fs.orphans.lock().insert(st.ino);
+            } else {
+                fs.free_inode(st)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn remove(&self, parent: Ino, name: &[u8], want_dir: bool) -> Result<()> {
+        if name == b"." {
+            return Err(Error::Invalid("cannot remove '.'"));
+        }
+        if name == b".." {
+            return Err(Error::NotEmpty);
+        }
+        check_name(name)?;
+        self.write_op(|fs| {
+            let pc = fs.cell(parent)?;
+            let mut pst = pc.state.lock();
+            if !pst.is_dir() {
+                return Err(Error::NotDir);
+            }
+            let f = fs.dir_find(&mut pst, name)?.ok_or(Error::NotFound)?;
+            let cc = fs.cell(f.ino)?;
+            let mut cst = cc.state.lock();
+            match (want_dir, cst.is_dir()) {
+                (true, false) => return Err(Error::NotDir),
+                (false, true) => return Err(Error::IsDir),
+                (true, true) if !fs.dir_is_empty(&mut cst)? => return Err(Error::NotEmpty),
+                _ => {}
+            }
+            fs.dir_remove(&mut pst, &f)?;
+            let now = fs.now();
+            if want_dir {
+                pst.hdr.nlink = pst.hdr.nlink.saturating_sub(1);
+            }
+            pst.hdr.mtime = now;
+            pst.hdr.ctime = now;
+            pst.dirty = true;
+            self.drop_link(fs, &cc, &mut cst, now)
+        })
+    }
+
+    pub fn unlink(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        self.remove(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: Ino, name: &[u8]) -> Result<()> {
+        self.remove(parent, name, true)
+    }
+
+    pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &[u8]) -> Result<Attr> {
+        check_name(new_name)?;
+        self.write_op(|fs| {
+            let pc = fs.cell(new_parent)?;
+            let mut pst = pc.state.lock();
+            if !pst.is_dir() {
+                return Err(Error::NotDir);
+            }
+            if pst.hdr.nlink == 0 {
+                return Err(Error::NotFound);
+            }
+            let cc = fs.cell(ino)?;
+            if cc.ino == pc.ino {
+                return Err(Error::NotPermitted);
+            }
+            let mut cst = cc.state.lock();
+            if cst.is_dir() {
+                return Err(Error::NotPermitted);
+            }
+            if cst.hdr.nlink == 0 || cst.freed {
+                return Err(Error::NotFound);
+            }
+            if cst.hdr.nlink >= LINK_MAX {
+                return Err(Error::TooManyLinks);
+            }
+            if fs.dir_find(&mut pst, new_name)?.is_some() {
+                return Err(Error::Exists);
+            }
+            fs.dir_insert(&mut pst, new_name, ino, ftype_of(cst.hdr.mode))?;
+            let now = fs.now();
+            cst.hdr.nlink += 1;
+            cst.hdr.ctime = now;
+            cst.dirty = true;
+            cst.needs_cp = true;
+            pst.hdr.mtime = now;
+            pst.hdr.ctime = now;
+            pst.dirty = true;
+            Ok(attr_of(&cst))
+        })
+    }
+
+    /// Is `dir` equal to `ancestor` or below it? Walks parent links (bounded).
+    fn is_under(fs: &FsInner, mut dir: Ino, ancestor: Ino) -> Result<bool> {
+        for _ in 0..fs.nat.max_nid() {
+            if dir == ancestor {
+                return Ok(true);
+            }
+            if dir == ROOT_INO {
+                return Ok(false);
+            }
+            dir = fs.cell(dir)?.pino();
+        }
+        Err(Error::Corrupt("directory parent chain loops".into()))
+    }
+
+    pub fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], flags: RenameFlags) -> Result<()> {
+        check_name(name)?;
+        check_name(new_name)?;
+        if flags.noreplace && flags.exchange {
+            return Err(Error::Invalid("RENAME_NOREPLACE and RENAME_EXCHANGE together"));
+        }
+        self.write_op(|fs| {
+            let _r = fs.rename_lock.lock();
+            let pa = fs.cell(parent)?;
+            let pb = fs.cell(new_parent)?;
+            let (mut sa, mut sb_opt) = lock_pair(&pa, &pb);
+            if pa.ino > pb.ino {
+                // lock_pair returned (a, b) in argument order regardless of lock order.
+            }
+            if !sa.is_dir() || sb_opt.as_ref().is_some_and(|s| !s.is_dir()) {
+                return Err(Error::NotDir);
+            }
+            let src = fs.dir_find(&mut sa, name)?.ok_or(Error::NotFound)?;
+            let dst = match sb_opt.as_mut() {
+                Some(sb) => fs.dir_find(sb, new_name)?,
+                None => fs.dir_find(&mut sa, new_name)?,
+            };
+            if let Some(d) = &dst {
+                if flags.noreplace {
+                    return Err(Error::Exists);
+                }
+                if d.ino == src.ino {
+                    return Ok(());
+                }
+            } else if flags.exchange {
+                return Err(Error::NotFound);
+            }
+            let sc = fs.cell(src.ino)?;
+            let src_dir = src.ftype == ftype::DIR;
+            // A directory may not move below itself.
+            if src_dir && parent != new_parent && Self::is_under(fs, new_parent, src.ino)? {
+                return Err(Error::Invalid("cannot move a directory below itself"));
+            }
+            if flags.exchange {
+                let d = dst.expect("checked");
+                let dc = fs.cell(d.ino)?;
+                let dst_dir = d.ftype == ftype::DIR;
+                if dst_dir && parent != new_parent && Self::is_under(fs, parent, d.ino)? {
+                    return Err(Error::Invalid("cannot move a directory below itself"));
+                }
+                let (mut cs, cd) = lock_pair(&sc, &dc);
+                let mut cd = cd.expect("different inodes");
+                let now = fs.now();
+                match sb_opt.as_mut() {
+                    Some(sb) => {
+                        fs.dir_set(&mut sa, &src, d.ino, d.ftype)?;
+                        fs.dir_set(sb, &d, src.ino, src.ftype)?;
+                        if src_dir != dst_dir {
+                            let (gain, lose) = if src_dir { (&mut **sb, &mut *sa) } else { (&mut *sa, &mut **sb) };
+                            gain.hdr.nlink += 1;
+                            lose.hdr.nlink -= 1;
+                        }
+                    }
+                    None => {
+                        fs.dir_set(&mut sa, &src, d.ino, d.ftype)?;
+                        fs.dir_set(&mut sa, &d, src.ino, src.ftype)?;
+                    }
+                }
+                cs.hdr.pino = new_parent;
+                cs.hdr.name = new_name.to_vec();
+                cd.hdr.pino = parent;
+                cd.hdr.name = name.to_vec();
+                sc.pino.store(new_parent, Ordering::Release);
+                dc.pino.store(parent, Ordering::Release);
+                for s in [&mut cs, &mut cd] {
+                    s.hdr.ctime = now;
+                    s.dirty = true;
+                    s.needs_cp = true;
+                }
+                for p in std::iter::once(&mut sa).chain(sb_opt.as_mut()) {
+                    p.hdr.mtime = now;
+                    p.hdr.ctime = now;
+                    p.dirty = true;
+                }
+                return Ok(());
+            }
+            // Plain rename, maybe over an existing entry.
+            let now = fs.now();
+            let victim = match &dst {
+                Some(d) => {
+                    let dc = fs.cell(d.ino)?;
+                    let dst_dir = d.ftype == ftype::DIR;
+                    if src_dir && !dst_dir {
+                        return Err(Error::NotDir);
+                    }
+                    if !src_dir && dst_dir {
+                        return Err(Error::IsDir);
+                    }
+                    Some((dc, *d))
+                }
+                None => None,
+            };
+            let (mut cs, mut cv) = match &victim {
+                Some((dc, _)) => {
+                    let (a, b) = lock_pair(&sc, dc);
+                    (a, b)
+                }
+                None => (sc.state.lock(), None),
+            };
+            if let (Some(v), Some((_, d))) = (cv.as_mut(), &victim) {
+                if d.ftype == ftype::DIR && !fs.dir_is_empty(v)? {
+                    return Err(Error::NotEmpty);
+                }
+            }
+            // Insert at the destination, then remove the source.
+            {
+                let dst_state: &mut InodeState = match sb_opt.as_mut() {
+                    Some(sb) => sb,
+                    None => &mut sa,
+                };
+                match &victim {
+                    Some((_, d)) => fs.dir_set(dst_state, d, src.ino, src.ftype)?,
+                    None => fs.dir_insert(dst_state, new_name, src.ino, src.ftype)?,
+                }
+            }
+            // The source entry may have moved if the insert converted an inline directory.
+            let src_now: Found = fs.dir_find(&mut sa, name)?.ok_or_else(|| Error::Corrupt("rename source vanished".into()))?;
+            fs.dir_remove(&mut sa, &src_now)?;
+            if let (Some(v), Some((dc, d))) = (cv.as_mut(), &victim) {
+                if d.ftype == ftype::DIR {
+                    let dstp: &mut InodeState = match sb_opt.as_mut() {
+                        Some(sb) => sb,
+                        None => &mut sa,
+                    };
+                    dstp.hdr.nlink = dstp.hdr.nlink.saturating_sub(1);
+                }
+                self.drop_link(fs, dc, v, now)?;
+            }
+            if src_dir && parent != new_parent {
+                sa.hdr.nlink = sa.hdr.nlink.saturating_sub(1);
+                if let Some(sb) = sb_opt.as_mut() {
+                    sb.hdr.nlink += 1;
+                }
+            }
+            cs.hdr.pino = new_parent;
+            cs.hdr.name = new_name.to_vec();
+            cs.hdr.ctime = now;
+            cs.dirty = true;
+            cs.needs_cp = true;
+            sc.pino.store(new_parent, Ordering::Release);
+            for p in std::iter::once(&mut sa).chain(sb_opt.as_mut()) {
+                p.hdr.mtime = now;
+                p.hdr.ctime = now;
+                p.dirty = true;
+            }
+            Ok(())
+        })
+    }
+
+    /// Note an open handle (an unlinked file stays readable while open).
+    pub fn open(&self, ino: Ino) -> Result<Attr> {
+        self.read_op(|fs| {
+            let c = fs.cell(ino)?;
+            let st = c.state.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
+            c.open.fetch_add(1, Ordering::AcqRel);
+            Ok(attr_of(&st))
+        })
+    }
+
+    /// Close a handle; the last close of an unlinked file frees it.
+    pub fn release(&self, ino: Ino) -> Result<()> {
+        let Some(c) = self.inner.cells.get(ino) else { return Ok(()) };
+        let prev = c.open.fetch_sub(1, Ordering::AcqRel);
+        if prev != 1 {
+            if prev == 0 {
+                c.open.store(0, Ordering::Release);
+            }
+            return Ok(());
+        }
+        if self.inner.opts.read_only || self.inner.poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.write_op(|fs| {
+            let mut st = c.state.lock();
+            if st.hdr.nlink == 0 && !st.freed && c.open.load(Ordering::Acquire) == 0 {
+                fs.free_inode(&mut st)?;
+                fs.orphans.lock().remove(&ino);
+            }
+            Ok(())
+        })
+    }
+
+    pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            fs.file_read(&mut st, off, buf)
+        })
+    }
+
+    pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        self.write_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
+            let n = fs.file_write(&mut st, off, data)?;
+            let now = fs.now();
+            st.hdr.mtime = now;
+            st.hdr.ctime = now;
+            Ok(n)
+        })
+    }
+
+    pub fn fallocate(&self, ino: Ino, mode: FallocMode, off: u64, len: u64) -> Result<()> {
+        self.write_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            if !st.is_reg() {
+                return Err(if st.is_dir() { Error::IsDir } else { Error::NotSupported("fallocate on a special file") });
+            }
+            fs.file_fallocate(&mut st, mode, off, len)?;
+            let now = fs.now();
+            if mode == FallocMode::PunchHole {
+                st.hdr.mtime = now;
+            }
+            st.hdr.ctime = now;
+            Ok(())
+        })
+    }
+
+    pub fn setattr(&self, ino: Ino, a: &SetAttr) -> Result<Attr> {
+        self.write_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
+            let now = fs.now();
+            if let Some(size) = a.size {
+                if !st.is_reg() {
+                    return Err(if st.is_dir() { Error::IsDir } else { Error::Invalid("truncate of a special file") });
+                }
+                fs.file_truncate(&mut st, size)?;
+                st.hdr.mtime = now;
+            }
+            if let Some(m) = a.mode {
+                st.hdr.mode = (st.hdr.mode & S_IFMT) | (m & 0o7777);
+            }
+            if let Some(u) = a.uid {
+                st.hdr.uid = u;
+            }
+            if let Some(g) = a.gid {
+                st.hdr.gid = g;
+            }
+            let resolve = |t: TimeSet| match t {
+                TimeSet::Now => now,
+                TimeSet::At(ts) => ts,
+            };
+            if let Some(t) = a.atime {
+                st.hdr.atime = resolve(t);
+            }
+            if let Some(t) = a.mtime {
+                st.hdr.mtime = resolve(t);
+            }
+            st.hdr.ctime = a.ctime.unwrap_or(now);
+            st.dirty = true;
+            Ok(attr_of(&st))
+        })
+    }
+
+    /// Entries from `offset` (0 starts with "." and ".."), at most `max`.
+    pub fn readdir(&self, ino: Ino, offset: u64, max: usize) -> Result<Vec<DirEntry>> {
+        self.read_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            if !st.is_dir() {
+                return Err(Error::NotDir);
+            }
+            let mut out = Vec::new();
+            if offset == 0 && max > 0 {
+                out.push(DirEntry { ino, name: b".".to_vec(), ftype: ftype::DIR, next_offset: 1 });
+            }
+            if offset <= 1 && out.len() < max {
+                out.push(DirEntry { ino: st.hdr.pino, name: b"..".to_vec(), ftype: ftype::DIR, next_offset: 2 });
+            }
+            let rest = max - out.len();
+            out.extend(fs.dir_list(&mut st, offset.max(2), rest)?);
+            Ok(out)
+        })
+    }
+
+    /// Make the file's data and metadata durable. Usually without a checkpoint: data, then
+    /// the file's nodes on the roll-forward chain with the fsync mark. A checkpoint is
+    /// written instead when roll-forward could not replay the state (see docs/DESIGN.md).
+    pub fn fsync(&self, ino: Ino, _datasync: bool) -> Result<()> {
+        self.inner.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+        let need_cp = self.read_op(|fs| {
+            fs.check_writable()?;
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            if st.freed {
+                return Ok(false);
+            }
+            let parent_new = c.is_new.load(Ordering::Acquire) && fs.cells.get(st.hdr.pino).is_some_and(|p| p.is_new.load(Ordering::Acquire));
+            if st.is_dir() || st.needs_cp || parent_new || st.hdr.nlink == 0 {
+                return Ok(true);
+            }
+            if st.is_clean() {
+                return Ok(false);
+            }
+            let r = (|| {
+                let data = fs.writeback_pages(&mut st)?;
+                if data > 0 {
+                    fs.seg.submit_all()?;
+                    fs.dev.flush()?;
+                }
+                let mut flags = node::flag::FSYNC;
+                if c.is_new.load(Ordering::Acquire) {
+                    flags |= node::flag::DENT;
+                }
+                fs.write_all_nodes(&mut st, Some(flags))?;
+                let hi = fs.head(st.ino, flashlog_format::cp::LogKind::Node, flashlog_format::cp::Temp::Warm);
+                fs.seg.submit_head(hi)?;
+                fs.dev.flush()?;
+                Ok(false)
+            })();
+            fs.guard(r)
+        })?;
+        if need_cp {
+            self.inner.stats.fsync_checkpoints.fetch_add(1, Ordering::Relaxed);
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let fs = &self.inner;
+        let g = &fs.sb.geo;
+        let files = (g.max_nid - FIRST_FREE_NID) as u64;
+        StatFs {
+            block_size: BLOCK_SIZE as u32,
+            blocks: g.user_blocks,
+            blocks_free: g.user_blocks.saturating_sub(fs.alloc_blocks.load(Ordering::Relaxed)),
+            files,
+            files_free: (g.max_nid as u64).saturating_sub(fs.nat.used_count()),
+            name_max: NAME_MAX as u32,
+        }
+    }
+
+    pub fn stats(&self) -> Counters {
+        self.inner.stats.snapshot(self.inner.seg.blocks_written.load(Ordering::Relaxed))
+    }
+
+    // ---- xattrs ----
+
+    fn xattr_list(fs: &FsInner, st: &mut InodeState) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let x = st.hdr.xattr_nid;
+        if x == 0 {
+            return Ok(Vec::new());
+        }
+        if !st.nodes.contains_key(&x) {
+            let blk = fs.read_node(x, st.ino)?;
+            st.nodes.insert(x, crate::cell::NodeBuf { blk, dirty: false });
+        }
+        Ok(node::xattrs(&st.nodes[&x].blk)?)
+    }
+
+    pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> {
+        if name.is_empty() || name.len() > 255 {
+            return Err(if name.is_empty() { Error::Invalid("empty attribute name") } else { Error::Range });
+        }
+        if value.len() > u16::MAX as usize {
+            return Err(Error::TooBig);
+        }
+        self.write_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            let mut list = Self::xattr_list(fs, &mut st)?;
+            let pos = list.iter().position(|(n, _)| n == name);
+            match (mode, pos) {
+                (XattrMode::Create, Some(_)) => return Err(Error::Exists),
+                (XattrMode::Replace, None) => return Err(Error::NoAttr),
+                (_, Some(i)) => list[i].1 = value.to_vec(),
+                (_, None) => list.push((name.to_vec(), value.to_vec())),
+            }
+            if node::xattrs_size(&list) > node::XATTR_SPACE {
+                return Err(Error::NoSpace);
+            }
+            Self::store_xattrs(fs, &mut st, &list)
+        })
+    }
+
+    fn store_xattrs(fs: &FsInner, st: &mut InodeState, list: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let mut x = st.hdr.xattr_nid;
+        if list.is_empty() {
+            if x != 0 {
+                fs.free_node(st, x);
+                st.hdr.xattr_nid = 0;
+            }
+        } else {
+            if x == 0 {
+                fs.reserve_blocks(1)?;
+                x = match fs.nat.alloc() {
+                    Ok(n) => n,
+                    Err(e) => {
+                        fs.release_blocks(1);
+                        return Err(e);
+                    }
+                };
+                fs.nat.set(x, st.ino, 0);
+                fs.valid_nodes.fetch_add(1, Ordering::Relaxed);
+                st.nodes.insert(x, crate::cell::NodeBuf { blk: node::new_node(NodeKind::Xattr, x, st.ino, u32::MAX), dirty: false });
+                st.hdr.xattr_nid = x;
+            }
+            let nb = st.nodes.get_mut(&x).expect("loaded");
+            node::set_xattrs(&mut nb.blk, list);
+            if !nb.dirty {
+                nb.dirty = true;
+                fs.dirty_nodes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        st.hdr.ctime = fs.now();
+        st.dirty = true;
+        Ok(())
+    }
+
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        self.read_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            let list = Self::xattr_list(fs, &mut st)?;
+            list.into_iter().find(|(n, _)| n == name).map(|(_, v)| v).ok_or(Error::NoAttr)
+        })
+    }
+
+    pub fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        self.read_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            Ok(Self::xattr_list(fs, &mut st)?.into_iter().map(|(n, _)| n).collect())
+        })
+    }
+
+    pub fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        self.write_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.state.lock();
+            let mut list = Self::xattr_list(fs, &mut st)?;
+            let pos = list.iter().position(|(n, _)| n == name).ok_or(Error::NoAttr)?;
+            list.remove(pos);
+            Self::store_xattrs(fs, &mut st, &list)
+        })
+    }
+
+    // ---- path helpers for embedding programs ----
+
+    /// Resolve an absolute path (no symlink following).
+    pub fn resolve(&self, path: &str) -> Result<Ino> {
+        let mut ino = ROOT_INO;
+        for comp in path.split('/').filter(|c| !c.is_empty()) {
+            ino = self.lookup(ino, comp.as_bytes())?.ino;
+        }
+        Ok(ino)
+    }
+
+    /// Parent inode and last component of an absolute path.
+    pub fn resolve_parent<'p>(&self, path: &'p str) -> Result<(Ino, &'p str)> {
+        let trimmed = path.trim_end_matches('/');
+        let (dir, name) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
+        if name.is_empty() {
+            return Err(Error::Invalid("path has no last component"));
+        }
+        Ok((self.resolve(dir)?, name))
+    }
+
+    /// Create (or truncate) a file at `path` and write `data` to it.
+    pub fn write_file(&self, path: &str, data: &[u8]) -> Result<Ino> {
+        let (dir, name) = self.resolve_parent(path)?;
+        let ino = match self.lookup(dir, name.as_bytes()) {
+            Ok(a) => {
+                self.setattr(a.ino, &SetAttr { size: Some(0), ..Default::default() })?;
+                a.ino
+            }
+            Err(Error::NotFound) => self.create(dir, name.as_bytes(), 0o644, 0, 0)?.ino,
+            Err(e) => return Err(e),
+        };
+        let mut off = 0;
+        while off < data.len() {
+            off += self.write(ino, off as u64, &data[off..])?;
+        }
+        Ok(ino)
+    }
+
+    /// Read a whole file at `path`.
+    pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        let ino = self.resolve(path)?;
+        let size = self.getattr(ino)?.size;
+        let mut v = vec![0u8; size as usize];
+        let mut off = 0;
+        while off < v.len() {
+            let n = self.read(ino, off as u64, &mut v[off..])?;
+            if n == 0 {
+                break;
+            }
+            off += n;
+        }
+        v.truncate(off);
+        Ok(v)
+    }
+
+    /// Create every missing directory of an absolute path; returns the last one.
+    pub fn mkdir_all(&self, path: &str) -> Result<Ino> {
+        let mut ino = ROOT_INO;
+        for comp in path.split('/').filter(|c| !c.is_empty()) {
+            ino = match self.lookup(ino, comp.as_bytes()) {
+                Ok(a) => a.ino,
+                Err(Error::NotFound) => self.mkdir(ino, comp.as_bytes(), 0o755, 0, 0)?.ino,
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(ino)
+    }
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        if let Err(e) = self.finish(true) {
+            tracing::warn!("unmount on drop failed: {e}");
+        }
+    }
+}

@@ -1,0 +1,561 @@
+//! `FsInner`: the shared state of a mounted volume, and the node-tree layer (mapping a file
+//! block to its address through inode, direct, indirect and double-indirect nodes; creating,
+//! writing and freeing nodes).
+//!
+//! Lock order: see `cell`. Everything here that takes `&mut InodeState` runs with that
+//! inode's cell locked by the caller.
+
+use crate::cell::{CellTable, InodeCell, InodeState, NodeBuf};
+use crate::config::MountOptions;
+use crate::error::{Error, Result};
+use crate::lock::OpLock;
+use crate::nat::NatTable;
+use crate::seg::{head_index, SegManager};
+use crate::stats::Stats;
+use flashlog_dev::BlockDevice;
+use flashlog_format::codec::{zero_block, Block};
+use flashlog_format::cp::{LogKind, Temp};
+use flashlog_format::meta::Summary;
+use flashlog_format::node::{self, NodeKind};
+use flashlog_format::sb::Superblock;
+use flashlog_format::{BlkAddr, Ino, Nid, BLOCK_SIZE, NEW_ADDR, NULL_ADDR};
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Checkpoint bookkeeping: which copy of each NAT/SIT/SSA block is current.
+pub struct CpState {
+    pub nat_bm: Vec<u8>,
+    pub sit_bm: Vec<u8>,
+    pub ssa_bm: Vec<u8>,
+    pub elapsed_base: u64,
+    pub mounted_at: std::time::Instant,
+}
+
+pub struct FsInner {
+    pub dev: Arc<dyn BlockDevice>,
+    pub sb: Superblock,
+    pub opts: MountOptions,
+    pub oplock: OpLock,
+    pub rename_lock: Mutex<()>,
+    pub nat: NatTable,
+    pub seg: SegManager,
+    pub cells: CellTable,
+    pub cp: Mutex<CpState>,
+    /// Version of the last durable checkpoint (stamped into node footers).
+    pub cp_version: AtomicU64,
+    pub orphans: Mutex<BTreeSet<Ino>>,
+    /// Data + node blocks allocated or reserved (F2FS valid_block_count).
+    pub alloc_blocks: AtomicU64,
+    pub valid_nodes: AtomicU64,
+    pub valid_inodes: AtomicU64,
+    pub dirty_pages: AtomicU64,
+    pub dirty_nodes: AtomicU64,
+    pub poison: Mutex<Option<String>>,
+    pub poisoned: AtomicBool,
+    pub stats: Stats,
+}
+
+/// Which log a node goes to (F2FS paper Table 1).
+pub fn node_temp(is_dir: bool, kind: NodeKind) -> Temp {
+    match kind {
+        NodeKind::Indirect | NodeKind::Xattr => Temp::Cold,
+        _ if is_dir => Temp::Hot,
+        _ => Temp::Warm,
+    }
+}
+
+impl FsInner {
+    pub fn geo(&self) -> &flashlog_format::sb::Geometry {
+        &self.sb.geo
+    }
+
+    pub fn mlog_of(&self, ino: Ino) -> u16 {
+        (ino % self.sb.geo.mlogs) as u16
+    }
+
+    pub fn head(&self, ino: Ino, kind: LogKind, temp: Temp) -> usize {
+        head_index(self.mlog_of(ino), kind, temp)
+    }
+
+    /// Refuse to change anything on a read-only or poisoned mount.
+    pub fn check_writable(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned(self.poison.lock().clone().unwrap_or_default()));
+        }
+        if self.opts.read_only {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// Turn the mount read-only after a failure whose effect on disk is unknown.
+    pub fn poison_with(&self, why: String) {
+        let mut p = self.poison.lock();
+        if p.is_none() {
+            tracing::error!("poisoning the mount: {why}");
+            *p = Some(why);
+        }
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    /// Run `f`; poison the mount if it failed with a device error (a write of unknown
+    /// outcome) or found corruption while changing state.
+    pub fn guard<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e @ (Error::Device(_) | Error::Poisoned(_))) = &r {
+            self.poison_with(e.to_string());
+        }
+        r
+    }
+
+    /// Reserve `n` blocks of user space.
+    pub fn reserve_blocks(&self, n: u64) -> Result<()> {
+        let limit = self.sb.geo.user_blocks;
+        let mut cur = self.alloc_blocks.load(Ordering::Acquire);
+        loop {
+            if cur + n > limit {
+                return Err(Error::NoSpace);
+            }
+            match self.alloc_blocks.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(now) => cur = now,
+            }
+        }
+    }
+    pub fn release_blocks(&self, n: u64) {
+        self.alloc_blocks.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Read a block the file system wrote: from a log head's buffer if still there.
+    pub fn read_block(&self, addr: BlkAddr, out: &mut Block) -> Result<()> {
+        if addr == NULL_ADDR || addr == NEW_ADDR || addr >= self.sb.geo.block_count {
+            return Err(Error::Corrupt(format!("read of invalid block address {addr:#x}")));
+        }
+        if self.seg.read_pending(addr, out) {
+            return Ok(());
+        }
+        self.dev.read(addr, out)?;
+        self.stats.dev_read_blocks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Read node `nid` of inode `ino` from disk and check it.
+    pub fn read_node(&self, nid: Nid, ino: Ino) -> Result<Box<Block>> {
+        let addr = self.nat.addr(nid);
+        if addr == NULL_ADDR {
+            return Err(Error::Corrupt(format!("node {nid} of inode {ino} has no address")));
+        }
+        let mut b = zero_block();
+        self.read_block(addr, &mut b)?;
+        let f = node::check_node(&b, Some(nid)).map_err(|e| Error::Corrupt(format!("node {nid} at {addr}: {e}")))?;
+        if f.ino != ino {
+            return Err(Error::Corrupt(format!("node {nid} belongs to inode {} not {ino}", f.ino)));
+        }
+        Ok(b)
+    }
+
+    fn load_node<'a>(&self, st: &'a mut InodeState, nid: Nid) -> Result<&'a mut NodeBuf> {
+        if !st.nodes.contains_key(&nid) {
+            let blk = self.read_node(nid, st.ino)?;
+            st.nodes.insert(nid, NodeBuf { blk, dirty: false });
+        }
+        Ok(st.nodes.get_mut(&nid).expect("just inserted"))
+    }
+
+    fn mark_node_dirty(&self, st: &mut InodeState, nid: Nid) {
+        if let Some(n) = st.nodes.get_mut(&nid) {
+            if !n.dirty {
+                n.dirty = true;
+                self.dirty_nodes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The direct node (nid, or the inode's own nid for blocks held by the inode) and slot
+    /// that map file block `index`. With `create`, missing nodes are allocated.
+    pub fn locate(&self, st: &mut InodeState, index: u64, create: bool) -> Result<Option<(Nid, usize)>> {
+        let p = node::node_path(index).ok_or(Error::TooBig)?;
+        if p.depth == 0 {
+            return Ok(Some((st.ino, p.slots[0])));
+        }
+        let mut nid = node::inode_nid(&st.node, p.slots[0]);
+        if nid == 0 {
+            if !create {
+                return Ok(None);
+            }
+            let kind = if p.depth == 1 { NodeKind::Direct } else { NodeKind::Indirect };
+            nid = self.new_node(st, kind, p.node_ofs[1])?;
+            node::set_inode_nid(&mut st.node, p.slots[0], nid);
+            st.dirty = true;
+        }
+        for d in 1..p.depth {
+            let parent = nid;
+            let child = node::indirect_nid(&self.load_node(st, parent)?.blk, p.slots[d]);
+            if child != 0 && !self.nat.valid(child) {
+                return Err(Error::Corrupt(format!("node {parent} of inode {} points at nid {child}", st.ino)));
+            }
+            nid = if child != 0 {
+                child
+            } else {
+                if !create {
+                    return Ok(None);
+                }
+                let kind = if d + 1 == p.depth { NodeKind::Direct } else { NodeKind::Indirect };
+                let c = self.new_node(st, kind, p.node_ofs[d + 1])?;
+                node::set_indirect_nid(&mut st.nodes.get_mut(&parent).expect("loaded").blk, p.slots[d], c);
+                self.mark_node_dirty(st, parent);
+                c
+            };
+        }
+        self.load_node(st, nid)?;
+        Ok(Some((nid, p.slots[p.depth])))
+    }
+
+    fn new_node(&self, st: &mut InodeState, kind: NodeKind, ofs: u32) -> Result<Nid> {
+        self.reserve_blocks(1)?;
+        let nid = match self.nat.alloc() {
+            Ok(n) => n,
+            Err(e) => {
+                self.release_blocks(1);
+                return Err(e);
+            }
+        };
+        self.nat.set(nid, st.ino, NULL_ADDR);
+        self.valid_nodes.fetch_add(1, Ordering::Relaxed);
+        st.nodes.insert(nid, NodeBuf { blk: node::new_node(kind, nid, st.ino, ofs), dirty: false });
+        self.mark_node_dirty(st, nid);
+        Ok(nid)
+    }
+
+    /// Address in slot `slot` of direct node `nid` (the inode if `nid == st.ino`).
+    pub fn dnode_get(&self, st: &InodeState, nid: Nid, slot: usize) -> BlkAddr {
+        if nid == st.ino {
+            node::inode_addr(&st.node, slot)
+        } else {
+            st.nodes.get(&nid).map_or(NULL_ADDR, |n| node::dnode_addr(&n.blk, slot))
+        }
+    }
+
+    pub fn dnode_set(&self, st: &mut InodeState, nid: Nid, slot: usize, addr: BlkAddr) {
+        if nid == st.ino {
+            node::set_inode_addr(&mut st.node, slot, addr);
+            st.dirty = true;
+        } else if let Some(n) = st.nodes.get_mut(&nid) {
+            node::set_dnode_addr(&mut n.blk, slot, addr);
+            self.mark_node_dirty(st, nid);
+        }
+    }
+
+    /// Address of file block `index` (NULL_ADDR for a hole).
+    pub fn block_addr(&self, st: &mut InodeState, index: u64) -> Result<BlkAddr> {
+        match self.locate(st, index, false)? {
+            Some((nid, slot)) => Ok(self.dnode_get(st, nid, slot)),
+            None => Ok(NULL_ADDR),
+        }
+    }
+
+    /// Drop one reference to a data block address (a hole is nothing).
+    pub fn free_data_addr(&self, st: &mut InodeState, addr: BlkAddr) {
+        if addr == NULL_ADDR {
+            return;
+        }
+        if addr != NEW_ADDR {
+            self.seg.invalidate(addr);
+        }
+        self.release_blocks(1);
+        st.hdr.blocks = st.hdr.blocks.saturating_sub(1);
+        st.dirty = true;
+    }
+
+    /// Free a node (not the inode): its block, its nid, its cache entry.
+    pub fn free_node(&self, st: &mut InodeState, nid: Nid) {
+        let addr = self.nat.addr(nid);
+        if addr != NULL_ADDR {
+            self.seg.invalidate(addr);
+        }
+        if let Some(n) = st.nodes.remove(&nid) {
+            if n.dirty {
+                self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.nat.free(nid);
+        self.valid_nodes.fetch_sub(1, Ordering::Relaxed);
+        self.release_blocks(1);
+    }
+
+    /// Free every data block at file index >= `first` and every node left empty.
+    pub fn free_blocks_from(&self, st: &mut InodeState, first: u64) -> Result<()> {
+        use flashlog_format::node::{ADDRS_PER_BLOCK as A, ADDRS_PER_INODE as I, NIDS_PER_BLOCK as N};
+        let (a, n, i) = (A as u64, N as u64, I as u64);
+        if st.hdr.flags & node::iflag::INLINE_DATA == 0 && st.hdr.flags & node::iflag::INLINE_DENTRY == 0 {
+            for slot in (first.min(i) as usize)..I {
+                let addr = node::inode_addr(&st.node, slot);
+                if addr != NULL_ADDR {
+                    self.free_data_addr(st, addr);
+                    node::set_inode_addr(&mut st.node, slot, NULL_ADDR);
+                    st.dirty = true;
+                }
+            }
+        }
+        let spans = [(i, a, 1usize), (i + a, a, 1), (i + 2 * a, n * a, 2), (i + 2 * a + n * a, n * a, 2), (i + 2 * a + 2 * n * a, n * n * a, 3)];
+        for (k, &(start, span, level)) in spans.iter().enumerate() {
+            let nid = node::inode_nid(&st.node, k);
+            if nid == 0 || start + span <= first {
+                continue;
+            }
+            if self.free_subtree(st, nid, level, start, first, 0)? {
+                node::set_inode_nid(&mut st.node, k, 0);
+                st.dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Free what subtree `nid` (at `level`: 1 direct, 2 indirect, 3 double indirect; first
+    /// file block `start`) maps at or after `first`. Returns true if the node itself was
+    /// freed. `depth_guard` bounds recursion on corrupt trees.
+    fn free_subtree(&self, st: &mut InodeState, nid: Nid, level: usize, start: u64, first: u64, depth_guard: usize) -> Result<bool> {
+        use flashlog_format::node::{ADDRS_PER_BLOCK as A, NIDS_PER_BLOCK as N};
+        if depth_guard > 3 || !self.nat.valid(nid) {
+            return Err(Error::Corrupt(format!("node tree of inode {} is malformed at nid {nid}", st.ino)));
+        }
+        self.load_node(st, nid)?;
+        if level == 1 {
+            let from = first.saturating_sub(start).min(A as u64) as usize;
+            for slot in from..A {
+                let addr = node::dnode_addr(&st.nodes[&nid].blk, slot);
+                if addr != NULL_ADDR {
+                    self.free_data_addr(st, addr);
+                    node::set_dnode_addr(&mut st.nodes.get_mut(&nid).expect("loaded").blk, slot, NULL_ADDR);
+                    self.mark_node_dirty(st, nid);
+                }
+            }
+        } else {
+            let span = A as u64 * (N as u64).pow(level as u32 - 2);
+            for slot in 0..N {
+                let child_start = start + slot as u64 * span;
+                if child_start + span <= first {
+                    continue;
+                }
+                let child = node::indirect_nid(&st.nodes[&nid].blk, slot);
+                if child == 0 {
+                    continue;
+                }
+                if self.free_subtree(st, child, level - 1, child_start, first, depth_guard + 1)? {
+                    node::set_indirect_nid(&mut st.nodes.get_mut(&nid).expect("loaded").blk, slot, 0);
+                    self.mark_node_dirty(st, nid);
+                }
+            }
+        }
+        if first <= start {
+            self.free_node(st, nid);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Write node `nid` of `st` (or the inode when `nid == st.ino`) to head `hi`, with footer
+    /// flags `flags` (fsync / dentry marks).
+    pub fn write_node(&self, st: &mut InodeState, nid: Nid, hi: usize, flags: u32) -> Result<()> {
+        let cp_ver = self.cp_version.load(Ordering::Acquire);
+        let version = self.nat.version(nid);
+        let ino = st.ino;
+        let was_dirty;
+        let new_addr = {
+            let blk: &Block = if nid == ino {
+                was_dirty = st.dirty;
+                let mut b = std::mem::replace(&mut st.node, zero_block());
+                st.hdr.write(&mut b);
+                st.node = b;
+                &st.node
+            } else {
+                let n = st.nodes.get(&nid).ok_or_else(|| Error::Corrupt(format!("node {nid} not cached")))?;
+                was_dirty = n.dirty;
+                &n.blk
+            };
+            self.seg.append(hi, Summary { nid, ofs: 0, version }, |_, next, out| {
+                out.copy_from_slice(blk);
+                node::seal_node(out, cp_ver, next, flags);
+            })?
+        };
+        let old = self.nat.addr(nid);
+        self.nat.set(nid, ino, new_addr);
+        self.seg.set_valid(new_addr);
+        if old != NULL_ADDR {
+            self.seg.invalidate(old);
+        }
+        if nid == ino {
+            st.dirty = false;
+        } else if let Some(n) = st.nodes.get_mut(&nid) {
+            n.dirty = false;
+        }
+        if was_dirty && nid != ino {
+            self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.stats.node_blocks_written.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Write back every dirty page of `st`. Returns the number of blocks written.
+    pub fn writeback_pages(&self, st: &mut InodeState) -> Result<u64> {
+        if st.dirty_pages == 0 {
+            return Ok(0);
+        }
+        let is_dir = st.is_dir();
+        let hi = self.head(st.ino, LogKind::Data, if is_dir { Temp::Hot } else { Temp::Warm });
+        let idxs: Vec<u64> = st.pages.iter().filter(|(_, p)| p.dirty).map(|(&i, _)| i).collect();
+        let mut n = 0;
+        for idx in idxs {
+            let (nid, slot) = self.locate(st, idx, true)?.expect("create");
+            let version = self.nat.version(nid);
+            let page = st.pages.get_mut(&idx).expect("dirty page");
+            if is_dir {
+                flashlog_format::dir::seal_dentry_block(&mut page.data);
+            }
+            let data: &Block = &page.data;
+            let addr = self.seg.append(hi, Summary { nid, ofs: slot as u16, version }, |_, _, out| out.copy_from_slice(data))?;
+            let page = st.pages.get_mut(&idx).expect("dirty page");
+            page.dirty = false;
+            page.reserved = false;
+            st.dirty_pages -= 1;
+            self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+            let old = self.dnode_get(st, nid, slot);
+            self.dnode_set(st, nid, slot, addr);
+            self.seg.set_valid(addr);
+            if old != NULL_ADDR && old != NEW_ADDR {
+                self.seg.invalidate(old);
+            }
+            n += 1;
+        }
+        if !is_dir {
+            // File data is not cached once written: the kernel (FUSE) or the application
+            // caches it; directories keep their dentry blocks.
+            st.pages.retain(|_, p| p.dirty);
+        }
+        self.stats.data_blocks_written.fetch_add(n, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Write every dirty node of `st` and then its inode, to the node logs by temperature
+    /// (checkpoint) or all to the file's warm node log with the fsync mark on the inode.
+    pub fn write_all_nodes(&self, st: &mut InodeState, fsync_flags: Option<u32>) -> Result<u64> {
+        let is_dir = st.is_dir();
+        let mut nids: Vec<(Nid, NodeKind)> = st
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.dirty)
+            .map(|(&nid, n)| (nid, node::footer(&n.blk).kind().unwrap_or(NodeKind::Direct)))
+            .collect();
+        nids.sort_unstable_by_key(|(n, _)| *n);
+        let mut n = 0;
+        for (nid, kind) in nids {
+            let temp = if fsync_flags.is_some() { Temp::Warm } else { node_temp(is_dir, kind) };
+            let hi = self.head(st.ino, LogKind::Node, temp);
+            self.write_node(st, nid, hi, 0)?;
+            n += 1;
+        }
+        if st.dirty || fsync_flags.is_some() {
+            let temp = if fsync_flags.is_some() { Temp::Warm } else { node_temp(is_dir, NodeKind::Inode) };
+            let hi = self.head(st.ino, LogKind::Node, temp);
+            self.write_node(st, st.ino, hi, fsync_flags.unwrap_or(0))?;
+            n += 1;
+        }
+        // Keep the per-file node cache bounded: drop clean nodes past the limit.
+        if st.nodes.len() > crate::config::NODE_CACHE_PER_FILE {
+            st.nodes.retain(|_, nb| nb.dirty);
+        }
+        Ok(n)
+    }
+
+    /// Load an inode's cell (from the table or disk).
+    pub fn cell(&self, ino: Ino) -> Result<Arc<InodeCell>> {
+        if let Some(c) = self.cells.get(ino) {
+            return Ok(c);
+        }
+        if !self.nat.valid(ino) || self.nat.ino(ino) != ino || self.nat.addr(ino) == NULL_ADDR {
+            return Err(Error::NotFound);
+        }
+        let blk = self.read_node(ino, ino)?;
+        let f = node::footer(&blk);
+        if f.kind() != Some(NodeKind::Inode) {
+            return Err(Error::Corrupt(format!("nid {ino} is not an inode")));
+        }
+        let hdr = node::InodeHdr::read(&blk)?;
+        let st = InodeState {
+            ino,
+            node: blk,
+            hdr,
+            dirty: false,
+            nodes: Default::default(),
+            pages: Default::default(),
+            dirty_pages: 0,
+            freed: false,
+            needs_cp: false,
+        };
+        Ok(self.cells.insert(InodeCell::new(st, false)))
+    }
+
+    /// Free an inode whose last link is gone and that nobody has open.
+    pub fn free_inode(&self, st: &mut InodeState) -> Result<()> {
+        if st.freed {
+            return Ok(());
+        }
+        st.hdr.flags &= !(node::iflag::INLINE_DATA | node::iflag::INLINE_DENTRY);
+        // Drop cached pages first (releasing reservations), then every block and node.
+        let pages = std::mem::take(&mut st.pages);
+        for (_, p) in pages {
+            if p.dirty {
+                self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+            }
+            if p.reserved {
+                self.release_blocks(1);
+            }
+        }
+        st.dirty_pages = 0;
+        self.free_blocks_from(st, 0)?;
+        if st.hdr.xattr_nid != 0 {
+            let x = st.hdr.xattr_nid;
+            if self.nat.valid(x) {
+                if !st.nodes.contains_key(&x) {
+                    let _ = self.load_node(st, x);
+                }
+                self.free_node(st, x);
+            }
+            st.hdr.xattr_nid = 0;
+        }
+        let addr = self.nat.addr(st.ino);
+        if addr != NULL_ADDR {
+            self.seg.invalidate(addr);
+        }
+        self.nat.free(st.ino);
+        self.valid_nodes.fetch_sub(1, Ordering::Relaxed);
+        self.valid_inodes.fetch_sub(1, Ordering::Relaxed);
+        self.release_blocks(1);
+        for (_, n) in st.nodes.drain() {
+            if n.dirty {
+                self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        st.dirty = false;
+        st.freed = true;
+        self.cells.remove(st.ino);
+        Ok(())
+    }
+
+    pub fn now(&self) -> node::Timespec {
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        node::Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    }
+
+    /// Volume lifetime in seconds (for segment ages).
+    pub fn tick_clock(&self) {
+        let cp = self.cp.lock();
+        let secs = cp.elapsed_base + cp.mounted_at.elapsed().as_secs();
+        self.seg.clock_secs.store(secs, Ordering::Relaxed);
+    }
+
+    pub fn block_size(&self) -> usize {
+        BLOCK_SIZE
+    }
+}

@@ -1,0 +1,178 @@
+//! The node address table in memory: a dense atomic array indexed by nid (no hash map), the
+//! nid allocator, and the dirty-NAT-block set written at checkpoint.
+//!
+//! Invariants: a nid's `used` bit is set while the nid is allocated *and* until the checkpoint
+//! after it was freed (a freed nid is not reused before the checkpoint that records its
+//! freeing is durable: until then the last checkpoint may still point at it).
+//!
+//! Lock order: `prefree` is a leaf lock. Entries themselves are atomics.
+
+use crate::bitmap::AtomicBitmap;
+use crate::error::{Error, Result};
+use flashlog_dev::BlockDevice;
+use flashlog_format::codec::test_bit;
+use flashlog_format::meta::{nat_pos, NatBlock, NatEntry, NAT_ENTRIES_PER_BLOCK};
+use flashlog_format::sb::Geometry;
+use flashlog_format::{BlkAddr, Ino, Nid, FIRST_FREE_NID, BLOCK_SIZE, NULL_ADDR};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+pub struct NatTable {
+    addr: Box<[AtomicU64]>,
+    ino: Box<[AtomicU32]>,
+    version: Box<[AtomicU8]>,
+    used: AtomicBitmap,
+    prefree: Mutex<Vec<Nid>>,
+    dirty: AtomicBitmap,
+    hint: AtomicU64,
+    max_nid: Nid,
+}
+
+/// Blocks read per request when loading the NAT at mount.
+const LOAD_BATCH: u64 = 64;
+
+impl NatTable {
+    pub fn new(max_nid: Nid, nat_blocks: u64) -> Self {
+        let n = max_nid as usize;
+        let used = AtomicBitmap::new(n as u64);
+        for reserved in 0..FIRST_FREE_NID.min(max_nid) {
+            used.set(reserved as u64);
+        }
+        NatTable {
+            addr: (0..n).map(|_| AtomicU64::new(NULL_ADDR)).collect(),
+            ino: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            version: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            used,
+            prefree: Mutex::new(Vec::new()),
+            dirty: AtomicBitmap::new(nat_blocks),
+            hint: AtomicU64::new(FIRST_FREE_NID as u64),
+            max_nid,
+        }
+    }
+
+    /// Load the current copy of every NAT block (chosen by the checkpoint's NAT bitmap).
+    pub fn load(dev: &dyn BlockDevice, geo: &Geometry, nat_bitmap: &[u8]) -> Result<NatTable> {
+        let t = NatTable::new(geo.max_nid, geo.nat_blocks);
+        let mut buf = vec![0u8; (2 * LOAD_BATCH) as usize * BLOCK_SIZE];
+        let mut i = 0;
+        while i < geo.nat_blocks {
+            let n = LOAD_BATCH.min(geo.nat_blocks - i);
+            let bytes = (2 * n) as usize * BLOCK_SIZE;
+            dev.read(geo.nat_block_addr(i, 0), &mut buf[..bytes])?;
+            for k in 0..n {
+                let idx = i + k;
+                let copy = test_bit(nat_bitmap, idx as usize) as usize;
+                let off = (2 * k as usize + copy) * BLOCK_SIZE;
+                let blk = flashlog_format::codec::as_block(&buf[off..off + BLOCK_SIZE], "NAT block")?;
+                let nb = NatBlock::decode(blk, idx)?;
+                for (slot, e) in nb.entries.iter().enumerate() {
+                    let nid = idx as usize * NAT_ENTRIES_PER_BLOCK + slot;
+                    if nid >= t.max_nid as usize {
+                        break;
+                    }
+                    t.version[nid].store(e.version, Ordering::Relaxed);
+                    if e.addr != NULL_ADDR {
+                        if nid < FIRST_FREE_NID as usize && nid != flashlog_format::ROOT_INO as usize {
+                            return Err(Error::Corrupt(format!("reserved nid {nid} has a NAT address")));
+                        }
+                        t.addr[nid].store(e.addr, Ordering::Relaxed);
+                        t.ino[nid].store(e.ino, Ordering::Relaxed);
+                        t.used.set(nid as u64);
+                    }
+                }
+            }
+            i += n;
+        }
+        Ok(t)
+    }
+
+    pub fn max_nid(&self) -> Nid {
+        self.max_nid
+    }
+    pub fn valid(&self, nid: Nid) -> bool {
+        nid >= 1 && nid < self.max_nid
+    }
+    pub fn addr(&self, nid: Nid) -> BlkAddr {
+        self.addr.get(nid as usize).map_or(NULL_ADDR, |a| a.load(Ordering::Acquire))
+    }
+    pub fn ino(&self, nid: Nid) -> Ino {
+        self.ino.get(nid as usize).map_or(0, |a| a.load(Ordering::Acquire))
+    }
+    pub fn version(&self, nid: Nid) -> u8 {
+        self.version.get(nid as usize).map_or(0, |a| a.load(Ordering::Acquire))
+    }
+    pub fn entry(&self, nid: Nid) -> NatEntry {
+        NatEntry { addr: self.addr(nid), ino: self.ino(nid), version: self.version(nid) }
+    }
+
+    fn mark_dirty(&self, nid: Nid) {
+        self.dirty.set(nat_pos(nid).0);
+    }
+
+    /// Point `nid` (owned by `ino`) at `addr`.
+    pub fn set(&self, nid: Nid, ino: Ino, addr: BlkAddr) {
+        debug_assert!(self.valid(nid));
+        self.ino[nid as usize].store(ino, Ordering::Release);
+        self.addr[nid as usize].store(addr, Ordering::Release);
+        self.mark_dirty(nid);
+    }
+
+    /// Allocate a free nid.
+    pub fn alloc(&self) -> Result<Nid> {
+        let hint = self.hint.load(Ordering::Relaxed);
+        let nid = self.used.claim_zero(hint).ok_or(Error::NoSpace)?;
+        self.hint.store(nid + 1, Ordering::Relaxed);
+        debug_assert!(nid >= FIRST_FREE_NID as u64);
+        Ok(nid as Nid)
+    }
+
+    /// Release a nid: its entry is cleared now; it becomes allocatable after the checkpoint.
+    pub fn free(&self, nid: Nid) {
+        if !self.valid(nid) {
+            return;
+        }
+        self.addr[nid as usize].store(NULL_ADDR, Ordering::Release);
+        self.ino[nid as usize].store(0, Ordering::Release);
+        self.version[nid as usize].fetch_add(1, Ordering::AcqRel);
+        self.mark_dirty(nid);
+        self.prefree.lock().push(nid);
+    }
+
+    /// Mark an allocated nid (mount-time recovery uses it for nids it adopts).
+    pub fn mark_used(&self, nid: Nid) {
+        if self.valid(nid) {
+            self.used.set(nid as u64);
+        }
+    }
+
+    /// Nids in use (allocated or waiting for the checkpoint).
+    pub fn used_count(&self) -> u64 {
+        self.used.count_ones()
+    }
+
+    /// NAT blocks changed since the last checkpoint.
+    pub fn dirty_blocks(&self) -> Vec<u64> {
+        self.dirty.ones().collect()
+    }
+    pub fn clear_dirty(&self, i: u64) {
+        self.dirty.clear(i);
+    }
+
+    pub fn encode_block(&self, idx: u64) -> NatBlock {
+        let mut b = NatBlock::empty(idx);
+        for (slot, e) in b.entries.iter_mut().enumerate() {
+            let nid = idx as usize * NAT_ENTRIES_PER_BLOCK + slot;
+            if nid < self.max_nid as usize {
+                *e = self.entry(nid as Nid);
+            }
+        }
+        b
+    }
+
+    /// After a durable checkpoint: nids freed before it may be reused.
+    pub fn release_prefree(&self) {
+        for nid in self.prefree.lock().drain(..) {
+            self.used.clear(nid as u64);
+        }
+    }
+}

@@ -1,0 +1,638 @@
+//! Segment manager: per-segment usage (SIT) as atomics, free sections, the log-head table
+//! and block allocation, segment summaries (SSA) of segments written since the checkpoint.
+//!
+//! Invariants:
+//! - a block's validity bit is set iff some node (or the NAT, for node blocks) points at it;
+//!   `valid` of a segment = number of bits set (updated together with atomics, no global
+//!   lock: ScaleLFS LSU);
+//! - a section is free (its `used` bit clear) only if it held no valid block at the last
+//!   durable checkpoint and no log head owns it: sections that become empty are *prefree*
+//!   until the next checkpoint is durable;
+//! - each log head writes its segment strictly in order; node heads know their next segment
+//!   in advance so that a node footer can name the next block of the roll-forward chain.
+//!
+//! Lock order: a log head's mutex, then `ssa_dirty`, then `prefree` (leaves). A thread holds
+//! at most one log head at a time.
+
+use crate::bitmap::AtomicBitmap;
+use crate::config::WRITE_BATCH_BLOCKS;
+use crate::error::{Error, Result};
+use flashlog_dev::BlockDevice;
+use flashlog_format::codec::{test_bit, Block};
+use flashlog_format::cp::{LogHeadRecord, LogKind, Temp};
+use flashlog_format::meta::{sit_pos, SitBlock, SitEntry, SsaBlock, Summary, SIT_ENTRIES_PER_BLOCK};
+use flashlog_format::sb::Geometry;
+use flashlog_format::{BlkAddr, SegNo, BLOCKS_PER_SEG, BLOCK_SIZE, SEG_BITMAP_BYTES};
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+const WORDS: usize = SEG_BITMAP_BYTES / 8;
+/// No segment.
+pub const NO_SEG: SegNo = u64::MAX;
+
+/// In-memory SIT entry of one segment.
+pub struct SegEntry {
+    pub valid: AtomicU32,
+    pub mtime: AtomicU64,
+    pub class: AtomicU8,
+    bitmap: [AtomicU64; WORDS],
+    /// Validity as of the last checkpoint (SSR may only reuse blocks invalid in both).
+    ckpt: [AtomicU64; WORDS],
+}
+
+impl SegEntry {
+    fn new() -> Self {
+        SegEntry {
+            valid: AtomicU32::new(0),
+            mtime: AtomicU64::new(0),
+            class: AtomicU8::new(0xff),
+            bitmap: Default::default(),
+            ckpt: Default::default(),
+        }
+    }
+    pub fn is_valid(&self, off: usize) -> bool {
+        self.bitmap[off / 64].load(Ordering::Acquire) & (1 << (off % 64)) != 0
+    }
+    pub fn ckpt_valid(&self, off: usize) -> bool {
+        self.ckpt[off / 64].load(Ordering::Acquire) & (1 << (off % 64)) != 0
+    }
+    fn to_disk(&self) -> SitEntry {
+        let mut bitmap = [0u8; SEG_BITMAP_BYTES];
+        for (w, chunk) in self.bitmap.iter().zip(bitmap.chunks_mut(8)) {
+            chunk.copy_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
+        }
+        let valid = bitmap.iter().map(|b| b.count_ones()).sum::<u32>() as u16;
+        SitEntry { valid, class: self.class.load(Ordering::Relaxed), mtime: self.mtime.load(Ordering::Relaxed), bitmap }
+    }
+}
+
+/// Index of a log head in the table: 6 per mlog, then GC streams.
+pub fn head_index(mlog: u16, kind: LogKind, temp: Temp) -> usize {
+    mlog as usize * 6 + kind as usize * 3 + temp as usize
+}
+
+/// A log head: an append point in the main area.
+pub struct LogHead {
+    pub kind: LogKind,
+    pub temp: Temp,
+    pub mlog: u16,
+    pub stream: u16,
+    pub seg: SegNo,
+    pub blkoff: u32,
+    pub next_seg: SegNo,
+    /// Summary of `seg`, kept here while the head writes it.
+    ssa: Box<SsaBlock>,
+    /// Blocks gathered for the next device write, starting at `buf_start`.
+    buf: Vec<u8>,
+    buf_start: BlkAddr,
+}
+
+pub struct SegManager {
+    pub geo: Geometry,
+    dev: Arc<dyn BlockDevice>,
+    segs: Box<[SegEntry]>,
+    /// Section in use (bit set) or free.
+    used: AtomicBitmap,
+    /// Section owned by a log head.
+    current: AtomicBitmap,
+    prefree: Mutex<BTreeSet<u64>>,
+    free_secs: AtomicU64,
+    dirty_sit: AtomicBitmap,
+    ssa_dirty: Mutex<HashMap<SegNo, Box<SsaBlock>>>,
+    /// Current copy of each SSA block (bit set: copy 1), as of the last checkpoint.
+    ssa_copy: Mutex<Vec<u8>>,
+    pub heads: Vec<Mutex<LogHead>>,
+    /// Per head: [start, end) of blocks buffered but not yet written, for lock-free checks.
+    pending: Vec<(AtomicU64, AtomicU64)>,
+    /// Sections kept back from data allocation so that nodes and checkpoints can always be
+    /// written.
+    reserve_secs: u64,
+    /// Volume lifetime seconds, for segment ages.
+    pub clock_secs: AtomicU64,
+    pub blocks_written: AtomicU64,
+    poisoned: AtomicBool,
+}
+
+impl SegManager {
+    fn sps(&self) -> u64 {
+        self.geo.segs_per_sec as u64
+    }
+    pub fn sec_of(&self, seg: SegNo) -> u64 {
+        seg / self.sps()
+    }
+    pub fn seg_entry(&self, seg: SegNo) -> &SegEntry {
+        &self.segs[seg as usize]
+    }
+
+    /// Build from the SIT (current copies) and the checkpoint's log heads.
+    pub fn load(dev: Arc<dyn BlockDevice>, geo: &Geometry, sit_bitmap: &[u8], ssa_bitmap: &[u8], heads: &[LogHeadRecord], elapsed: u64) -> Result<SegManager> {
+        let nsegs = geo.main_segments as usize;
+        let nsecs = geo.sections();
+        let reserve_secs = (geo.reserved_segments / geo.segs_per_sec as u64 / 2).max(2);
+        let mut m = SegManager {
+            geo: geo.clone(),
+            dev: dev.clone(),
+            segs: (0..nsegs).map(|_| SegEntry::new()).collect(),
+            used: AtomicBitmap::new(nsecs),
+            current: AtomicBitmap::new(nsecs),
+            prefree: Mutex::new(BTreeSet::new()),
+            free_secs: AtomicU64::new(0),
+            dirty_sit: AtomicBitmap::new(geo.sit_blocks),
+            ssa_dirty: Mutex::new(HashMap::new()),
+            ssa_copy: Mutex::new(ssa_bitmap.to_vec()),
+            heads: Vec::new(),
+            pending: Vec::new(),
+            reserve_secs,
+            clock_secs: AtomicU64::new(elapsed),
+            blocks_written: AtomicU64::new(0),
+            poisoned: AtomicBool::new(false),
+        };
+        let mut buf = vec![0u8; BLOCK_SIZE * 2];
+        for i in 0..geo.sit_blocks {
+            dev.read(geo.sit_block_addr(i, 0), &mut buf)?;
+            let copy = test_bit(sit_bitmap, i as usize) as usize;
+            let blk = flashlog_format::codec::as_block(&buf[copy * BLOCK_SIZE..(copy + 1) * BLOCK_SIZE], "SIT block")?;
+            let sb = SitBlock::decode(blk, i)?;
+            for (slot, e) in sb.entries.iter().enumerate() {
+                let seg = i as usize * SIT_ENTRIES_PER_BLOCK + slot;
+                if seg >= nsegs {
+                    break;
+                }
+                let se = &m.segs[seg];
+                se.valid.store(e.valid as u32, Ordering::Relaxed);
+                se.mtime.store(e.mtime, Ordering::Relaxed);
+                se.class.store(e.class, Ordering::Relaxed);
+                for w in 0..WORDS {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(&e.bitmap[w * 8..w * 8 + 8]);
+                    let v = u64::from_le_bytes(a);
+                    se.bitmap[w].store(v, Ordering::Relaxed);
+                    se.ckpt[w].store(v, Ordering::Relaxed);
+                }
+            }
+        }
+        for sec in 0..nsecs {
+            if m.section_valid(sec) > 0 {
+                m.used.set(sec);
+            }
+        }
+        for (i, h) in heads.iter().enumerate() {
+            if h.seg >= geo.main_segments || h.blkoff as u64 > BLOCKS_PER_SEG || (h.next_seg != NO_SEG && h.next_seg >= geo.main_segments) {
+                return Err(Error::Corrupt(format!("log head {i} points outside the main area")));
+            }
+            for s in [h.seg, h.next_seg] {
+                if s != NO_SEG {
+                    m.used.set(m.sec_of(s));
+                    m.current.set(m.sec_of(s));
+                }
+            }
+            let ssa = m.read_ssa(h.seg)?;
+            let start = geo.seg_start(h.seg) + h.blkoff as u64;
+            m.heads.push(Mutex::new(LogHead {
+                kind: h.kind,
+                temp: h.temp,
+                mlog: h.mlog,
+                stream: h.stream,
+                seg: h.seg,
+                blkoff: h.blkoff,
+                next_seg: h.next_seg,
+                ssa,
+                buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
+                buf_start: start,
+            }));
+            m.pending.push((AtomicU64::new(start), AtomicU64::new(start)));
+        }
+        m.free_secs.store(nsecs - m.used.count_ones(), Ordering::Relaxed);
+        Ok(m)
+    }
+
+    pub fn section_valid(&self, sec: u64) -> u64 {
+        let s0 = sec * self.sps();
+        (s0..s0 + self.sps()).map(|s| self.segs[s as usize].valid.load(Ordering::Acquire) as u64).sum()
+    }
+    pub fn free_sections(&self) -> u64 {
+        self.free_secs.load(Ordering::Acquire)
+    }
+    pub fn reserve_sections(&self) -> u64 {
+        self.reserve_secs
+    }
+    pub fn is_current_section(&self, sec: u64) -> bool {
+        self.current.test(sec)
+    }
+    pub fn prefree_sections(&self) -> u64 {
+        self.prefree.lock().len() as u64
+    }
+    /// Sum of valid blocks over the main area.
+    pub fn total_valid(&self) -> u64 {
+        self.segs.iter().map(|s| s.valid.load(Ordering::Relaxed) as u64).sum()
+    }
+
+    fn locate(&self, addr: BlkAddr) -> Option<(SegNo, usize)> {
+        let seg = self.geo.seg_of(addr)?;
+        Some((seg, ((addr - self.geo.main_addr) % BLOCKS_PER_SEG) as usize))
+    }
+
+    /// Mark `addr` valid (a node now points at it).
+    pub fn set_valid(&self, addr: BlkAddr) {
+        let Some((seg, off)) = self.locate(addr) else { return };
+        let se = &self.segs[seg as usize];
+        let bit = 1u64 << (off % 64);
+        if se.bitmap[off / 64].fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+            let v = se.valid.fetch_add(1, Ordering::AcqRel) as u64;
+            // F2FS update_segment_mtime: weighted average of the old age and now.
+            let now = self.clock_secs.load(Ordering::Relaxed);
+            let old = se.mtime.load(Ordering::Relaxed);
+            se.mtime.store((old * v + now) / (v + 1), Ordering::Relaxed);
+            self.dirty_sit.set(sit_pos(seg).0);
+        }
+    }
+
+    /// Mark `addr` invalid (nothing points at it any more).
+    pub fn invalidate(&self, addr: BlkAddr) {
+        let Some((seg, off)) = self.locate(addr) else { return };
+        let se = &self.segs[seg as usize];
+        let bit = 1u64 << (off % 64);
+        if se.bitmap[off / 64].fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
+            let left = se.valid.fetch_sub(1, Ordering::AcqRel) - 1;
+            self.dirty_sit.set(sit_pos(seg).0);
+            if left == 0 {
+                let sec = self.sec_of(seg);
+                if !self.current.test(sec) && self.section_valid(sec) == 0 {
+                    self.prefree.lock().insert(sec);
+                }
+            }
+        }
+    }
+
+    pub fn is_valid(&self, addr: BlkAddr) -> bool {
+        self.locate(addr).is_some_and(|(seg, off)| self.segs[seg as usize].is_valid(off))
+    }
+
+    /// Claim a free section; data allocations leave `reserve_secs` for nodes.
+    fn claim_section(&self, for_node: bool, hint_right: bool) -> Result<u64> {
+        let reserve = if for_node { 0 } else { self.reserve_secs };
+        let mut free = self.free_secs.load(Ordering::Acquire);
+        loop {
+            if free <= reserve {
+                return Err(Error::NoSpace);
+            }
+            match self.free_secs.compare_exchange(free, free - 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => free = now,
+            }
+        }
+        let nsecs = self.used.len();
+        let hint = if hint_right { nsecs / 2 } else { 0 };
+        match self.used.claim_zero(hint) {
+            Some(sec) => {
+                self.current.set(sec);
+                Ok(sec)
+            }
+            None => {
+                self.free_secs.fetch_add(1, Ordering::AcqRel);
+                Err(Error::NoSpace)
+            }
+        }
+    }
+
+    /// The segment after `seg` for a head: the next segment of its section, or the first of
+    /// a newly claimed section.
+    fn following_segment(&self, seg: SegNo, kind: LogKind, temp: Temp) -> Result<SegNo> {
+        if (seg + 1) % self.sps() != 0 {
+            return Ok(seg + 1);
+        }
+        let right = kind == LogKind::Data && matches!(temp, Temp::Warm | Temp::Cold | Temp::Gc);
+        Ok(self.claim_section(kind == LogKind::Node, right)? * self.sps())
+    }
+
+    /// Set up a fresh head table at mkfs / after recovery: every head gets a new section.
+    pub fn fresh_heads(&self, specs: &[(LogKind, Temp, u16, u16)]) -> Result<Vec<LogHeadRecord>> {
+        let mut out = Vec::new();
+        for &(kind, temp, mlog, stream) in specs {
+            let seg = self.claim_section(true, kind == LogKind::Data)? * self.sps();
+            let next_seg = if kind == LogKind::Node { self.following_segment(seg, kind, temp)? } else { NO_SEG };
+            out.push(LogHeadRecord { kind, temp, mlog, stream, seg, blkoff: 0, next_seg });
+        }
+        Ok(out)
+    }
+
+    /// Replace the in-memory head table (after `fresh_heads`): the old heads' sections stop
+    /// being current.
+    pub fn install_heads(&mut self, recs: &[LogHeadRecord]) -> Result<()> {
+        let old: Vec<(SegNo, SegNo)> = self.heads.iter().map(|h| {
+            let h = h.lock();
+            (h.seg, h.next_seg)
+        }).collect();
+        let mut new_heads = Vec::new();
+        let mut pending = Vec::new();
+        for h in recs {
+            let start = self.geo.seg_start(h.seg) + h.blkoff as u64;
+            new_heads.push(Mutex::new(LogHead {
+                kind: h.kind,
+                temp: h.temp,
+                mlog: h.mlog,
+                stream: h.stream,
+                seg: h.seg,
+                blkoff: h.blkoff,
+                next_seg: h.next_seg,
+                ssa: Box::new(SsaBlock::empty(h.seg)),
+                buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
+                buf_start: start,
+            }));
+            pending.push((AtomicU64::new(start), AtomicU64::new(start)));
+        }
+        self.heads = new_heads;
+        self.pending = pending;
+        for (seg, next) in old {
+            for s in [seg, next] {
+                if s == NO_SEG {
+                    continue;
+                }
+                let sec = self.sec_of(s);
+                if recs.iter().any(|r| self.sec_of(r.seg) == sec || (r.next_seg != NO_SEG && self.sec_of(r.next_seg) == sec)) {
+                    continue;
+                }
+                self.current.clear(sec);
+                if self.section_valid(sec) == 0 {
+                    self.prefree.lock().insert(sec);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Move every existing head to the position in `recs` (same table shape), from a shared
+    /// reference: roll-forward uses it before the volume is in use.
+    pub fn install_heads_shared(&self, recs: &[LogHeadRecord]) -> Result<()> {
+        if recs.len() != self.heads.len() {
+            return Err(Error::Corrupt("log head table changed shape".into()));
+        }
+        let mut old = Vec::new();
+        for (hi, (h, r)) in self.heads.iter().zip(recs).enumerate() {
+            let mut h = h.lock();
+            self.submit(hi, &mut h)?;
+            old.push((h.seg, h.next_seg));
+            let prev = std::mem::replace(&mut h.ssa, Box::new(SsaBlock::empty(r.seg)));
+            self.ssa_dirty.lock().insert(h.seg, prev);
+            h.seg = r.seg;
+            h.blkoff = r.blkoff;
+            h.next_seg = r.next_seg;
+            h.buf_start = self.geo.seg_start(r.seg) + r.blkoff as u64;
+            self.pending[hi].0.store(h.buf_start, Ordering::Release);
+            self.pending[hi].1.store(h.buf_start, Ordering::Release);
+        }
+        for (seg, next) in old {
+            for s in [seg, next] {
+                if s == NO_SEG {
+                    continue;
+                }
+                let sec = self.sec_of(s);
+                if recs.iter().any(|r| self.sec_of(r.seg) == sec || (r.next_seg != NO_SEG && self.sec_of(r.next_seg) == sec)) {
+                    continue;
+                }
+                self.current.clear(sec);
+                if self.section_valid(sec) == 0 {
+                    self.prefree.lock().insert(sec);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Mark the section holding `addr` in use (roll-forward adopts blocks in sections the
+    /// checkpoint considered free).
+    pub fn mark_section_used(&self, addr: BlkAddr) {
+        if let Some(seg) = self.geo.seg_of(addr) {
+            let sec = self.sec_of(seg);
+            if !self.used.set(sec) {
+                self.free_secs.fetch_sub(1, Ordering::AcqRel);
+            }
+            self.prefree.lock().remove(&sec);
+        }
+    }
+
+    /// Append one block to head `hi`. `fill(addr, next_addr, block)` writes the contents
+    /// (`next_addr` is where this head's following block will go: the roll-forward chain).
+    /// Returns the block's address.
+    pub fn append(&self, hi: usize, sum: Summary, fill: impl FnOnce(BlkAddr, BlkAddr, &mut Block)) -> Result<BlkAddr> {
+        self.check_poison()?;
+        let mut h = self.heads[hi].lock();
+        if h.blkoff as u64 >= BLOCKS_PER_SEG {
+            self.advance(hi, &mut h)?;
+        }
+        let addr = self.geo.seg_start(h.seg) + h.blkoff as u64;
+        let next_addr = if (h.blkoff as u64 + 1) < BLOCKS_PER_SEG {
+            addr + 1
+        } else if h.next_seg != NO_SEG {
+            self.geo.seg_start(h.next_seg)
+        } else {
+            0
+        };
+        if h.buf.is_empty() {
+            h.buf_start = addr;
+            self.pending[hi].0.store(addr, Ordering::Release);
+        }
+        debug_assert_eq!(h.buf_start + (h.buf.len() / BLOCK_SIZE) as u64, addr);
+        let at = h.buf.len();
+        h.buf.resize(at + BLOCK_SIZE, 0);
+        let blk: &mut Block = (&mut h.buf[at..at + BLOCK_SIZE]).try_into().expect("one block");
+        fill(addr, next_addr, blk);
+        let off = h.blkoff as usize;
+        h.ssa.entries[off] = sum;
+        h.blkoff += 1;
+        self.pending[hi].1.store(addr + 1, Ordering::Release);
+        self.segs[h.seg as usize].class.store(hi as u8, Ordering::Relaxed);
+        if h.buf.len() >= WRITE_BATCH_BLOCKS * BLOCK_SIZE {
+            self.submit(hi, &mut h)?;
+        }
+        Ok(addr)
+    }
+
+    /// Move head `hi` to its next segment.
+    fn advance(&self, hi: usize, h: &mut LogHead) -> Result<()> {
+        self.submit(hi, h)?;
+        let next = if h.next_seg != NO_SEG { h.next_seg } else { self.following_segment(h.seg, h.kind, h.temp)? };
+        let after = if h.kind == LogKind::Node { self.following_segment(next, h.kind, h.temp)? } else { NO_SEG };
+        let old_seg = h.seg;
+        let old_ssa = std::mem::replace(&mut h.ssa, Box::new(SsaBlock::empty(next)));
+        self.ssa_dirty.lock().insert(old_seg, old_ssa);
+        h.seg = next;
+        h.blkoff = 0;
+        h.next_seg = after;
+        // The old segment's section stops being current once the head leaves it.
+        let old_sec = self.sec_of(old_seg);
+        if old_sec != self.sec_of(next) {
+            self.current.clear(old_sec);
+            if self.section_valid(old_sec) == 0 {
+                self.prefree.lock().insert(old_sec);
+            }
+        }
+        Ok(())
+    }
+
+    /// Write head `hi`'s gathered blocks to the device.
+    fn submit(&self, hi: usize, h: &mut LogHead) -> Result<()> {
+        if h.buf.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.dev.write(h.buf_start, &h.buf) {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(e.into());
+        }
+        let n = (h.buf.len() / BLOCK_SIZE) as u64;
+        self.blocks_written.fetch_add(n, Ordering::Relaxed);
+        h.buf_start += n;
+        h.buf.clear();
+        self.pending[hi].0.store(h.buf_start, Ordering::Release);
+        Ok(())
+    }
+
+    /// Write every head's gathered blocks.
+    pub fn submit_all(&self) -> Result<()> {
+        for (hi, h) in self.heads.iter().enumerate() {
+            self.submit(hi, &mut h.lock())?;
+        }
+        Ok(())
+    }
+
+    /// Submit one head's buffer (fsync of a file writes its own head).
+    pub fn submit_head(&self, hi: usize) -> Result<()> {
+        self.submit(hi, &mut self.heads[hi].lock())
+    }
+
+    /// If `addr` is still in a head's write buffer, copy it out.
+    pub fn read_pending(&self, addr: BlkAddr, out: &mut Block) -> bool {
+        for (hi, (s, e)) in self.pending.iter().enumerate() {
+            if addr >= s.load(Ordering::Acquire) && addr < e.load(Ordering::Acquire) {
+                let h = self.heads[hi].lock();
+                if addr >= h.buf_start {
+                    let off = ((addr - h.buf_start) as usize) * BLOCK_SIZE;
+                    if off + BLOCK_SIZE <= h.buf.len() {
+                        out.copy_from_slice(&h.buf[off..off + BLOCK_SIZE]);
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    fn check_poison(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned("an earlier device write failed".into()));
+        }
+        Ok(())
+    }
+
+    /// Summary block of `seg`: from a head, the dirty set, or disk.
+    pub fn read_ssa(&self, seg: SegNo) -> Result<Box<SsaBlock>> {
+        for h in &self.heads {
+            let h = h.lock();
+            if h.seg == seg {
+                return Ok(h.ssa.clone());
+            }
+        }
+        if let Some(s) = self.ssa_dirty.lock().get(&seg) {
+            return Ok(s.clone());
+        }
+        let copy = test_bit(&self.ssa_copy.lock(), seg as usize) as u8;
+        let mut b = [0u8; BLOCK_SIZE];
+        self.dev.read(self.geo.ssa_block_addr(seg, copy), &mut b)?;
+        Ok(Box::new(SsaBlock::decode(&b, seg)?))
+    }
+
+    /// Record a summary entry outside the append path (mount-time recovery).
+    pub fn set_summary(&self, addr: BlkAddr, sum: Summary) -> Result<()> {
+        let Some((seg, off)) = self.locate(addr) else { return Ok(()) };
+        for h in &self.heads {
+            let mut h = h.lock();
+            if h.seg == seg {
+                h.ssa.entries[off] = sum;
+                return Ok(());
+            }
+        }
+        let mut ssa = self.read_ssa(seg)?;
+        ssa.entries[off] = sum;
+        self.ssa_dirty.lock().insert(seg, ssa);
+        Ok(())
+    }
+
+    /// Checkpoint support: log-head records as they stand.
+    pub fn head_records(&self) -> Vec<LogHeadRecord> {
+        self.heads
+            .iter()
+            .map(|h| {
+                let h = h.lock();
+                LogHeadRecord { kind: h.kind, temp: h.temp, mlog: h.mlog, stream: h.stream, seg: h.seg, blkoff: h.blkoff, next_seg: h.next_seg }
+            })
+            .collect()
+    }
+
+    /// Checkpoint support: write dirty SIT and SSA blocks to their other copies, flipping
+    /// the bits in `sit_bm` / `ssa_bm`. Called with every operation excluded.
+    pub fn flush_meta(&self, sit_bm: &mut [u8], ssa_bm: &mut Vec<u8>) -> Result<(u64, u64)> {
+        use flashlog_format::codec::set_bit;
+        let mut ssa_written = 0;
+        let mut dirty: Vec<(SegNo, Box<SsaBlock>)> = self.ssa_dirty.lock().drain().collect();
+        for h in &self.heads {
+            let h = h.lock();
+            dirty.push((h.seg, h.ssa.clone()));
+        }
+        for (seg, ssa) in dirty {
+            let copy = !test_bit(ssa_bm, seg as usize);
+            self.write_meta(self.geo.ssa_block_addr(seg, copy as u8), &ssa.encode())?;
+            set_bit(ssa_bm, seg as usize, copy);
+            ssa_written += 1;
+        }
+        *self.ssa_copy.lock() = ssa_bm.clone();
+        let mut sit_written = 0;
+        for i in self.dirty_sit.ones().collect::<Vec<_>>() {
+            self.dirty_sit.clear(i);
+            let mut sb = SitBlock::empty(i);
+            for (slot, e) in sb.entries.iter_mut().enumerate() {
+                let seg = i as usize * SIT_ENTRIES_PER_BLOCK + slot;
+                if seg < self.segs.len() {
+                    let se = &self.segs[seg];
+                    *e = se.to_disk();
+                    for w in 0..WORDS {
+                        se.ckpt[w].store(se.bitmap[w].load(Ordering::Acquire), Ordering::Release);
+                    }
+                }
+            }
+            let copy = !test_bit(sit_bm, i as usize);
+            self.write_meta(self.geo.sit_block_addr(i, copy as u8), &sb.encode())?;
+            set_bit(sit_bm, i as usize, copy);
+            sit_written += 1;
+        }
+        Ok((sit_written, ssa_written))
+    }
+
+    fn write_meta(&self, addr: BlkAddr, b: &Block) -> Result<()> {
+        self.dev.write(addr, b).map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            Error::from(e)
+        })?;
+        self.blocks_written.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// After a durable checkpoint: prefree sections become free.
+    pub fn release_prefree(&self) -> u64 {
+        let mut p = self.prefree.lock();
+        let mut n = 0;
+        for sec in std::mem::take(&mut *p) {
+            if !self.current.test(sec) && self.section_valid(sec) == 0 && self.used.clear(sec) {
+                self.free_secs.fetch_add(1, Ordering::AcqRel);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Count of sections the SIT says are in use, for fsck and statfs.
+    pub fn used_sections(&self) -> u64 {
+        self.used.count_ones()
+    }
+}
