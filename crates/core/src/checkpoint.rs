@@ -361,7 +361,7 @@ impl FsInner {
             valid_blocks: self.alloc_blocks.load(Ordering::Acquire),
             valid_nodes: self.valid_nodes.load(Ordering::Acquire),
             valid_inodes: self.valid_inodes.load(Ordering::Acquire),
-            free_segments: self.seg.free_sections() * self.sb.geo.segs_per_sec as u64,
+            free_segments: self.seg.free_after_checkpoint() * self.sb.geo.segs_per_sec as u64,
             next_nid_hint: 0,
             heads: self.seg.head_records(),
             orphans,

@@ -9,7 +9,7 @@ pub const DEFAULT_DIRTY_CAP_BYTES: u64 = 64 << 20;
 /// bounds both memory and the roll-forward work after a crash.
 pub const DEFAULT_DIRTY_NODES_MAX: u64 = 16_384;
 /// Cached inode cells before clean, closed ones are evicted.
-pub const DEFAULT_INODE_CACHE_MAX: usize = 65_536;
+pub const DEFAULT_INODE_CACHE_MAX: usize = 16_384;
 /// Clean node buffers one file may keep cached (its dirty ones are never dropped).
 pub const NODE_CACHE_PER_FILE: usize = 4096;
 /// Blocks a log head gathers before one device write: 256 blocks = 1 MiB, a large

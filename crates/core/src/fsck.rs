@@ -1,3 +1,662 @@
-//! fsck placeholder
-pub struct FsckReport;
-pub fn fsck() {}
+//! fsck: check every invariant of a volume without changing it.
+//!
+//! Works on the device directly through the format crate (no mount), so it also runs on
+//! images that cannot be mounted. Every read is checked; every walk is bounded (node trees by
+//! depth, the directory tree by a visited set, chains by a step limit), so a corrupt image
+//! gives findings, never a panic or a hang.
+//!
+//! Checked (docs/FORMAT.md "Invariants"):
+//! - superblock copies and the checkpoint packs;
+//! - NAT against node footers (nid, inode, kind, tree position);
+//! - the directory tree from the root: entries, hash placement, file types, parent links,
+//!   link counts, loops;
+//! - every block reachable from an inode is in the main area, reached once, marked valid in
+//!   the SIT, and owned by the right node in the SSA;
+//! - SIT bitmaps and counts against reachability (no leaked valid blocks);
+//! - checkpoint counters and free-space accounting; log heads point at unused space;
+//! - orphan inodes.
+
+use crate::checkpoint::{read_checkpoint, read_pack, read_superblock};
+use crate::error::Result;
+use flashlog_dev::BlockDevice;
+use flashlog_format::codec::{as_block, test_bit, zero_block, Block};
+use flashlog_format::cp::Checkpoint;
+use flashlog_format::dir::{self as fdir, BLOCK_LAYOUT, BLOCK_SLOTS, INLINE_LAYOUT};
+use flashlog_format::meta::{NatBlock, NatEntry, SitBlock, SsaBlock, NAT_ENTRIES_PER_BLOCK, SIT_ENTRIES_PER_BLOCK};
+use flashlog_format::node::{self, iflag, InodeHdr, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, NIDS_PER_BLOCK};
+use flashlog_format::sb::{Geometry, Superblock};
+use flashlog_format::{BlkAddr, Ino, Nid, BLOCKS_PER_SEG, BLOCK_SIZE, NEW_ADDR, NULL_ADDR, ROOT_INO};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Severity {
+    /// The volume is inconsistent.
+    Error,
+    /// Allowed, but worth knowing.
+    Warning,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Finding {
+    pub severity: Severity,
+    /// Which structure: "superblock", "checkpoint", "nat", "sit", "ssa", "inode", "dir", ...
+    pub area: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sev = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{sev}: {}: {}", self.area, self.message)
+    }
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct FsckReport {
+    pub findings: Vec<Finding>,
+    pub checkpoint_version: u64,
+    pub inodes: u64,
+    pub directories: u64,
+    pub files: u64,
+    pub data_blocks: u64,
+    pub node_blocks: u64,
+    /// Findings beyond this many are counted, not stored.
+    pub suppressed: u64,
+}
+
+/// Findings kept in the report (a badly broken image would otherwise produce millions).
+pub const MAX_FINDINGS: usize = 1000;
+
+impl FsckReport {
+    pub fn errors(&self) -> usize {
+        self.findings.iter().filter(|f| f.severity == Severity::Error).count() + self.suppressed as usize
+    }
+    pub fn is_clean(&self) -> bool {
+        self.errors() == 0
+    }
+    /// fsck(8) exit code: 0 clean, 4 errors left uncorrected.
+    pub fn exit_code(&self) -> i32 {
+        if self.is_clean() {
+            0
+        } else {
+            4
+        }
+    }
+}
+
+impl std::fmt::Display for FsckReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for x in &self.findings {
+            writeln!(f, "{x}")?;
+        }
+        if self.suppressed > 0 {
+            writeln!(f, "... and {} more errors", self.suppressed)?;
+        }
+        write!(
+            f,
+            "checkpoint {}: {} inodes ({} directories, {} files), {} data blocks, {} node blocks: {}",
+            self.checkpoint_version,
+            self.inodes,
+            self.directories,
+            self.files,
+            self.data_blocks,
+            self.node_blocks,
+            if self.is_clean() { "clean".to_string() } else { format!("{} errors", self.errors()) }
+        )
+    }
+}
+
+/// Who references a main-area block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    Node(Nid),
+    Data { nid: Nid, slot: u16 },
+}
+
+struct Checker<'a> {
+    dev: &'a dyn BlockDevice,
+    sb: Superblock,
+    geo: Geometry,
+    cp: Checkpoint,
+    nat: Vec<NatEntry>,
+    sit: Vec<flashlog_format::meta::SitEntry>,
+    report: FsckReport,
+    /// Every reachable main-area block.
+    owners: HashMap<BlkAddr, Owner>,
+    reserved_blocks: u64,
+    /// Inode -> names found in directories.
+    links: HashMap<Ino, u32>,
+    /// Nids reached through inodes.
+    reached_nids: HashSet<Nid>,
+    subdirs: HashMap<Ino, u32>,
+    inode_hdrs: BTreeMap<Ino, InodeHdr>,
+}
+
+impl<'a> Checker<'a> {
+    fn add(&mut self, severity: Severity, area: &'static str, message: String) {
+        if self.report.findings.len() >= MAX_FINDINGS {
+            if severity == Severity::Error {
+                self.report.suppressed += 1;
+            }
+            return;
+        }
+        self.report.findings.push(Finding { severity, area, message });
+    }
+    fn err(&mut self, area: &'static str, message: String) {
+        self.add(Severity::Error, area, message)
+    }
+
+    fn read(&mut self, addr: BlkAddr) -> Option<Box<Block>> {
+        let mut b = zero_block();
+        match self.dev.read(addr, &mut b[..]) {
+            Ok(_) => Some(b),
+            Err(e) => {
+                self.err("device", format!("read of block {addr} failed: {e}"));
+                None
+            }
+        }
+    }
+
+    fn load_nat(&mut self) {
+        let g = self.geo.clone();
+        let mut nat = vec![NatEntry::default(); g.max_nid as usize];
+        for i in 0..g.nat_blocks {
+            let copy = test_bit(&self.cp.nat_bitmap, i as usize) as u8;
+            let Some(b) = self.read(g.nat_block_addr(i, copy)) else { continue };
+            match NatBlock::decode(&b, i) {
+                Ok(nb) => {
+                    for (slot, e) in nb.entries.into_iter().enumerate() {
+                        let nid = i as usize * NAT_ENTRIES_PER_BLOCK + slot;
+                        if nid < nat.len() {
+                            nat[nid] = e;
+                        }
+                    }
+                }
+                Err(e) => self.err("nat", format!("NAT block {i} (copy {copy}): {e}")),
+            }
+        }
+        self.nat = nat;
+    }
+
+    fn load_sit(&mut self) {
+        let g = self.geo.clone();
+        let mut sit = vec![Default::default(); g.main_segments as usize];
+        for i in 0..g.sit_blocks {
+            let copy = test_bit(&self.cp.sit_bitmap, i as usize) as u8;
+            let Some(b) = self.read(g.sit_block_addr(i, copy)) else { continue };
+            match SitBlock::decode(&b, i) {
+                Ok(sb) => {
+                    for (slot, e) in sb.entries.into_iter().enumerate() {
+                        let seg = i as usize * SIT_ENTRIES_PER_BLOCK + slot;
+                        if seg < sit.len() {
+                            sit[seg] = e;
+                        }
+                    }
+                }
+                Err(e) => self.err("sit", format!("SIT block {i} (copy {copy}): {e}")),
+            }
+        }
+        self.sit = sit;
+    }
+
+    fn nat_entry(&self, nid: Nid) -> Option<NatEntry> {
+        self.nat.get(nid as usize).copied()
+    }
+
+    /// Claim a main-area block for `owner`; report double use and bad addresses.
+    fn claim(&mut self, addr: BlkAddr, owner: Owner, ino: Ino) -> bool {
+        if !self.geo.is_main(addr) {
+            self.err("inode", format!("inode {ino}: {owner:?} points at block {addr:#x} outside the main area"));
+            return false;
+        }
+        if let Some(prev) = self.owners.insert(addr, owner) {
+            self.err("inode", format!("inode {ino}: block {addr} used twice ({prev:?} and {owner:?})"));
+            return false;
+        }
+        true
+    }
+
+    /// Read node `nid` of `ino` and check its footer. `ofs`/`kind` are what the tree says.
+    fn node(&mut self, nid: Nid, ino: Ino, kind: NodeKind, ofs: Option<u32>) -> Option<Box<Block>> {
+        let Some(e) = self.nat_entry(nid) else {
+            self.err("inode", format!("inode {ino}: nid {nid} out of range"));
+            return None;
+        };
+        if e.addr == NULL_ADDR {
+            self.err("nat", format!("inode {ino}: node {nid} has no NAT address"));
+            return None;
+        }
+        if e.ino != ino {
+            self.err("nat", format!("node {nid}: NAT says inode {}, tree of inode {ino} uses it", e.ino));
+        }
+        if !self.reached_nids.insert(nid) {
+            self.err("inode", format!("inode {ino}: node {nid} reached twice"));
+            return None;
+        }
+        if !self.claim(e.addr, Owner::Node(nid), ino) {
+            return None;
+        }
+        self.report.node_blocks += 1;
+        let b = self.read(e.addr)?;
+        match node::check_node(&b, Some(nid)) {
+            Ok(f) => {
+                if f.ino != ino {
+                    self.err("node", format!("node {nid} at {}: footer inode {} != {ino}", e.addr, f.ino));
+                }
+                if f.kind() != Some(kind) {
+                    self.err("node", format!("node {nid} at {}: kind {:?}, expected {kind:?}", e.addr, f.kind()));
+                }
+                if let Some(o) = ofs {
+                    if f.ofs != o {
+                        self.err("node", format!("node {nid}: tree offset {} != {o}", f.ofs));
+                    }
+                }
+                Some(b)
+            }
+            Err(err) => {
+                self.err("node", format!("node {nid} of inode {ino} at {}: {err}", e.addr));
+                None
+            }
+        }
+    }
+
+    /// Walk one inode's node tree. Returns its header and data block map (index -> addr).
+    fn walk_inode(&mut self, ino: Ino, want_data: bool) -> Option<(InodeHdr, Box<Block>, BTreeMap<u64, BlkAddr>)> {
+        let blk = self.node(ino, ino, NodeKind::Inode, Some(0))?;
+        let hdr = match InodeHdr::read(&blk) {
+            Ok(h) => h,
+            Err(e) => {
+                self.err("inode", format!("inode {ino}: {e}"));
+                return None;
+            }
+        };
+        self.report.inodes += 1;
+        let mut data = BTreeMap::new();
+        let mut count = 0u64;
+        let inline = hdr.flags & (iflag::INLINE_DATA | iflag::INLINE_DENTRY) != 0;
+        if hdr.flags & iflag::INLINE_DATA != 0 && hdr.size > node::MAX_INLINE_DATA as u64 {
+            self.err("inode", format!("inode {ino}: inline file of size {}", hdr.size));
+        }
+        let mut note = |me: &mut Self, addr: BlkAddr, idx: u64, nid: Nid, slot: usize| {
+            if addr == NULL_ADDR {
+                return;
+            }
+            count += 1;
+            if addr == NEW_ADDR {
+                me.reserved_blocks += 1;
+            } else if me.claim(addr, Owner::Data { nid, slot: slot as u16 }, ino) {
+                me.report.data_blocks += 1;
+                if want_data {
+                    data.insert(idx, addr);
+                }
+            }
+        };
+        if !inline {
+            for s in 0..ADDRS_PER_INODE {
+                note(self, node::inode_addr(&blk, s), s as u64, ino, s);
+            }
+        }
+        if hdr.xattr_nid != 0 {
+            if let Some(x) = self.node(hdr.xattr_nid, ino, NodeKind::Xattr, None) {
+                if let Err(e) = node::xattrs(&x) {
+                    self.err("xattr", format!("inode {ino}: {e}"));
+                }
+            }
+        }
+        // Subtrees: (inode nid slot, first file index of the subtree, level).
+        let (a, n, i) = (ADDRS_PER_BLOCK as u64, NIDS_PER_BLOCK as u64, ADDRS_PER_INODE as u64);
+        let roots = [(0usize, i, 1usize), (1, i + a, 1), (2, i + 2 * a, 2), (3, i + 2 * a + n * a, 2), (4, i + 2 * a + 2 * n * a, 3)];
+        let mut stack: Vec<(Nid, u64, usize)> = Vec::new();
+        for &(k, start, level) in &roots {
+            let nid = node::inode_nid(&blk, k);
+            if nid != 0 {
+                stack.push((nid, start, level));
+            }
+        }
+        while let Some((nid, start, level)) = stack.pop() {
+            let want_ofs = node::node_path(start).map(|p| p.node_ofs[p.depth + 1 - level]);
+            let kind = if level == 1 { NodeKind::Direct } else { NodeKind::Indirect };
+            let Some(b) = self.node(nid, ino, kind, want_ofs) else { continue };
+            if level == 1 {
+                for s in 0..ADDRS_PER_BLOCK {
+                    note(self, node::dnode_addr(&b, s), start + s as u64, nid, s);
+                }
+            } else {
+                let span = a * n.pow(level as u32 - 2);
+                for s in 0..NIDS_PER_BLOCK {
+                    let c = node::indirect_nid(&b, s);
+                    if c != 0 {
+                        stack.push((c, start + s as u64 * span, level - 1));
+                    }
+                }
+            }
+        }
+        if hdr.blocks != count {
+            self.err("inode", format!("inode {ino}: header says {} blocks, tree holds {count}", hdr.blocks));
+        }
+        Some((hdr, blk, data))
+    }
+
+    fn check_tree(&mut self) {
+        let seed = self.sb.hash_seed;
+        let mut queue = VecDeque::from([(ROOT_INO, ROOT_INO)]);
+        let mut seen_dirs = HashSet::new();
+        let mut seen_inodes = HashSet::new();
+        self.links.insert(ROOT_INO, 1);
+        while let Some((dir, parent)) = queue.pop_front() {
+            if !seen_dirs.insert(dir) {
+                self.err("dir", format!("directory {dir} reached twice (a loop or a directory hard link)"));
+                continue;
+            }
+            seen_inodes.insert(dir);
+            let Some((hdr, blk, data)) = self.walk_inode(dir, true) else { continue };
+            self.report.directories += 1;
+            if hdr.mode & crate::cell::libc_mode::S_IFMT != crate::cell::libc_mode::S_IFDIR {
+                self.err("dir", format!("inode {dir} is listed as a directory but has mode {:o}", hdr.mode));
+                continue;
+            }
+            if hdr.pino != parent {
+                self.err("dir", format!("directory {dir}: parent link {} but found in {parent}", hdr.pino));
+            }
+            let mut entries = Vec::new();
+            if hdr.flags & iflag::INLINE_DENTRY != 0 {
+                match INLINE_LAYOUT.entries(node::inode_area(&blk)) {
+                    Ok(es) => entries.extend(es.into_iter().map(|d| (None, d))),
+                    Err(e) => self.err("dir", format!("directory {dir} inline entries: {e}")),
+                }
+            } else {
+                for (&idx, &addr) in &data {
+                    let Some(b) = self.read(addr) else { continue };
+                    if let Err(e) = fdir::check_dentry_block(&b) {
+                        self.err("dir", format!("directory {dir} block {idx}: {e}"));
+                        continue;
+                    }
+                    match BLOCK_LAYOUT.entries(&b[..]) {
+                        Ok(es) => entries.extend(es.into_iter().map(|d| (Some(idx), d))),
+                        Err(e) => self.err("dir", format!("directory {dir} block {idx}: {e}")),
+                    }
+                }
+            }
+            let mut names = HashSet::new();
+            let mut subdirs = 0;
+            for (block, d) in entries {
+                let shown = String::from_utf8_lossy(&d.name).into_owned();
+                if d.hash != fdir::name_hash(seed, &d.name) {
+                    self.err("dir", format!("directory {dir}: entry {shown:?} has a wrong hash"));
+                }
+                if let Some(idx) = block {
+                    if !hash_fits(idx, d.hash, hdr.depth) {
+                        self.err("dir", format!("directory {dir}: entry {shown:?} is in block {idx}, outside its hash bucket"));
+                    }
+                }
+                if !names.insert(d.name.clone()) {
+                    self.err("dir", format!("directory {dir}: name {shown:?} appears twice"));
+                }
+                if d.name.contains(&b'/') || d.name == b"." || d.name == b".." {
+                    self.err("dir", format!("directory {dir}: invalid name {shown:?}"));
+                }
+                match self.nat_entry(d.ino) {
+                    Some(e) if e.addr != NULL_ADDR && e.ino == d.ino => {}
+                    _ => {
+                        self.err("dir", format!("directory {dir}: entry {shown:?} points at missing inode {}", d.ino));
+                        continue;
+                    }
+                }
+                *self.links.entry(d.ino).or_default() += 1;
+                if d.ftype == fdir::ftype::DIR {
+                    subdirs += 1;
+                    queue.push_back((d.ino, dir));
+                } else if seen_inodes.insert(d.ino) {
+                    self.check_file(d.ino, d.ftype);
+                }
+            }
+            self.subdirs.insert(dir, subdirs);
+            self.inode_hdrs.insert(dir, hdr);
+        }
+    }
+
+    fn check_file(&mut self, ino: Ino, ftype: u8) {
+        let Some((hdr, _, _)) = self.walk_inode(ino, false) else { return };
+        self.report.files += 1;
+        let mode_type = match hdr.mode & crate::cell::libc_mode::S_IFMT {
+            crate::cell::libc_mode::S_IFREG => fdir::ftype::REG,
+            crate::cell::libc_mode::S_IFLNK => fdir::ftype::LNK,
+            crate::cell::libc_mode::S_IFCHR => fdir::ftype::CHR,
+            crate::cell::libc_mode::S_IFBLK => fdir::ftype::BLK,
+            crate::cell::libc_mode::S_IFIFO => fdir::ftype::FIFO,
+            crate::cell::libc_mode::S_IFSOCK => fdir::ftype::SOCK,
+            crate::cell::libc_mode::S_IFDIR => fdir::ftype::DIR,
+            _ => fdir::ftype::UNKNOWN,
+        };
+        if mode_type != ftype {
+            self.err("dir", format!("inode {ino}: directory entry type {ftype} but mode {:o}", hdr.mode));
+        }
+        self.inode_hdrs.insert(ino, hdr);
+    }
+
+    fn check_links(&mut self) {
+        let hdrs = std::mem::take(&mut self.inode_hdrs);
+        for (&ino, hdr) in &hdrs {
+            let is_dir = hdr.mode & crate::cell::libc_mode::S_IFMT == crate::cell::libc_mode::S_IFDIR;
+            let want = if is_dir { 2 + self.subdirs.get(&ino).copied().unwrap_or(0) } else { self.links.get(&ino).copied().unwrap_or(0) };
+            if hdr.nlink != want {
+                self.err("inode", format!("inode {ino}: link count {} but {want} found", hdr.nlink));
+            }
+        }
+        self.inode_hdrs = hdrs;
+    }
+
+    fn check_orphans(&mut self) {
+        for ino in self.cp.orphans.clone() {
+            if self.inode_hdrs.contains_key(&ino) {
+                self.err("orphan", format!("orphan inode {ino} is still linked in a directory"));
+                continue;
+            }
+            if let Some((hdr, _, _)) = self.walk_inode(ino, false) {
+                if hdr.nlink != 0 {
+                    self.err("orphan", format!("orphan inode {ino} has {} links", hdr.nlink));
+                }
+            }
+        }
+    }
+
+    fn check_nat_leaks(&mut self) {
+        let mut leaked = 0;
+        for nid in 1..self.nat.len() as Nid {
+            let e = self.nat[nid as usize];
+            if e.addr != NULL_ADDR && !self.reached_nids.contains(&nid) {
+                leaked += 1;
+                if leaked <= 20 {
+                    self.err("nat", format!("node {nid} (inode {}) at {} is not reachable from any inode", e.ino, e.addr));
+                }
+            }
+        }
+        if leaked > 20 {
+            self.err("nat", format!("{} more unreachable nodes", leaked - 20));
+        }
+    }
+
+    fn check_sit_ssa(&mut self) {
+        let g = self.geo.clone();
+        let mut total_valid = 0u64;
+        for seg in 0..g.main_segments {
+            let se = self.sit[seg as usize].clone();
+            total_valid += se.valid as u64;
+            let start = g.seg_start(seg);
+            let mut wrong = 0;
+            let mut any_reached = false;
+            for off in 0..BLOCKS_PER_SEG as usize {
+                let reached = self.owners.contains_key(&(start + off as u64));
+                any_reached |= reached;
+                if reached != test_bit(&se.bitmap, off) {
+                    wrong += 1;
+                    if wrong <= 3 {
+                        let what = if reached { "reachable but marked free" } else { "marked valid but unreachable" };
+                        self.err("sit", format!("segment {seg} block {off} (addr {}): {what}", start + off as u64));
+                    }
+                }
+            }
+            if wrong > 3 {
+                self.err("sit", format!("segment {seg}: {} more validity mismatches", wrong - 3));
+            }
+            if !any_reached {
+                continue;
+            }
+            let copy = test_bit(&self.cp.ssa_bitmap, seg as usize) as u8;
+            let Some(b) = self.read(g.ssa_block_addr(seg, copy)) else { continue };
+            let ssa = match SsaBlock::decode(&b, seg) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.err("ssa", format!("segment {seg} summary: {e}"));
+                    continue;
+                }
+            };
+            let mut bad = 0;
+            for off in 0..BLOCKS_PER_SEG as usize {
+                let Some(&owner) = self.owners.get(&(start + off as u64)) else { continue };
+                let s = ssa.entries[off];
+                let ok = match owner {
+                    Owner::Node(nid) => s.nid == nid,
+                    Owner::Data { nid, slot } => s.nid == nid && s.ofs == slot,
+                };
+                if !ok {
+                    bad += 1;
+                    if bad <= 3 {
+                        self.err("ssa", format!("segment {seg} block {off}: summary says nid {} slot {}, owner is {owner:?}", s.nid, s.ofs));
+                    }
+                }
+            }
+            if bad > 3 {
+                self.err("ssa", format!("segment {seg}: {} more summary mismatches", bad - 3));
+            }
+        }
+        let reachable = self.owners.len() as u64;
+        if total_valid != reachable {
+            self.err("sit", format!("SIT counts {total_valid} valid blocks, {reachable} are reachable"));
+        }
+    }
+
+    fn check_counters_and_heads(&mut self) {
+        let g = self.geo.clone();
+        let cp = self.cp.clone();
+        let want_blocks = self.owners.len() as u64 + self.reserved_blocks;
+        if cp.valid_blocks != want_blocks {
+            self.err("checkpoint", format!("valid block count {} but {want_blocks} blocks are allocated", cp.valid_blocks));
+        }
+        if cp.valid_nodes != self.report.node_blocks {
+            self.err("checkpoint", format!("valid node count {} but {} nodes are reachable", cp.valid_nodes, self.report.node_blocks));
+        }
+        if cp.valid_inodes != self.report.inodes {
+            self.err("checkpoint", format!("inode count {} but {} inodes are reachable", cp.valid_inodes, self.report.inodes));
+        }
+        if want_blocks > g.user_blocks {
+            self.err("checkpoint", format!("{want_blocks} blocks allocated, more than the {} user blocks", g.user_blocks));
+        }
+        // Sections owned by log heads, and free-space accounting.
+        let sps = g.segs_per_sec as u64;
+        let mut current = HashSet::new();
+        for (i, h) in cp.heads.iter().enumerate() {
+            if h.seg >= g.main_segments || h.blkoff as u64 > BLOCKS_PER_SEG {
+                self.err("checkpoint", format!("log head {i} at segment {} offset {} is out of range", h.seg, h.blkoff));
+                continue;
+            }
+            current.insert(h.seg / sps);
+            let se = &self.sit[h.seg as usize];
+            for off in h.blkoff as usize..BLOCKS_PER_SEG as usize {
+                if test_bit(&se.bitmap, off) {
+                    self.err("checkpoint", format!("log head {i}: segment {} block {off} is valid but ahead of the head", h.seg));
+                    break;
+                }
+            }
+            if h.next_seg != u64::MAX {
+                if h.next_seg >= g.main_segments {
+                    self.err("checkpoint", format!("log head {i}: next segment {} out of range", h.next_seg));
+                } else {
+                    current.insert(h.next_seg / sps);
+                    if self.sit[h.next_seg as usize].valid != 0 && h.next_seg / sps != h.seg / sps {
+                        self.err("checkpoint", format!("log head {i}: next segment {} already holds data", h.next_seg));
+                    }
+                }
+            }
+        }
+        let mut free = 0;
+        for sec in 0..g.sections() {
+            let valid: u64 = (sec * sps..(sec + 1) * sps).map(|s| self.sit[s as usize].valid as u64).sum();
+            if valid == 0 && !current.contains(&sec) {
+                free += 1;
+            }
+        }
+        if cp.free_segments != free * sps {
+            self.err("checkpoint", format!("free segment count {} but {} segments are free", cp.free_segments, free * sps));
+        }
+    }
+}
+
+/// Is dentry block `idx` in a bucket that hash `h` maps to at some level below `depth`?
+fn hash_fits(idx: u64, h: u32, depth: u32) -> bool {
+    (0..depth.min(fdir::MAX_DEPTH)).any(|l| fdir::bucket_blocks(l, h).contains(&idx))
+}
+
+/// Check the volume on `dev`. `Err` means the check could not run at all (exit code 8).
+pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
+    let mut report = FsckReport::default();
+    let sb = match read_superblock(dev) {
+        Ok(sb) => sb,
+        Err(e) => {
+            report.findings.push(Finding { severity: Severity::Error, area: "superblock", message: e.to_string() });
+            return Ok(report);
+        }
+    };
+    let mut b = zero_block();
+    for copy in 0..2u64 {
+        dev.read(copy, &mut b[..])?;
+        match Superblock::decode(as_block(&b[..], "superblock")?) {
+            Ok(s) if s == sb => {}
+            Ok(_) => report.findings.push(Finding { severity: Severity::Error, area: "superblock", message: format!("copy {copy} differs from the copy in use") }),
+            Err(e) => report.findings.push(Finding { severity: Severity::Error, area: "superblock", message: format!("copy {copy}: {e}") }),
+        }
+    }
+    let cp = match read_checkpoint(dev, &sb.geo) {
+        Ok(cp) => cp,
+        Err(e) => {
+            report.findings.push(Finding { severity: Severity::Error, area: "checkpoint", message: e.to_string() });
+            return Ok(report);
+        }
+    };
+    for pack in 0..2u8 {
+        if let Err(e) = read_pack(dev, &sb.geo, pack) {
+            report.findings.push(Finding { severity: Severity::Warning, area: "checkpoint", message: format!("pack {pack} is not valid ({e}); the other pack is in use") });
+        }
+    }
+    report.checkpoint_version = cp.version;
+    let geo = sb.geo.clone();
+    let mut c = Checker {
+        dev,
+        sb,
+        geo,
+        cp,
+        nat: Vec::new(),
+        sit: Vec::new(),
+        report,
+        owners: HashMap::new(),
+        reserved_blocks: 0,
+        links: HashMap::new(),
+        reached_nids: HashSet::new(),
+        subdirs: HashMap::new(),
+        inode_hdrs: BTreeMap::new(),
+    };
+    c.load_nat();
+    c.load_sit();
+    c.check_tree();
+    c.check_links();
+    c.check_orphans();
+    c.check_nat_leaks();
+    c.check_sit_ssa();
+    c.check_counters_and_heads();
+    let _ = BLOCK_SLOTS;
+    let _ = BLOCK_SIZE;
+    Ok(c.report)
+}

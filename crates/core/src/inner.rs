@@ -501,7 +501,6 @@ impl FsInner {
         if st.freed {
             return Ok(());
         }
-        st.hdr.flags &= !(node::iflag::INLINE_DATA | node::iflag::INLINE_DENTRY);
         // Drop cached pages first (releasing reservations), then every block and node.
         let pages = std::mem::take(&mut st.pages);
         for (_, p) in pages {

@@ -215,6 +215,12 @@ impl SegManager {
     pub fn free_sections(&self) -> u64 {
         self.free_secs.load(Ordering::Acquire)
     }
+    /// Sections free once the checkpoint being written is durable (free + prefree ones
+    /// that are still empty and not owned by a head).
+    pub fn free_after_checkpoint(&self) -> u64 {
+        let p = self.prefree.lock();
+        self.free_sections() + p.iter().filter(|&&sec| !self.current.test(sec) && self.section_valid(sec) == 0).count() as u64
+    }
     pub fn reserve_sections(&self) -> u64 {
         self.reserve_secs
     }
