@@ -1,1 +1,45 @@
-//! placeholder
+//! Flashlog's built-in flash SSD emulator (`flashlog-ssd`).
+//!
+//! Owns: [`SsdDevice`], a [`flashlog_dev::BlockDevice`] that models NAND geometry and timing
+//! (per-die busy time, channel and host-link bandwidth calendars, firmware overhead, a write
+//! buffer with early completion and back-pressure), a page-mapping FTL with overprovisioning,
+//! line GC (greedy or cost-benefit) paced by write credits, TRIM, mapping-memory accounting,
+//! virtual and wall clocks, presets, statistics, and the `flashlog ssd` command ([`run`]).
+//!
+//! Module map (each file's header gives its invariants and lock order):
+//! - `config`: parameters, presets, parsing, capacity scaling;
+//! - `calendar`, `timing`: bandwidth calendars and the NAND timing model;
+//! - `ftl`: mapping and victim-policy traits (plug-in points for D2FS/IPLFS), line table;
+//! - `engine`: the FTL algorithm over the timing model;
+//! - `store`: page contents (none, RAM, file);
+//! - `stats`, `analytic`: measurements and closed-form expectations;
+//! - `device`: the `BlockDevice`; `workload`, `cli`: the synthetic workload command.
+//!
+//! Lock order (whole crate): `SsdDevice.engine` → released → `SsdDevice.rec`; store shard
+//! locks are leaves. No lock is held while sleeping on the wall clock.
+
+pub mod analytic;
+pub mod calendar;
+pub mod cli;
+pub mod config;
+pub mod device;
+pub mod engine;
+pub mod ftl;
+pub mod stats;
+pub mod store;
+pub mod timing;
+pub mod workload;
+
+pub use cli::{run, SsdArgs};
+pub use config::{
+    parse_duration_ns, parse_size, ClockKind, ConfigError, GcConfig, Geometry, SsdConfig,
+    StoreKind, Timing, VictimKind, WriteBufferConfig, MAP_UNIT,
+};
+pub use device::{SsdDevice, SsdError, Timed};
+pub use engine::{Counters, EngineError};
+pub use ftl::{
+    CostBenefit, EventQueue, Greedy, LineId, LineState, LineTable, Lpn, Mapping, PageMap, Ppn,
+    VictimPolicy,
+};
+pub use stats::{OpKind, SsdStats};
+pub use workload::{Pattern, Phase, PhaseResult};

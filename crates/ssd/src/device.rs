@@ -1,0 +1,419 @@
+//! [`SsdDevice`]: the emulator as a [`BlockDevice`], on a virtual or a wall clock.
+//!
+//! Owns: the engine (FTL + timing) behind one short-held lock, the statistics recorder, the
+//! page-content store and the clock.
+//!
+//! Clocks:
+//! - virtual: a request is submitted at the device's current virtual time and the time jumps
+//!   to its completion when it returns; nothing sleeps. Requests from several threads are thus
+//!   serialised in virtual time; use [`BlockDevice::read_many`] or the `*_at` methods (explicit
+//!   submission times, as the workload generator does for queue depth > 1) for parallelism.
+//! - wall: device time is nanoseconds since the device was created; a request is submitted at
+//!   the current time, and the calling thread sleeps until the modelled completion. The
+//!   achieved latency (and how late the wake-up was) is what the statistics record.
+//!
+//! Invariants: the engine sees requests in the order they take its lock; every completion
+//! carries all device events queued before it finished; requests are checked (range,
+//! alignment) before touching any state.
+//!
+//! Lock order: `engine` then nothing; `recorder` is taken only after `engine` is released; the
+//! store's internal locks are leaves taken with no other lock held.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use flashlog_dev::{
+    check_range, check_request, BlockDevice, Capabilities, Completion, DevError, DevResult,
+    DeviceEvent, BLOCK_SIZE_U64,
+};
+use parking_lot::Mutex;
+
+use crate::config::{ClockKind, ConfigError, SsdConfig, StoreKind, VictimKind};
+use crate::engine::{Engine, EngineError};
+use crate::ftl::{CostBenefit, Greedy, Mapping, PageMap, VictimPolicy};
+use crate::stats::{LatencyStats, MemoryStats, OpKind, Recorder, SsdStats};
+use crate::store::Store;
+
+/// Errors building a device.
+#[derive(Debug, thiserror::Error)]
+pub enum SsdError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot open the backing file: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the mapping covers {mapping} logical blocks but the configuration exposes {config}")]
+    MappingSize { mapping: u64, config: u64 },
+}
+
+/// A request's result with its modelled times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timed {
+    pub completion: Completion,
+    pub submit_ns: u64,
+    pub done_ns: u64,
+}
+
+enum Clock {
+    Virtual(AtomicU64),
+    Wall(Instant),
+}
+
+impl Clock {
+    fn now(&self) -> u64 {
+        match self {
+            Clock::Virtual(t) => t.load(Ordering::Acquire),
+            Clock::Wall(epoch) => epoch.elapsed().as_nanos() as u64,
+        }
+    }
+}
+
+fn engine_err(e: EngineError) -> DevError {
+    DevError::Io(std::io::Error::new(
+        std::io::ErrorKind::StorageFull,
+        e.to_string(),
+    ))
+}
+
+/// The flash SSD emulator.
+pub struct SsdDevice {
+    cfg: SsdConfig,
+    caps: Capabilities,
+    engine: Mutex<Engine>,
+    rec: Mutex<Recorder>,
+    store: Store,
+    clock: Clock,
+}
+
+impl SsdDevice {
+    /// A device with the page-mapping FTL and the configured victim policy.
+    pub fn new(cfg: SsdConfig) -> Result<Self, SsdError> {
+        cfg.validate()?;
+        let mapping = Box::new(PageMap::new(cfg.logical_blocks()));
+        let policy: Box<dyn VictimPolicy> = match cfg.gc.policy {
+            VictimKind::Greedy => Box::new(Greedy),
+            VictimKind::CostBenefit => Box::new(CostBenefit),
+        };
+        Self::with_ftl(cfg, mapping, policy)
+    }
+
+    /// A device with a caller-supplied FTL variant. The mapping's logical size is what the
+    /// device exposes (it may exceed the physical space, e.g. for virtual OP).
+    pub fn with_ftl(
+        cfg: SsdConfig,
+        mapping: Box<dyn Mapping>,
+        policy: Box<dyn VictimPolicy>,
+    ) -> Result<Self, SsdError> {
+        cfg.validate()?;
+        if mapping.logical_blocks() < cfg.logical_blocks() {
+            return Err(SsdError::MappingSize {
+                mapping: mapping.logical_blocks(),
+                config: cfg.logical_blocks(),
+            });
+        }
+        let store = match &cfg.store {
+            StoreKind::None => Store::none(),
+            StoreKind::Ram => Store::ram(),
+            StoreKind::File(p) => Store::file(p, mapping.logical_blocks())?,
+        };
+        let mut caps =
+            Capabilities::plain(&format!("ssd:{}", cfg.preset), mapping.logical_blocks());
+        caps.migration_upcalls = mapping.migration_upcalls();
+        caps.persistent = store.persistent();
+        let engine = Engine::new(&cfg, mapping, policy);
+        let clock = match cfg.clock {
+            ClockKind::Virtual => Clock::Virtual(AtomicU64::new(0)),
+            ClockKind::Wall => Clock::Wall(Instant::now()),
+        };
+        Ok(SsdDevice {
+            rec: Mutex::new(Recorder::new(cfg.bw_bin_ns, 0)),
+            caps,
+            engine: Mutex::new(engine),
+            store,
+            clock,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &SsdConfig {
+        &self.cfg
+    }
+
+    /// Current device time in ns (virtual, or since creation).
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now()
+    }
+
+    pub fn is_virtual(&self) -> bool {
+        matches!(self.clock, Clock::Virtual(_))
+    }
+
+    /// Move the virtual clock forward to at least `t` (no effect on a wall clock).
+    pub fn advance_to(&self, t: u64) {
+        if let Clock::Virtual(c) = &self.clock {
+            c.fetch_max(t, Ordering::AcqRel);
+        }
+    }
+
+    /// Queue a device-to-host event; it rides on the next completion.
+    pub fn push_event(&self, ev: DeviceEvent) {
+        self.engine.lock().events_mut().push(ev);
+    }
+
+    /// Start a measured phase: zero counters, histograms, busy times and the bandwidth
+    /// series. The FTL and timing state (mapping, lines, die queues) are kept.
+    pub fn reset_stats(&self) {
+        let now = self.now_ns();
+        self.engine.lock().reset_counters();
+        self.rec.lock().reset(now);
+    }
+
+    /// Snapshot of all statistics.
+    pub fn stats(&self) -> SsdStats {
+        let (counters, busy, stall, mem, free_lines) = {
+            let e = self.engine.lock();
+            (
+                e.counters().clone(),
+                e.busy(),
+                e.timing.buffer_stall_ns(),
+                e.memory_bytes(),
+                e.free_lines(),
+            )
+        };
+        let rec = self.rec.lock();
+        let latency = LatencyStats {
+            read: rec.latency(OpKind::Read),
+            write: rec.latency(OpKind::Write),
+            discard: rec.latency(OpKind::Discard),
+            flush: rec.latency(OpKind::Flush),
+            wall_lateness: rec.lateness(),
+        };
+        let bandwidth = rec.bandwidth();
+        drop(rec);
+        let wb = self.cfg.write_buffer.bytes;
+        SsdStats {
+            waf: SsdStats::compute_waf(&counters),
+            host_read_bytes: counters.host_read_blocks * BLOCK_SIZE_U64,
+            host_write_bytes: counters.host_write_blocks * BLOCK_SIZE_U64,
+            host_discard_bytes: counters.host_discard_blocks * BLOCK_SIZE_U64,
+            nand_write_bytes: counters.nand_written_blocks * BLOCK_SIZE_U64,
+            gc_runs: counters.gc_runs,
+            gc_pages_moved: counters.gc_pages_moved,
+            free_lines,
+            mean_free_units: if counters.free_units_samples == 0 {
+                0.0
+            } else {
+                counters.free_units_sum as f64 / counters.free_units_samples as f64
+            },
+            latency,
+            busy,
+            write_buffer_stall_ns: stall,
+            memory: MemoryStats {
+                mapping_bytes: mem.0,
+                line_metadata_bytes: mem.1,
+                write_buffer_bytes: wb,
+                total_bytes: mem.0 + mem.1 + wb,
+            },
+            bandwidth,
+            counters,
+        }
+    }
+
+    /// Check the FTL invariants (O(device size); for tests).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.engine.lock().check_invariants()
+    }
+
+    /// Run `f` on the engine at `at`; returns the completion with its events.
+    fn exec(
+        &self,
+        at: u64,
+        f: impl FnOnce(&mut Engine) -> Result<u64, EngineError>,
+    ) -> DevResult<Timed> {
+        let mut completion = Completion::empty();
+        let done = {
+            let mut e = self.engine.lock();
+            let done = f(&mut e).map_err(engine_err)?;
+            e.drain_events(&mut completion.events);
+            done
+        };
+        Ok(Timed {
+            completion,
+            submit_ns: at,
+            done_ns: done,
+        })
+    }
+
+    fn record(&self, kind: OpKind, timed: &Timed, bytes: u64) {
+        self.rec
+            .lock()
+            .record(kind, timed.done_ns - timed.submit_ns, timed.done_ns, bytes);
+    }
+
+    /// Read at an explicit submission time (no sleeping; records the modelled latency).
+    pub fn read_at(&self, at: u64, addr: u64, buf: &mut [u8]) -> DevResult<Timed> {
+        let n = check_request(&self.caps, addr, buf.len())?;
+        let timed = self.exec(at, |e| Ok(e.read(&[(addr, n)], at)))?;
+        self.store.read(addr, buf)?;
+        self.record(OpKind::Read, &timed, buf.len() as u64);
+        self.advance_to(at);
+        Ok(timed)
+    }
+
+    /// Several reads in flight together, submitted at `at`.
+    pub fn read_many_at(&self, at: u64, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Timed> {
+        let mut extents = Vec::with_capacity(reqs.len());
+        let mut bytes = 0;
+        for (addr, buf) in reqs.iter() {
+            extents.push((*addr, check_request(&self.caps, *addr, buf.len())?));
+            bytes += buf.len() as u64;
+        }
+        let timed = self.exec(at, |e| Ok(e.read(&extents, at)))?;
+        for (addr, buf) in reqs.iter_mut() {
+            self.store.read(*addr, buf)?;
+        }
+        self.record(OpKind::Read, &timed, bytes);
+        self.advance_to(at);
+        Ok(timed)
+    }
+
+    /// Write at an explicit submission time.
+    pub fn write_at(&self, at: u64, addr: u64, buf: &[u8]) -> DevResult<Timed> {
+        let n = check_request(&self.caps, addr, buf.len())?;
+        let timed = self.exec(at, |e| e.write(addr, n, at))?;
+        self.store.write(addr, buf)?;
+        self.record(OpKind::Write, &timed, buf.len() as u64);
+        self.advance_to(at);
+        Ok(timed)
+    }
+
+    /// Discard at an explicit submission time.
+    pub fn discard_at(&self, at: u64, addr: u64, count: u64) -> DevResult<Timed> {
+        check_range(&self.caps, addr, count)?;
+        let timed = self.exec(at, |e| Ok(e.discard(addr, count, at)))?;
+        self.store.discard(addr, count)?;
+        self.record(OpKind::Discard, &timed, 0);
+        self.advance_to(at);
+        Ok(timed)
+    }
+
+    /// Flush at an explicit submission time.
+    pub fn flush_at(&self, at: u64) -> DevResult<Timed> {
+        let timed = self.exec(at, |e| Ok(e.flush(at)))?;
+        self.store.sync()?;
+        self.record(OpKind::Flush, &timed, 0);
+        self.advance_to(at);
+        Ok(timed)
+    }
+
+    /// Run a request on the device's own clock: virtual time jumps to the completion; wall
+    /// time sleeps until it and records the achieved latency.
+    fn on_clock(
+        &self,
+        kind: OpKind,
+        bytes: u64,
+        f: impl FnOnce(&Self, u64) -> DevResult<Timed>,
+    ) -> DevResult<Completion> {
+        match &self.clock {
+            Clock::Virtual(c) => {
+                let at = c.load(Ordering::Acquire);
+                let timed = f(self, at)?;
+                c.fetch_max(timed.done_ns, Ordering::AcqRel);
+                Ok(timed.completion)
+            }
+            Clock::Wall(_) => {
+                let at = self.clock.now();
+                let timed = f(self, at)?;
+                sleep_until(&self.clock, timed.done_ns);
+                let end = self.clock.now();
+                let mut rec = self.rec.lock();
+                rec.record(kind, end - at, timed.done_ns, bytes);
+                rec.record_lateness(end.saturating_sub(timed.done_ns));
+                Ok(timed.completion)
+            }
+        }
+    }
+}
+
+/// Sleep (never spin) until the clock reaches `target`.
+fn sleep_until(clock: &Clock, target: u64) {
+    loop {
+        let now = clock.now();
+        if now >= target {
+            return;
+        }
+        std::thread::sleep(Duration::from_nanos(target - now));
+    }
+}
+
+impl BlockDevice for SsdDevice {
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<Completion> {
+        let bytes = buf.len() as u64;
+        if self.is_virtual() {
+            return self.on_clock(OpKind::Read, bytes, |d, at| d.read_at(at, addr, buf));
+        }
+        self.on_clock(OpKind::Read, bytes, |d, at| {
+            let n = check_request(&d.caps, addr, buf.len())?;
+            let t = d.exec(at, |e| Ok(e.read(&[(addr, n)], at)))?;
+            d.store.read(addr, buf)?;
+            Ok(t)
+        })
+    }
+
+    fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        let bytes = buf.len() as u64;
+        if self.is_virtual() {
+            return self.on_clock(OpKind::Write, bytes, |d, at| d.write_at(at, addr, buf));
+        }
+        self.on_clock(OpKind::Write, bytes, |d, at| {
+            let n = check_request(&d.caps, addr, buf.len())?;
+            let t = d.exec(at, |e| e.write(addr, n, at))?;
+            d.store.write(addr, buf)?;
+            Ok(t)
+        })
+    }
+
+    fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
+        if self.is_virtual() {
+            return self.on_clock(OpKind::Discard, 0, |d, at| d.discard_at(at, addr, count));
+        }
+        self.on_clock(OpKind::Discard, 0, |d, at| {
+            check_range(&d.caps, addr, count)?;
+            let t = d.exec(at, |e| Ok(e.discard(addr, count, at)))?;
+            d.store.discard(addr, count)?;
+            Ok(t)
+        })
+    }
+
+    fn flush(&self) -> DevResult<Completion> {
+        if self.is_virtual() {
+            return self.on_clock(OpKind::Flush, 0, |d, at| d.flush_at(at));
+        }
+        self.on_clock(OpKind::Flush, 0, |d, at| {
+            let t = d.exec(at, |e| Ok(e.flush(at)))?;
+            d.store.sync()?;
+            Ok(t)
+        })
+    }
+
+    fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Completion> {
+        let bytes = reqs.iter().map(|r| r.1.len() as u64).sum();
+        if self.is_virtual() {
+            return self.on_clock(OpKind::Read, bytes, |d, at| d.read_many_at(at, reqs));
+        }
+        self.on_clock(OpKind::Read, bytes, |d, at| {
+            let mut extents = Vec::with_capacity(reqs.len());
+            for (addr, buf) in reqs.iter() {
+                extents.push((*addr, check_request(&d.caps, *addr, buf.len())?));
+            }
+            let t = d.exec(at, |e| Ok(e.read(&extents, at)))?;
+            for (addr, buf) in reqs.iter_mut() {
+                d.store.read(*addr, buf)?;
+            }
+            Ok(t)
+        })
+    }
+}

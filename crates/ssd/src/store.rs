@@ -1,0 +1,152 @@
+//! Page contents: not kept (timing-only), kept sparsely in RAM, or kept in a backing file.
+//! Contents are keyed by logical block, so GC moves never copy data; an FTL variant that
+//! changes a page's logical address during GC must call [`Store::relocate`].
+//!
+//! Owns: the content of every written logical block.
+//!
+//! Invariants: a block never written, or discarded since, reads as zeros; a write of a block
+//! is visible to every read that starts after the write returned.
+//!
+//! Lock order: the RAM store's shard locks are leaves (one held at a time, never while calling
+//! out); the file store has no locks (positional I/O).
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use flashlog_dev::{DevResult, BLOCK_SIZE, BLOCK_SIZE_U64};
+use parking_lot::Mutex;
+
+/// Shards of the RAM store: enough that two to a few dozen threads rarely collide.
+const RAM_SHARDS: usize = 64;
+
+type Block = Box<[u8; BLOCK_SIZE]>;
+
+/// Where page contents live.
+pub enum Store {
+    None,
+    Ram(Box<[Mutex<HashMap<u64, Block>>]>),
+    File(File),
+}
+
+impl Store {
+    pub fn none() -> Self {
+        Store::None
+    }
+
+    pub fn ram() -> Self {
+        Store::Ram(
+            (0..RAM_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+        )
+    }
+
+    /// Open (creating if needed) a backing file sized to `blocks` blocks.
+    pub fn file(path: &Path, blocks: u64) -> std::io::Result<Self> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        let len = blocks * BLOCK_SIZE_U64;
+        if f.metadata()?.len() < len {
+            f.set_len(len)?;
+        }
+        Ok(Store::File(f))
+    }
+
+    pub fn persistent(&self) -> bool {
+        matches!(self, Store::File(_))
+    }
+
+    fn shard(shards: &[Mutex<HashMap<u64, Block>>], lpn: u64) -> &Mutex<HashMap<u64, Block>> {
+        &shards[(lpn % shards.len() as u64) as usize]
+    }
+
+    pub fn write(&self, addr: u64, buf: &[u8]) -> DevResult<()> {
+        match self {
+            Store::None => Ok(()),
+            Store::Ram(shards) => {
+                for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
+                    let lpn = addr + i as u64;
+                    let mut block: Block = Box::new([0u8; BLOCK_SIZE]);
+                    block.copy_from_slice(chunk);
+                    Self::shard(shards, lpn).lock().insert(lpn, block);
+                }
+                Ok(())
+            }
+            Store::File(f) => Ok(f.write_all_at(buf, addr * BLOCK_SIZE_U64)?),
+        }
+    }
+
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<()> {
+        match self {
+            Store::None => {
+                buf.fill(0);
+                Ok(())
+            }
+            Store::Ram(shards) => {
+                for (i, chunk) in buf.chunks_exact_mut(BLOCK_SIZE).enumerate() {
+                    let lpn = addr + i as u64;
+                    match Self::shard(shards, lpn).lock().get(&lpn) {
+                        Some(b) => chunk.copy_from_slice(&b[..]),
+                        None => chunk.fill(0),
+                    }
+                }
+                Ok(())
+            }
+            Store::File(f) => Ok(f.read_exact_at(buf, addr * BLOCK_SIZE_U64)?),
+        }
+    }
+
+    pub fn discard(&self, addr: u64, count: u64) -> DevResult<()> {
+        match self {
+            Store::None => Ok(()),
+            Store::Ram(shards) => {
+                for lpn in addr..addr + count {
+                    Self::shard(shards, lpn).lock().remove(&lpn);
+                }
+                Ok(())
+            }
+            Store::File(f) => {
+                use rustix::fs::{fallocate, FallocateFlags};
+                let (off, len) = (addr * BLOCK_SIZE_U64, count * BLOCK_SIZE_U64);
+                match fallocate(
+                    f,
+                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                    off,
+                    len,
+                ) {
+                    Ok(()) => Ok(()),
+                    // File systems without hole punching: write zeros instead.
+                    Err(_) => {
+                        let zeros = vec![0u8; BLOCK_SIZE];
+                        for lpn in addr..addr + count {
+                            f.write_all_at(&zeros, lpn * BLOCK_SIZE_U64)?;
+                        }
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+
+    /// Make every completed write durable (only the file store has anything to do).
+    pub fn sync(&self) -> DevResult<()> {
+        match self {
+            Store::File(f) => Ok(f.sync_data()?),
+            _ => Ok(()),
+        }
+    }
+
+    /// Move the content of block `from` to block `to` (FTL variants that remap during GC).
+    pub fn relocate(&self, from: u64, to: u64) -> DevResult<()> {
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        self.read(from, &mut buf)?;
+        self.write(to, &buf)?;
+        self.discard(from, 1)
+    }
+}

@@ -1,0 +1,353 @@
+//! Functional tests of `SsdDevice` through the `BlockDevice` trait: contents, errors, GC
+//! correctness against a model, FTL-variant events, clocks, parallel reads, threads, the CLI.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use flashlog_dev::{BlockDevice, DevError, DeviceEvent, BLOCK_SIZE};
+use flashlog_ssd::{
+    ClockKind, EventQueue, Greedy, Lpn, Mapping, PageMap, Ppn, SsdArgs, SsdConfig, SsdDevice,
+    StoreKind, VictimKind,
+};
+
+fn block(tag: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BLOCK_SIZE];
+    for (i, chunk) in b.chunks_exact_mut(8).enumerate() {
+        chunk.copy_from_slice(&(tag ^ (i as u64) << 48).to_le_bytes());
+    }
+    b
+}
+
+fn tiny(store: StoreKind) -> SsdConfig {
+    let mut c = SsdConfig::preset("tiny").unwrap();
+    c.store = store;
+    c
+}
+
+fn tmp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("flashlog-ssd-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn ram_store_round_trip_discard_and_errors() {
+    let dev = SsdDevice::new(tiny(StoreKind::Ram)).unwrap();
+    let caps = dev.capabilities().clone();
+    assert!(caps.discard && caps.discard_zeroes);
+    assert_eq!(
+        caps.block_count,
+        SsdConfig::preset("tiny").unwrap().logical_blocks()
+    );
+    let mut two = block(1);
+    two.extend(block(2));
+    dev.write(10, &two).unwrap();
+    let mut back = vec![0u8; 2 * BLOCK_SIZE];
+    dev.read(10, &mut back).unwrap();
+    assert_eq!(back, two);
+    dev.discard(11, 1).unwrap();
+    dev.read(10, &mut back).unwrap();
+    assert_eq!(&back[..BLOCK_SIZE], &block(1)[..]);
+    assert!(back[BLOCK_SIZE..].iter().all(|&b| b == 0));
+    assert!(matches!(
+        dev.write(caps.block_count, &block(0)),
+        Err(DevError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        dev.read(0, &mut [0u8; 100]),
+        Err(DevError::Misaligned { .. })
+    ));
+    assert!(matches!(
+        dev.discard(caps.block_count - 1, 2),
+        Err(DevError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        dev.discard(u64::MAX, 2),
+        Err(DevError::OutOfRange { .. })
+    ));
+    dev.flush().unwrap();
+    let s = dev.stats();
+    assert_eq!(s.host_write_bytes, 2 * 4096);
+    assert_eq!(s.counters.host_discard_blocks, 1);
+    assert_eq!(s.latency.flush.count, 1);
+}
+
+#[test]
+fn file_store_round_trip_and_persistence() {
+    let path = tmp_path("store");
+    let _ = std::fs::remove_file(&path);
+    {
+        let dev = SsdDevice::new(tiny(StoreKind::File(path.clone()))).unwrap();
+        assert!(dev.capabilities().persistent);
+        dev.write(3, &block(33)).unwrap();
+        dev.write(4, &block(44)).unwrap();
+        dev.discard(4, 1).unwrap();
+        dev.flush().unwrap();
+    }
+    let dev = SsdDevice::new(tiny(StoreKind::File(path.clone()))).unwrap();
+    let mut b = vec![0u8; BLOCK_SIZE];
+    dev.read(3, &mut b).unwrap();
+    assert_eq!(b, block(33));
+    dev.read(4, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 0));
+    drop(dev);
+    std::fs::remove_file(&path).unwrap();
+    // An unusable backing path is an error, not a panic.
+    let bad = SsdDevice::new(tiny(StoreKind::File("/nonexistent-dir/x".into())));
+    assert!(bad.is_err());
+}
+
+/// Heavy random overwrites and discards on the tiny device (many GC rounds) keep every
+/// block's content and the FTL invariants, for both victim policies.
+#[test]
+fn gc_preserves_contents_under_random_overwrites() {
+    for policy in [VictimKind::Greedy, VictimKind::CostBenefit] {
+        let mut cfg = tiny(StoreKind::Ram);
+        cfg.gc.policy = policy;
+        let dev = SsdDevice::new(cfg).unwrap();
+        let n = dev.capabilities().block_count;
+        let mut model: HashMap<u64, u64> = HashMap::new();
+        let mut x = 12345u64;
+        for i in 0..(n * 30) {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let addr = (x >> 33) % n;
+            if i % 17 == 0 {
+                dev.discard(addr, 1).unwrap();
+                model.remove(&addr);
+            } else {
+                dev.write(addr, &block(i)).unwrap();
+                model.insert(addr, i);
+            }
+        }
+        let s = dev.stats();
+        assert!(s.gc_runs > 50, "{policy:?}: only {} GC runs", s.gc_runs);
+        assert!(s.waf > 1.0);
+        dev.check_invariants().unwrap();
+        let mut b = vec![0u8; BLOCK_SIZE];
+        for addr in 0..n {
+            dev.read(addr, &mut b).unwrap();
+            match model.get(&addr) {
+                Some(&tag) => assert_eq!(b, block(tag), "{policy:?} block {addr}"),
+                None => assert!(b.iter().all(|&v| v == 0)),
+            }
+        }
+    }
+}
+
+/// An FTL variant that reports every GC move as a migration (what the D2FS coupled-GC FTL
+/// will do, minus the new addresses).
+struct Reporting(PageMap);
+
+impl Mapping for Reporting {
+    fn name(&self) -> &'static str {
+        "reporting"
+    }
+    fn logical_blocks(&self) -> u64 {
+        self.0.logical_blocks()
+    }
+    fn lookup(&self, lpn: Lpn) -> Option<Ppn> {
+        self.0.lookup(lpn)
+    }
+    fn map(&mut self, lpn: Lpn, ppn: Ppn) -> Option<Ppn> {
+        self.0.map(lpn, ppn)
+    }
+    fn unmap(&mut self, lpn: Lpn) -> Option<Ppn> {
+        self.0.unmap(lpn)
+    }
+    fn gc_moved(&mut self, lpn: Lpn, to: Ppn, events: &mut EventQueue) -> Lpn {
+        self.0.map(lpn, to);
+        events.push(DeviceEvent::Migrated {
+            old: lpn.0,
+            new: lpn.0,
+            count: 1,
+        });
+        lpn
+    }
+    fn memory_bytes(&self) -> u64 {
+        self.0.memory_bytes()
+    }
+    fn migration_upcalls(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn variant_events_ride_on_completions() {
+    let cfg = tiny(StoreKind::None);
+    let map = Reporting(PageMap::new(cfg.logical_blocks()));
+    let dev = SsdDevice::with_ftl(cfg, Box::new(map), Box::new(Greedy)).unwrap();
+    assert!(dev.capabilities().migration_upcalls);
+    let n = dev.capabilities().block_count;
+    let mut events = 0u64;
+    let buf = block(0);
+    let mut x = 99u64;
+    for _ in 0..(n * 6) {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let c = dev.write((x >> 33) % n, &buf).unwrap();
+        events += c.events.len() as u64;
+    }
+    let moved = dev.stats().gc_pages_moved;
+    assert!(moved > 0);
+    assert_eq!(
+        events, moved,
+        "every GC move must arrive on exactly one completion"
+    );
+    // The device itself can also queue an event for the next completion.
+    let ev = DeviceEvent::Migrated {
+        old: 1,
+        new: 2,
+        count: 3,
+    };
+    dev.push_event(ev.clone());
+    assert_eq!(dev.flush().unwrap().events, vec![ev]);
+    assert!(dev.flush().unwrap().events.is_empty());
+    // A mapping smaller than the configured logical space is refused.
+    let cfg = tiny(StoreKind::None);
+    let small = PageMap::new(cfg.logical_blocks() - 1);
+    assert!(SsdDevice::with_ftl(cfg, Box::new(small), Box::new(Greedy)).is_err());
+}
+
+#[test]
+fn read_many_overlaps_reads_on_different_dies() {
+    let dev = SsdDevice::new(SsdConfig::preset("test").unwrap()).unwrap();
+    // 4 consecutive blocks land on the 4 dies.
+    dev.write(0, &vec![0u8; 4 * BLOCK_SIZE]).unwrap();
+    dev.flush().unwrap();
+    let t0 = dev.now_ns();
+    let mut bufs = vec![vec![0u8; BLOCK_SIZE]; 4];
+    {
+        let mut reqs: Vec<(u64, &mut [u8])> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| (i as u64, b.as_mut_slice()))
+            .collect();
+        dev.read_many(&mut reqs).unwrap();
+    }
+    let parallel = dev.now_ns() - t0;
+    let t1 = dev.now_ns();
+    for (i, b) in bufs.iter_mut().enumerate() {
+        dev.read(i as u64, b).unwrap();
+    }
+    let serial = dev.now_ns() - t1;
+    // tR 50 µs + 10 µs transfer; two dies share each channel, so ≤ 70 µs in parallel.
+    assert!(parallel <= 75_000, "parallel {parallel}");
+    assert!(serial >= 4 * 59_000, "serial {serial}");
+}
+
+#[test]
+fn wall_clock_sleeps_for_the_modelled_time() {
+    let mut cfg = SsdConfig::preset("test").unwrap();
+    cfg.clock = ClockKind::Wall;
+    let dev = SsdDevice::new(cfg).unwrap();
+    let start = std::time::Instant::now();
+    for i in 0..5 {
+        dev.write(i, &block(i)).unwrap();
+    }
+    let elapsed = start.elapsed().as_nanos() as u64;
+    // Write-through 4 KiB writes: 10 µs transfer + 500 µs program each, one after another.
+    assert!(elapsed >= 5 * 510_000, "elapsed {elapsed}");
+    let s = dev.stats();
+    assert_eq!(s.latency.write.count, 5);
+    assert!(s.latency.write.p50_us >= 509.0, "{:?}", s.latency.write);
+    assert_eq!(s.latency.wall_lateness.count, 5);
+}
+
+#[test]
+fn many_threads_share_the_device() {
+    let dev = Arc::new(SsdDevice::new(tiny(StoreKind::Ram)).unwrap());
+    let n = dev.capabilities().block_count;
+    let per = n / 4;
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let dev = dev.clone();
+            s.spawn(move || {
+                for round in 0..20u64 {
+                    for a in t * per..(t + 1) * per {
+                        dev.write(a, &block(a * 1000 + round)).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    dev.check_invariants().unwrap();
+    let mut b = vec![0u8; BLOCK_SIZE];
+    for a in 0..4 * per {
+        dev.read(a, &mut b).unwrap();
+        assert_eq!(b, block(a * 1000 + 19));
+    }
+}
+
+#[test]
+fn cli_run_writes_json_and_plot() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SsdArgs,
+    }
+    let json = tmp_path("report.json");
+    let prefix = tmp_path("plot.v1");
+    let args = Cli::parse_from([
+        "ssd",
+        "--preset",
+        "tiny",
+        "--workload",
+        "rand-write",
+        "--fill",
+        "--writes",
+        "8MiB",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        prefix.to_str().unwrap(),
+    ])
+    .args;
+    flashlog_ssd::run(&args).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for key in [
+        "waf",
+        "host_write_bytes",
+        "nand_write_bytes",
+        "gc_runs",
+        "read_mib_s",
+        "write_mib_s",
+        "p50_us",
+        "p99_us",
+    ] {
+        assert!(v.get(key).is_some_and(|x| x.is_number()), "missing {key}");
+    }
+    assert_eq!(v["host_write_bytes"].as_u64(), Some(8 << 20));
+    assert!(v["waf"].as_f64().unwrap() > 1.0);
+    let svg = std::path::PathBuf::from(format!("{}.svg", prefix.display()));
+    let png = std::path::PathBuf::from(format!("{}.png", prefix.display()));
+    assert!(svg.exists());
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_file(svg);
+    let _ = std::fs::remove_file(png);
+
+    // Bad options are errors, not panics.
+    for bad in [
+        vec!["ssd", "--preset", "nope"],
+        vec!["ssd", "--preset", "tiny", "--capacity", "lots"],
+        vec!["ssd", "--preset", "tiny", "--op", "0.001"],
+        vec![
+            "ssd",
+            "--preset",
+            "tiny",
+            "--bs",
+            "1000",
+            "--quiet",
+            "--no-plot",
+        ],
+        vec!["ssd", "--preset", "tiny", "--clock", "sundial"],
+        vec!["ssd", "--preset", "tiny", "--set", "program_ns=soon"],
+        vec!["ssd", "--preset", "tiny", "--trim", "2"],
+    ] {
+        let args = Cli::parse_from(bad.clone()).args;
+        assert!(flashlog_ssd::run(&args).is_err(), "{bad:?} should fail");
+    }
+}
