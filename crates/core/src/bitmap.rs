@@ -10,7 +10,10 @@ pub struct AtomicBitmap {
 
 impl AtomicBitmap {
     pub fn new(bits: u64) -> Self {
-        AtomicBitmap { words: (0..bits.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(), bits }
+        AtomicBitmap {
+            words: (0..bits.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            bits,
+        }
     }
     pub fn len(&self) -> u64 {
         self.bits
@@ -19,20 +22,27 @@ impl AtomicBitmap {
         self.bits == 0
     }
     pub fn test(&self, i: u64) -> bool {
-        i < self.bits && self.words[(i / 64) as usize].load(Ordering::Acquire) & (1 << (i % 64)) != 0
+        i < self.bits
+            && self.words[(i / 64) as usize].load(Ordering::Acquire) & (1 << (i % 64)) != 0
     }
     /// Set bit `i`; returns its previous value.
     pub fn set(&self, i: u64) -> bool {
         debug_assert!(i < self.bits);
-        self.words[(i / 64) as usize].fetch_or(1 << (i % 64), Ordering::AcqRel) & (1 << (i % 64)) != 0
+        self.words[(i / 64) as usize].fetch_or(1 << (i % 64), Ordering::AcqRel) & (1 << (i % 64))
+            != 0
     }
     /// Clear bit `i`; returns its previous value.
     pub fn clear(&self, i: u64) -> bool {
         debug_assert!(i < self.bits);
-        self.words[(i / 64) as usize].fetch_and(!(1 << (i % 64)), Ordering::AcqRel) & (1 << (i % 64)) != 0
+        self.words[(i / 64) as usize].fetch_and(!(1 << (i % 64)), Ordering::AcqRel)
+            & (1 << (i % 64))
+            != 0
     }
     pub fn count_ones(&self) -> u64 {
-        self.words.iter().map(|w| w.load(Ordering::Relaxed).count_ones() as u64).sum()
+        self.words
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones() as u64)
+            .sum()
     }
     /// Find a zero bit at or after `hint` (wrapping once), set it, and return it.
     pub fn claim_zero(&self, hint: u64) -> Option<u64> {
@@ -55,7 +65,12 @@ impl AtomicBitmap {
                 if idx >= self.bits {
                     break;
                 }
-                match w.compare_exchange_weak(cur, cur | (1 << bit), Ordering::AcqRel, Ordering::Acquire) {
+                match w.compare_exchange_weak(
+                    cur,
+                    cur | (1 << bit),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
                     Ok(_) => return Some(idx),
                     Err(now) => cur = now,
                 }
@@ -112,7 +127,11 @@ mod tests {
         let hs: Vec<_> = (0..4)
             .map(|t| {
                 let b = b.clone();
-                std::thread::spawn(move || (0..2500).map(|i| b.claim_zero(t * 977 + i).unwrap()).collect::<Vec<_>>())
+                std::thread::spawn(move || {
+                    (0..2500)
+                        .map(|i| b.claim_zero(t * 977 + i).unwrap())
+                        .collect::<Vec<_>>()
+                })
             })
             .collect();
         let all: BTreeSet<u64> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();

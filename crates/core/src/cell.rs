@@ -116,7 +116,11 @@ pub struct CellTable {
 
 impl Default for CellTable {
     fn default() -> Self {
-        CellTable { shards: (0..CELL_SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        CellTable {
+            shards: (0..CELL_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+        }
     }
 }
 
@@ -129,7 +133,11 @@ impl CellTable {
     }
     /// Insert unless present; returns the cell that is in the table.
     pub fn insert(&self, cell: Arc<InodeCell>) -> Arc<InodeCell> {
-        self.shard(cell.ino).lock().entry(cell.ino).or_insert(cell).clone()
+        self.shard(cell.ino)
+            .lock()
+            .entry(cell.ino)
+            .or_insert(cell)
+            .clone()
     }
     pub fn remove(&self, ino: Ino) {
         self.shard(ino).lock().remove(&ino);
@@ -142,7 +150,11 @@ impl CellTable {
     }
     /// Snapshot of every cell, in inode order (the checkpoint locks them in this order).
     pub fn all(&self) -> Vec<Arc<InodeCell>> {
-        let mut v: Vec<_> = self.shards.iter().flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>()).collect();
+        let mut v: Vec<_> = self
+            .shards
+            .iter()
+            .flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>())
+            .collect();
         v.sort_by_key(|c| c.ino);
         v
     }

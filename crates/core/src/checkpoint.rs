@@ -39,7 +39,12 @@ pub struct MkfsOptions {
 
 impl Default for MkfsOptions {
     fn default() -> Self {
-        MkfsOptions { label: String::new(), segs_per_sec: 1, mlogs: 1, force: false }
+        MkfsOptions {
+            label: String::new(),
+            segs_per_sec: 1,
+            mlogs: 1,
+            force: false,
+        }
     }
 }
 
@@ -53,16 +58,61 @@ impl std::fmt::Display for MkfsReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let g = &self.sb.geo;
         let mib = |blocks: u64| blocks as f64 * BLOCK_SIZE as f64 / (1 << 20) as f64;
-        writeln!(f, "Flashlog volume {:?}: {} blocks ({:.1} MiB)", self.sb.label, g.block_count, mib(g.block_count))?;
+        writeln!(
+            f,
+            "Flashlog volume {:?}: {} blocks ({:.1} MiB)",
+            self.sb.label,
+            g.block_count,
+            mib(g.block_count)
+        )?;
         writeln!(f, "  area        start block   blocks")?;
         writeln!(f, "  superblock  {:>11}   {:>6}", 0, 2)?;
-        writeln!(f, "  checkpoint  {:>11}   {:>6}  (2 packs of {})", g.cp_addr, 2 * g.cp_pack_blocks, g.cp_pack_blocks)?;
-        writeln!(f, "  SIT         {:>11}   {:>6}  (2 copies)", g.sit_addr, 2 * g.sit_blocks)?;
-        writeln!(f, "  NAT         {:>11}   {:>6}  (2 copies, {} nids)", g.nat_addr, 2 * g.nat_blocks, g.max_nid)?;
-        writeln!(f, "  SSA         {:>11}   {:>6}  (2 copies)", g.ssa_addr, 2 * g.ssa_blocks)?;
-        writeln!(f, "  main        {:>11}   {:>6}  ({} segments of 2 MiB, {} per section)", g.main_addr, g.main_blocks(), g.main_segments, g.segs_per_sec)?;
-        writeln!(f, "  reserved segments {}, overprovision segments {}", g.reserved_segments, g.ovp_segments)?;
-        write!(f, "  user space {:.1} MiB, {} log heads ({} mlogs)", mib(g.user_blocks), g.log_heads, g.mlogs)
+        writeln!(
+            f,
+            "  checkpoint  {:>11}   {:>6}  (2 packs of {})",
+            g.cp_addr,
+            2 * g.cp_pack_blocks,
+            g.cp_pack_blocks
+        )?;
+        writeln!(
+            f,
+            "  SIT         {:>11}   {:>6}  (2 copies)",
+            g.sit_addr,
+            2 * g.sit_blocks
+        )?;
+        writeln!(
+            f,
+            "  NAT         {:>11}   {:>6}  (2 copies, {} nids)",
+            g.nat_addr,
+            2 * g.nat_blocks,
+            g.max_nid
+        )?;
+        writeln!(
+            f,
+            "  SSA         {:>11}   {:>6}  (2 copies)",
+            g.ssa_addr,
+            2 * g.ssa_blocks
+        )?;
+        writeln!(
+            f,
+            "  main        {:>11}   {:>6}  ({} segments of 2 MiB, {} per section)",
+            g.main_addr,
+            g.main_blocks(),
+            g.main_segments,
+            g.segs_per_sec
+        )?;
+        writeln!(
+            f,
+            "  reserved segments {}, overprovision segments {}",
+            g.reserved_segments, g.ovp_segments
+        )?;
+        write!(
+            f,
+            "  user space {:.1} MiB, {} log heads ({} mlogs)",
+            mib(g.user_blocks),
+            g.log_heads,
+            g.mlogs
+        )
     }
 }
 
@@ -122,12 +172,15 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     if !opts.force {
         if let Some(sig) = detect_signature(&*dev)? {
             return Err(Error::Invalid(match sig {
-                "Flashlog" => "the device already holds a Flashlog file system (use --force to overwrite it)",
+                "Flashlog" => {
+                    "the device already holds a Flashlog file system (use --force to overwrite it)"
+                }
                 _ => "the device already holds another file system (use --force to overwrite it)",
             }));
         }
     }
-    let geo = Geometry::compute(caps.block_count, opts.segs_per_sec, opts.mlogs).map_err(|e| Error::Invalid(Box::leak(e.to_string().into_boxed_str())))?;
+    let geo = Geometry::compute(caps.block_count, opts.segs_per_sec, opts.mlogs)
+        .map_err(|e| Error::Invalid(Box::leak(e.to_string().into_boxed_str())))?;
     // Zero the metadata areas: a stale block of an earlier volume with a valid crc would be
     // trusted. Discard zeroes where the device says it does.
     if caps.discard && caps.discard_zeroes {
@@ -146,7 +199,10 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     let sb = Superblock {
         geo: geo.clone(),
         hash_seed: u32::from_le_bytes([seed[0], seed[1], seed[2], seed[3]]),
-        created_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        created_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
         features: 0,
         uuid: seed,
         label: opts.label.clone(),
@@ -164,12 +220,30 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
         elapsed_base: 0,
         mounted_at: std::time::Instant::now(),
     };
-    let mut seg = SegManager::load(dev.clone(), &geo, &cp_state.sit_bm, &cp_state.ssa_bm, &[], 0)?;
+    let mut seg = SegManager::load(
+        dev.clone(),
+        &geo,
+        &cp_state.sit_bm,
+        &cp_state.ssa_bm,
+        &[],
+        0,
+    )?;
     let heads = seg.fresh_heads(&head_specs(geo.mlogs))?;
     seg.install_heads(&heads)?;
     let nat = NatTable::new(geo.max_nid, geo.nat_blocks);
-    let opts_m = MountOptions { cp_interval: None, ..Default::default() };
-    let fs = build(dev.clone(), sb.clone(), opts_m, nat, seg, cp_state, first_version - 1);
+    let opts_m = MountOptions {
+        cp_interval: None,
+        ..Default::default()
+    };
+    let fs = build(
+        dev.clone(),
+        sb.clone(),
+        opts_m,
+        nat,
+        seg,
+        cp_state,
+        first_version - 1,
+    );
     // The root directory.
     let now = fs.now();
     let hdr = InodeHdr {
@@ -187,7 +261,17 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     fs.nat.set(ROOT_INO, ROOT_INO, 0);
     let mut blk = node::new_node(NodeKind::Inode, ROOT_INO, ROOT_INO, 0);
     hdr.write(&mut blk);
-    let st = InodeState { ino: ROOT_INO, node: blk, hdr, dirty: true, nodes: Default::default(), pages: Default::default(), dirty_pages: 0, freed: false, needs_cp: false };
+    let st = InodeState {
+        ino: ROOT_INO,
+        node: blk,
+        hdr,
+        dirty: true,
+        nodes: Default::default(),
+        pages: Default::default(),
+        dirty_pages: 0,
+        freed: false,
+        needs_cp: false,
+    };
     fs.cells.insert(InodeCell::new(st, true));
     fs.alloc_blocks.store(1, Ordering::Relaxed);
     fs.valid_nodes.store(1, Ordering::Relaxed);
@@ -196,7 +280,15 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     Ok(MkfsReport { sb })
 }
 
-pub(crate) fn build(dev: Arc<dyn BlockDevice>, sb: Superblock, opts: MountOptions, nat: NatTable, seg: SegManager, cp: CpState, version: u64) -> FsInner {
+pub(crate) fn build(
+    dev: Arc<dyn BlockDevice>,
+    sb: Superblock,
+    opts: MountOptions,
+    nat: NatTable,
+    seg: SegManager,
+    cp: CpState,
+    version: u64,
+) -> FsInner {
     FsInner {
         dev,
         sb,
@@ -231,11 +323,18 @@ pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
         dev.read(addr, &mut b[..])?;
         match Superblock::decode(&b) {
             Ok(sb) if sb.geo.block_count <= dev.capabilities().block_count => return Ok(sb),
-            Ok(sb) => errs.push(format!("copy {addr}: volume of {} blocks on a device of {}", sb.geo.block_count, dev.capabilities().block_count)),
+            Ok(sb) => errs.push(format!(
+                "copy {addr}: volume of {} blocks on a device of {}",
+                sb.geo.block_count,
+                dev.capabilities().block_count
+            )),
             Err(e) => errs.push(format!("copy {addr}: {e}")),
         }
     }
-    Err(Error::Corrupt(format!("no valid Flashlog superblock ({})", errs.join("; "))))
+    Err(Error::Corrupt(format!(
+        "no valid Flashlog superblock ({})",
+        errs.join("; ")
+    )))
 }
 
 /// Read and check one checkpoint pack.
@@ -252,7 +351,12 @@ pub fn read_pack(dev: &dyn BlockDevice, geo: &Geometry, pack: u8) -> Result<Chec
         b.copy_from_slice(c);
         blocks.push(b);
     }
-    Ok(Checkpoint::decode(&blocks, bitmap_len(geo.nat_blocks), bitmap_len(geo.sit_blocks), bitmap_len(geo.ssa_blocks))?)
+    Ok(Checkpoint::decode(
+        &blocks,
+        bitmap_len(geo.nat_blocks),
+        bitmap_len(geo.sit_blocks),
+        bitmap_len(geo.ssa_blocks),
+    )?)
 }
 
 /// The newest valid checkpoint (roll-back), per `cp::choose_pack`.
@@ -278,10 +382,21 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
     let geo = sb.geo.clone();
     let cpk = read_checkpoint(&*dev, &geo)?;
     if cpk.heads.len() != geo.log_heads as usize {
-        return Err(Error::Corrupt(format!("checkpoint has {} log heads, superblock says {}", cpk.heads.len(), geo.log_heads)));
+        return Err(Error::Corrupt(format!(
+            "checkpoint has {} log heads, superblock says {}",
+            cpk.heads.len(),
+            geo.log_heads
+        )));
     }
     let nat = NatTable::load(&*dev, &geo, &cpk.nat_bitmap)?;
-    let seg = SegManager::load(dev.clone(), &geo, &cpk.sit_bitmap, &cpk.ssa_bitmap, &cpk.heads, cpk.elapsed_secs)?;
+    let seg = SegManager::load(
+        dev.clone(),
+        &geo,
+        &cpk.sit_bitmap,
+        &cpk.ssa_bitmap,
+        &cpk.heads,
+        cpk.elapsed_secs,
+    )?;
     let cp_state = CpState {
         nat_bm: cpk.nat_bitmap.clone(),
         sit_bm: cpk.sit_bitmap.clone(),
@@ -309,7 +424,9 @@ impl FsInner {
 
     fn write_checkpoint_inner(&self, umount: bool) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned(self.poison.lock().clone().unwrap_or_default()));
+            return Err(Error::Poisoned(
+                self.poison.lock().clone().unwrap_or_default(),
+            ));
         }
         self.tick_clock();
         // 1. Data, then nodes, of every cached inode.
@@ -338,7 +455,8 @@ impl FsInner {
         for i in self.nat.dirty_blocks() {
             let copy = !flashlog_format::codec::test_bit(&nat_bm, i as usize);
             let b = self.nat.encode_block(i).encode();
-            self.dev.write(self.sb.geo.nat_block_addr(i, copy as u8), &b[..])?;
+            self.dev
+                .write(self.sb.geo.nat_block_addr(i, copy as u8), &b[..])?;
             self.seg.blocks_written.fetch_add(1, Ordering::Relaxed);
             flashlog_format::codec::set_bit(&mut nat_bm, i as usize, copy);
             self.nat.clear_dirty(i);
@@ -383,7 +501,9 @@ impl FsInner {
         self.dev.flush()?;
         self.dev.write(start + body.len() as u64, &footer[..])?;
         self.dev.flush()?;
-        self.seg.blocks_written.fetch_add(blocks.len() as u64, Ordering::Relaxed);
+        self.seg
+            .blocks_written
+            .fetch_add(blocks.len() as u64, Ordering::Relaxed);
         // Durable: commit the in-memory view.
         cp.nat_bm = nat_bm;
         cp.sit_bm = sit_bm;

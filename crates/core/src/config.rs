@@ -55,7 +55,9 @@ impl std::str::FromStr for GcPolicy {
             "scale" => Ok(GcPolicy::Scale),
             "device" => Ok(GcPolicy::Device),
             "none" => Ok(GcPolicy::None),
-            _ => Err(format!("unknown GC policy {s:?} (expected f2fs, scale, device or none)")),
+            _ => Err(format!(
+                "unknown GC policy {s:?} (expected f2fs, scale, device or none)"
+            )),
         }
     }
 }

@@ -9,7 +9,9 @@ use crate::cell::{InodeState, Page};
 use crate::error::{Error, Result};
 use crate::inner::FsInner;
 use flashlog_format::codec::zero_block;
-use flashlog_format::dir::{self as fdir, Dentry, BLOCK_LAYOUT, BLOCK_SLOTS, INLINE_LAYOUT, MAX_DEPTH};
+use flashlog_format::dir::{
+    self as fdir, Dentry, BLOCK_LAYOUT, BLOCK_SLOTS, INLINE_LAYOUT, MAX_DEPTH,
+};
 use flashlog_format::node::{self, iflag};
 use flashlog_format::{Ino, BLOCK_SIZE, NEW_ADDR, NULL_ADDR};
 use std::sync::atomic::Ordering;
@@ -48,14 +50,23 @@ impl FsInner {
         let addr = self.block_addr(st, idx)?;
         if addr != NULL_ADDR && addr != NEW_ADDR {
             self.read_block(addr, &mut data)?;
-            fdir::check_dentry_block(&data).map_err(|e| Error::Corrupt(format!("directory {} block {idx}: {e}", st.ino)))?;
+            fdir::check_dentry_block(&data)
+                .map_err(|e| Error::Corrupt(format!("directory {} block {idx}: {e}", st.ino)))?;
         }
-        st.pages.insert(idx, Page { data, dirty: false, reserved: false });
+        st.pages.insert(
+            idx,
+            Page {
+                data,
+                dirty: false,
+                reserved: false,
+            },
+        );
         Ok(())
     }
 
     fn dir_page_dirty(&self, st: &mut InodeState, idx: u64) -> Result<()> {
-        let addr_null = !st.pages.get(&idx).is_some_and(|p| p.dirty) && self.block_addr(st, idx)? == NULL_ADDR;
+        let addr_null =
+            !st.pages.get(&idx).is_some_and(|p| p.dirty) && self.block_addr(st, idx)? == NULL_ADDR;
         let p = st.pages.get_mut(&idx).expect("loaded");
         if !p.dirty {
             if addr_null && !p.reserved {
@@ -82,15 +93,29 @@ impl FsInner {
     pub fn dir_find(&self, st: &mut InodeState, name: &[u8]) -> Result<Option<Found>> {
         let h = self.hash(name);
         if Self::is_inline_dir(st) {
-            let d = INLINE_LAYOUT.find(node::inode_area(&st.node), name, h).map_err(|e| Self::corrupt_dir(st, e))?;
-            return Ok(d.map(|d| Found { ino: d.ino, ftype: d.ftype, block: None, slot: d.slot }));
+            let d = INLINE_LAYOUT
+                .find(node::inode_area(&st.node), name, h)
+                .map_err(|e| Self::corrupt_dir(st, e))?;
+            return Ok(d.map(|d| Found {
+                ino: d.ino,
+                ftype: d.ftype,
+                block: None,
+                slot: d.slot,
+            }));
         }
         for level in 0..st.hdr.depth.min(MAX_DEPTH) {
             for idx in fdir::bucket_blocks(level, h) {
                 self.dir_page(st, idx)?;
-                let d = BLOCK_LAYOUT.find(&st.pages[&idx].data[..], name, h).map_err(|e| Self::corrupt_dir(st, e))?;
+                let d = BLOCK_LAYOUT
+                    .find(&st.pages[&idx].data[..], name, h)
+                    .map_err(|e| Self::corrupt_dir(st, e))?;
                 if let Some(d) = d {
-                    return Ok(Some(Found { ino: d.ino, ftype: d.ftype, block: Some(idx), slot: d.slot }));
+                    return Ok(Some(Found {
+                        ino: d.ino,
+                        ftype: d.ftype,
+                        block: Some(idx),
+                        slot: d.slot,
+                    }));
                 }
             }
         }
@@ -100,14 +125,23 @@ impl FsInner {
     /// Grow an inline directory into block 0, keeping slot positions.
     fn convert_inline_dir(&self, st: &mut InodeState) -> Result<()> {
         let mut data = zero_block();
-        INLINE_LAYOUT.copy_into_block(node::inode_area(&st.node), &mut data[..]).map_err(|e| Self::corrupt_dir(st, e))?;
+        INLINE_LAYOUT
+            .copy_into_block(node::inode_area(&st.node), &mut data[..])
+            .map_err(|e| Self::corrupt_dir(st, e))?;
         self.reserve_blocks(1)?;
         node::inode_area_mut(&mut st.node).fill(0);
         st.hdr.flags &= !iflag::INLINE_DENTRY;
         st.hdr.depth = 1;
         st.hdr.blocks += 1;
         st.hdr.size = fdir::level_start(1) * BLOCK_SIZE as u64;
-        st.pages.insert(0, Page { data, dirty: true, reserved: true });
+        st.pages.insert(
+            0,
+            Page {
+                data,
+                dirty: true,
+                reserved: true,
+            },
+        );
         st.dirty_pages += 1;
         self.dirty_pages.fetch_add(1, Ordering::Relaxed);
         st.dirty = true;
@@ -160,7 +194,10 @@ impl FsInner {
             Some(idx) => {
                 self.dir_page(st, idx)?;
                 self.dir_page_dirty(st, idx)?;
-                BLOCK_LAYOUT.remove(&mut st.pages.get_mut(&idx).expect("loaded").data[..], f.slot);
+                BLOCK_LAYOUT.remove(
+                    &mut st.pages.get_mut(&idx).expect("loaded").data[..],
+                    f.slot,
+                );
             }
         }
         Ok(())
@@ -176,7 +213,12 @@ impl FsInner {
             Some(idx) => {
                 self.dir_page(st, idx)?;
                 self.dir_page_dirty(st, idx)?;
-                BLOCK_LAYOUT.set_ino(&mut st.pages.get_mut(&idx).expect("loaded").data[..], f.slot, ino, ftype);
+                BLOCK_LAYOUT.set_ino(
+                    &mut st.pages.get_mut(&idx).expect("loaded").data[..],
+                    f.slot,
+                    ino,
+                    ftype,
+                );
             }
         }
         Ok(())
@@ -198,8 +240,15 @@ impl FsInner {
             ftype: d.ftype,
         };
         if Self::is_inline_dir(st) {
-            let es = INLINE_LAYOUT.entries(node::inode_area(&st.node)).map_err(|e| Self::corrupt_dir(st, e))?;
-            out.extend(es.into_iter().filter(|d| d.slot as u64 >= pos).take(max).map(|d| conv(d, 0)));
+            let es = INLINE_LAYOUT
+                .entries(node::inode_area(&st.node))
+                .map_err(|e| Self::corrupt_dir(st, e))?;
+            out.extend(
+                es.into_iter()
+                    .filter(|d| d.slot as u64 >= pos)
+                    .take(max)
+                    .map(|d| conv(d, 0)),
+            );
             return Ok(out);
         }
         let mut idx = pos / BLOCK_SLOTS as u64;
@@ -209,7 +258,8 @@ impl FsInner {
                 match self.locate(st, idx, false)? {
                     None => {
                         let p = node::node_path(idx).ok_or(Error::TooBig)?;
-                        let (start, count) = node::dnode_range(p.node_ofs[p.depth]).unwrap_or((idx, 1));
+                        let (start, count) =
+                            node::dnode_range(p.node_ofs[p.depth]).unwrap_or((idx, 1));
                         idx = (start + count).max(idx + 1);
                         continue;
                     }
@@ -221,8 +271,14 @@ impl FsInner {
                 }
             }
             self.dir_page(st, idx)?;
-            let es = BLOCK_LAYOUT.entries(&st.pages[&idx].data[..]).map_err(|e| Self::corrupt_dir(st, e))?;
-            let skip = if idx == pos / BLOCK_SLOTS as u64 { (pos % BLOCK_SLOTS as u64) as usize } else { 0 };
+            let es = BLOCK_LAYOUT
+                .entries(&st.pages[&idx].data[..])
+                .map_err(|e| Self::corrupt_dir(st, e))?;
+            let skip = if idx == pos / BLOCK_SLOTS as u64 {
+                (pos % BLOCK_SLOTS as u64) as usize
+            } else {
+                0
+            };
             for d in es.into_iter().filter(|d| d.slot >= skip) {
                 if out.len() >= max {
                     break;

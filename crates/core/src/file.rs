@@ -47,7 +47,10 @@ impl FsInner {
             let area = node::inode_area(&st.node);
             let (s, e) = (off as usize, off as usize + n);
             if e > area.len() {
-                return Err(Error::Corrupt(format!("inline inode {} has size {size}", st.ino)));
+                return Err(Error::Corrupt(format!(
+                    "inline inode {} has size {size}",
+                    st.ino
+                )));
             }
             buf[..n].copy_from_slice(&area[s..e]);
             return Ok(n);
@@ -69,7 +72,12 @@ impl FsInner {
                         // Read the run of physically contiguous blocks in one request.
                         let first_page_rest = n - done;
                         if in_page == 0 && first_page_rest >= 2 * BLOCK_SIZE {
-                            let run = self.contiguous_run(st, idx, addr, (first_page_rest / BLOCK_SIZE) as u64)?;
+                            let run = self.contiguous_run(
+                                st,
+                                idx,
+                                addr,
+                                (first_page_rest / BLOCK_SIZE) as u64,
+                            )?;
                             if run > 1 {
                                 let bytes = run as usize * BLOCK_SIZE;
                                 if run_is_pending_free(self, addr, run) {
@@ -87,7 +95,9 @@ impl FsInner {
             }
             done += take;
         }
-        self.stats.app_read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        self.stats
+            .app_read_bytes
+            .fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 
@@ -96,7 +106,8 @@ impl FsInner {
     fn contiguous_run(&self, st: &mut InodeState, idx: u64, addr: u64, max: u64) -> Result<u64> {
         let mut run = 1;
         while run < max.min(256) {
-            if st.pages.contains_key(&(idx + run)) || self.block_addr(st, idx + run)? != addr + run {
+            if st.pages.contains_key(&(idx + run)) || self.block_addr(st, idx + run)? != addr + run
+            {
                 break;
             }
             run += 1;
@@ -121,7 +132,14 @@ impl FsInner {
         if size > 0 {
             self.reserve_blocks(1)?;
             st.hdr.blocks += 1;
-            st.pages.insert(0, Page { data, dirty: true, reserved: true });
+            st.pages.insert(
+                0,
+                Page {
+                    data,
+                    dirty: true,
+                    reserved: true,
+                },
+            );
             st.dirty_pages += 1;
             self.dirty_pages.fetch_add(1, Ordering::Relaxed);
         }
@@ -130,7 +148,12 @@ impl FsInner {
 
     /// Get page `idx` for modification, loading it unless `overwrite_all`; marks it dirty and
     /// reserves space if it lies over a hole.
-    fn page_for_write<'s>(&self, st: &'s mut InodeState, idx: u64, overwrite_all: bool) -> Result<&'s mut Page> {
+    fn page_for_write<'s>(
+        &self,
+        st: &'s mut InodeState,
+        idx: u64,
+        overwrite_all: bool,
+    ) -> Result<&'s mut Page> {
         if !st.pages.contains_key(&idx) {
             let addr = self.block_addr(st, idx)?;
             let mut data = zero_block();
@@ -142,7 +165,14 @@ impl FsInner {
                 self.reserve_blocks(1)?;
                 st.hdr.blocks += 1;
             }
-            st.pages.insert(idx, Page { data, dirty: false, reserved });
+            st.pages.insert(
+                idx,
+                Page {
+                    data,
+                    dirty: false,
+                    reserved,
+                },
+            );
         }
         let p = st.pages.get_mut(&idx).expect("inserted");
         if !p.dirty {
@@ -167,10 +197,13 @@ impl FsInner {
         }
         if Self::is_inline(st) {
             if self.opts.inline && end <= MAX_INLINE_DATA as u64 {
-                node::inode_area_mut(&mut st.node)[off as usize..end as usize].copy_from_slice(data);
+                node::inode_area_mut(&mut st.node)[off as usize..end as usize]
+                    .copy_from_slice(data);
                 st.hdr.size = st.hdr.size.max(end);
                 st.dirty = true;
-                self.stats.app_write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .app_write_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
                 return Ok(data.len());
             }
             self.convert_inline(st)?;
@@ -193,7 +226,9 @@ impl FsInner {
             st.hdr.size = st.hdr.size.max(off + done as u64);
         }
         st.dirty = true;
-        self.stats.app_write_bytes.fetch_add(done as u64, Ordering::Relaxed);
+        self.stats
+            .app_write_bytes
+            .fetch_add(done as u64, Ordering::Relaxed);
         Ok(done)
     }
 
@@ -264,7 +299,13 @@ impl FsInner {
     }
 
     /// fallocate.
-    pub fn file_fallocate(&self, st: &mut InodeState, mode: FallocMode, off: u64, len: u64) -> Result<()> {
+    pub fn file_fallocate(
+        &self,
+        st: &mut InodeState,
+        mode: FallocMode,
+        off: u64,
+        len: u64,
+    ) -> Result<()> {
         if st.is_dir() {
             return Err(Error::IsDir);
         }

@@ -156,7 +156,13 @@ fn attr_of(st: &InodeState) -> Attr {
 }
 
 /// Lock two cells in ascending inode order (or one if they are the same).
-fn lock_pair<'a>(a: &'a InodeCell, b: &'a InodeCell) -> (parking_lot::MutexGuard<'a, InodeState>, Option<parking_lot::MutexGuard<'a, InodeState>>) {
+fn lock_pair<'a>(
+    a: &'a InodeCell,
+    b: &'a InodeCell,
+) -> (
+    parking_lot::MutexGuard<'a, InodeState>,
+    Option<parking_lot::MutexGuard<'a, InodeState>>,
+) {
     if a.ino == b.ino {
         (a.state.lock(), None)
     } else if a.ino < b.ino {
@@ -191,11 +197,18 @@ impl Fs {
                     }
                 }
             }
-            if recovered > 0 || ck.flags & flashlog_format::cp::flags::UMOUNT == 0 || !ck.orphans.is_empty() {
+            if recovered > 0
+                || ck.flags & flashlog_format::cp::flags::UMOUNT == 0
+                || !ck.orphans.is_empty()
+            {
                 inner.write_checkpoint(false)?;
             }
         }
-        let fs = Fs { inner, bg: Mutex::new(None), done: false.into() };
+        let fs = Fs {
+            inner,
+            bg: Mutex::new(None),
+            done: false.into(),
+        };
         if !ro {
             fs.start_background();
         }
@@ -203,7 +216,9 @@ impl Fs {
     }
 
     fn start_background(&self) {
-        let Some(interval) = self.inner.opts.cp_interval else { return };
+        let Some(interval) = self.inner.opts.cp_interval else {
+            return;
+        };
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let weak = Arc::downgrade(&self.inner);
         let stop2 = stop.clone();
@@ -258,7 +273,9 @@ impl Fs {
         if checkpoint && !self.inner.opts.read_only {
             let _g = self.inner.oplock.checkpoint();
             if self.inner.poisoned.load(Ordering::Acquire) {
-                return Err(Error::Poisoned(self.inner.poison.lock().clone().unwrap_or_default()));
+                return Err(Error::Poisoned(
+                    self.inner.poison.lock().clone().unwrap_or_default(),
+                ));
             }
             self.inner.write_checkpoint(true)?;
         }
@@ -310,7 +327,9 @@ impl Fs {
                 }
             }
         }
-        if inner.dirty_nodes.load(Ordering::Relaxed) > inner.opts.dirty_nodes_max || inner.cells.len() > inner.opts.inode_cache_max {
+        if inner.dirty_nodes.load(Ordering::Relaxed) > inner.opts.dirty_nodes_max
+            || inner.cells.len() > inner.opts.inode_cache_max
+        {
             self.sync()?;
         }
         Ok(())
@@ -365,10 +384,21 @@ impl Fs {
     }
 
     /// Create a file, directory, symlink or special file. `mode` carries the type bits.
-    pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u32, uid: u32, gid: u32) -> Result<Attr> {
+    pub fn mknod(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
         check_name(name)?;
         let kind = mode & S_IFMT;
-        if !matches!(kind, S_IFREG | S_IFDIR | S_IFLNK | S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK) {
+        if !matches!(
+            kind,
+            S_IFREG | S_IFDIR | S_IFLNK | S_IFCHR | S_IFBLK | S_IFIFO | S_IFSOCK
+        ) {
             return Err(Error::Invalid("unknown file type in mode"));
         }
         self.write_op(|fs| {
@@ -396,13 +426,21 @@ impl Fs {
             };
             let now = fs.now();
             // setgid directories pass their group (and, to directories, the bit) down.
-            let (gid, mut mode) = if pst.hdr.mode & S_ISGID != 0 { (pst.hdr.gid, mode) } else { (gid, mode) };
+            let (gid, mut mode) = if pst.hdr.mode & S_ISGID != 0 {
+                (pst.hdr.gid, mode)
+            } else {
+                (gid, mode)
+            };
             if pst.hdr.mode & S_ISGID != 0 && kind == S_IFDIR {
                 mode |= S_ISGID;
             }
             let mut flags = iflag::NEW;
             if fs.opts.inline {
-                flags |= if kind == S_IFDIR { iflag::INLINE_DENTRY } else { iflag::INLINE_DATA };
+                flags |= if kind == S_IFDIR {
+                    iflag::INLINE_DENTRY
+                } else {
+                    iflag::INLINE_DATA
+                };
             }
             let hdr = InodeHdr {
                 mode,
@@ -425,7 +463,17 @@ impl Fs {
             fs.nat.set(ino, ino, 0);
             fs.valid_nodes.fetch_add(1, Ordering::Relaxed);
             fs.valid_inodes.fetch_add(1, Ordering::Relaxed);
-            let st = InodeState { ino, node: blk, hdr, dirty: true, nodes: Default::default(), pages: Default::default(), dirty_pages: 0, freed: false, needs_cp: false };
+            let st = InodeState {
+                ino,
+                node: blk,
+                hdr,
+                dirty: true,
+                nodes: Default::default(),
+                pages: Default::default(),
+                dirty_pages: 0,
+                freed: false,
+                needs_cp: false,
+            };
             let cell = fs.cells.insert(InodeCell::new(st, true));
             let mut st = cell.state.lock();
             if let Err(e) = fs.dir_insert(&mut pst, name, ino, ftype_of(mode)) {
@@ -450,7 +498,14 @@ impl Fs {
         self.mknod(parent, name, S_IFDIR | (perm & 0o7777), 0, uid, gid)
     }
 
-    pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+    pub fn symlink(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
         if target.is_empty() {
             return Err(Error::NotFound);
         }
@@ -478,9 +533,19 @@ impl Fs {
     }
 
     /// Drop one link of `child` (locked), freeing it or making it an orphan at zero.
-    fn drop_link(&self, fs: &FsInner, cell: &InodeCell, st: &mut InodeState, now: Timespec) -> Result<()> {
+    fn drop_link(
+        &self,
+        fs: &FsInner,
+        cell: &InodeCell,
+        st: &mut InodeState,
+        now: Timespec,
+    ) -> Result<()> {
         let is_dir = st.is_dir();
-        st.hdr.nlink = if is_dir { 0 } else { st.hdr.nlink.saturating_sub(1) };
+        st.hdr.nlink = if is_dir {
+            0
+        } else {
+            st.hdr.nlink.saturating_sub(1)
+        };
         st.hdr.ctime = now;
         st.dirty = true;
         if st.hdr.nlink == 0 {
@@ -591,11 +656,20 @@ impl Fs {
         Err(Error::Corrupt("directory parent chain loops".into()))
     }
 
-    pub fn rename(&self, parent: Ino, name: &[u8], new_parent: Ino, new_name: &[u8], flags: RenameFlags) -> Result<()> {
+    pub fn rename(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         check_name(name)?;
         check_name(new_name)?;
         if flags.noreplace && flags.exchange {
-            return Err(Error::Invalid("RENAME_NOREPLACE and RENAME_EXCHANGE together"));
+            return Err(Error::Invalid(
+                "RENAME_NOREPLACE and RENAME_EXCHANGE together",
+            ));
         }
         self.write_op(|fs| {
             let _r = fs.rename_lock.lock();
@@ -644,7 +718,11 @@ impl Fs {
                         fs.dir_set(&mut sa, &src, d.ino, d.ftype)?;
                         fs.dir_set(sb, &d, src.ino, src.ftype)?;
                         if src_dir != dst_dir {
-                            let (gain, lose) = if src_dir { (&mut **sb, &mut *sa) } else { (&mut *sa, &mut **sb) };
+                            let (gain, lose) = if src_dir {
+                                (&mut **sb, &mut *sa)
+                            } else {
+                                (&mut *sa, &mut **sb)
+                            };
                             gain.hdr.nlink += 1;
                             lose.hdr.nlink -= 1;
                         }
@@ -712,7 +790,9 @@ impl Fs {
                 }
             }
             // The source entry may have moved if the insert converted an inline directory.
-            let src_now: Found = fs.dir_find(&mut sa, name)?.ok_or_else(|| Error::Corrupt("rename source vanished".into()))?;
+            let src_now: Found = fs
+                .dir_find(&mut sa, name)?
+                .ok_or_else(|| Error::Corrupt("rename source vanished".into()))?;
             fs.dir_remove(&mut sa, &src_now)?;
             if let (Some(v), Some((dc, d))) = (cv.as_mut(), &victim) {
                 if d.ftype == ftype::DIR {
@@ -760,7 +840,9 @@ impl Fs {
 
     /// Close a handle; the last close of an unlinked file frees it.
     pub fn release(&self, ino: Ino) -> Result<()> {
-        let Some(c) = self.inner.cells.get(ino) else { return Ok(()) };
+        let Some(c) = self.inner.cells.get(ino) else {
+            return Ok(());
+        };
         let prev = c.open.fetch_sub(1, Ordering::AcqRel);
         if prev != 1 {
             if prev == 0 {
@@ -809,7 +891,11 @@ impl Fs {
             let c = fs.cell(ino)?;
             let mut st = c.state.lock();
             if !st.is_reg() {
-                return Err(if st.is_dir() { Error::IsDir } else { Error::NotSupported("fallocate on a special file") });
+                return Err(if st.is_dir() {
+                    Error::IsDir
+                } else {
+                    Error::NotSupported("fallocate on a special file")
+                });
             }
             fs.file_fallocate(&mut st, mode, off, len)?;
             let now = fs.now();
@@ -831,7 +917,11 @@ impl Fs {
             let now = fs.now();
             if let Some(size) = a.size {
                 if !st.is_reg() {
-                    return Err(if st.is_dir() { Error::IsDir } else { Error::Invalid("truncate of a special file") });
+                    return Err(if st.is_dir() {
+                        Error::IsDir
+                    } else {
+                        Error::Invalid("truncate of a special file")
+                    });
                 }
                 fs.file_truncate(&mut st, size)?;
                 st.hdr.mtime = now;
@@ -871,10 +961,20 @@ impl Fs {
             }
             let mut out = Vec::new();
             if offset == 0 && max > 0 {
-                out.push(DirEntry { ino, name: b".".to_vec(), ftype: ftype::DIR, next_offset: 1 });
+                out.push(DirEntry {
+                    ino,
+                    name: b".".to_vec(),
+                    ftype: ftype::DIR,
+                    next_offset: 1,
+                });
             }
             if offset <= 1 && out.len() < max {
-                out.push(DirEntry { ino: st.hdr.pino, name: b"..".to_vec(), ftype: ftype::DIR, next_offset: 2 });
+                out.push(DirEntry {
+                    ino: st.hdr.pino,
+                    name: b"..".to_vec(),
+                    ftype: ftype::DIR,
+                    next_offset: 2,
+                });
             }
             let rest = max - out.len();
             out.extend(fs.dir_list(&mut st, offset.max(2), rest)?);
@@ -894,7 +994,11 @@ impl Fs {
             if st.freed {
                 return Ok(false);
             }
-            let parent_new = c.is_new.load(Ordering::Acquire) && fs.cells.get(st.hdr.pino).is_some_and(|p| p.is_new.load(Ordering::Acquire));
+            let parent_new = c.is_new.load(Ordering::Acquire)
+                && fs
+                    .cells
+                    .get(st.hdr.pino)
+                    .is_some_and(|p| p.is_new.load(Ordering::Acquire));
             if st.is_dir() || st.needs_cp || parent_new || st.hdr.nlink == 0 {
                 return Ok(true);
             }
@@ -912,7 +1016,11 @@ impl Fs {
                     flags |= node::flag::DENT;
                 }
                 fs.write_all_nodes(&mut st, Some(flags))?;
-                let hi = fs.head(st.ino, flashlog_format::cp::LogKind::Node, flashlog_format::cp::Temp::Warm);
+                let hi = fs.head(
+                    st.ino,
+                    flashlog_format::cp::LogKind::Node,
+                    flashlog_format::cp::Temp::Warm,
+                );
                 fs.seg.submit_head(hi)?;
                 fs.dev.flush()?;
                 Ok(false)
@@ -920,7 +1028,10 @@ impl Fs {
             fs.guard(r)
         })?;
         if need_cp {
-            self.inner.stats.fsync_checkpoints.fetch_add(1, Ordering::Relaxed);
+            self.inner
+                .stats
+                .fsync_checkpoints
+                .fetch_add(1, Ordering::Relaxed);
             self.sync()?;
         }
         Ok(())
@@ -933,7 +1044,9 @@ impl Fs {
         StatFs {
             block_size: BLOCK_SIZE as u32,
             blocks: g.user_blocks,
-            blocks_free: g.user_blocks.saturating_sub(fs.alloc_blocks.load(Ordering::Relaxed)),
+            blocks_free: g
+                .user_blocks
+                .saturating_sub(fs.alloc_blocks.load(Ordering::Relaxed)),
             files,
             files_free: (g.max_nid as u64).saturating_sub(fs.nat.used_count()),
             name_max: NAME_MAX as u32,
@@ -941,7 +1054,9 @@ impl Fs {
     }
 
     pub fn stats(&self) -> Counters {
-        self.inner.stats.snapshot(self.inner.seg.blocks_written.load(Ordering::Relaxed))
+        self.inner
+            .stats
+            .snapshot(self.inner.seg.blocks_written.load(Ordering::Relaxed))
     }
 
     // ---- xattrs ----
@@ -953,14 +1068,19 @@ impl Fs {
         }
         if !st.nodes.contains_key(&x) {
             let blk = fs.read_node(x, st.ino)?;
-            st.nodes.insert(x, crate::cell::NodeBuf { blk, dirty: false });
+            st.nodes
+                .insert(x, crate::cell::NodeBuf { blk, dirty: false });
         }
         Ok(node::xattrs(&st.nodes[&x].blk)?)
     }
 
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> {
         if name.is_empty() || name.len() > 255 {
-            return Err(if name.is_empty() { Error::Invalid("empty attribute name") } else { Error::Range });
+            return Err(if name.is_empty() {
+                Error::Invalid("empty attribute name")
+            } else {
+                Error::Range
+            });
         }
         if value.len() > u16::MAX as usize {
             return Err(Error::TooBig);
@@ -1002,7 +1122,13 @@ impl Fs {
                 };
                 fs.nat.set(x, st.ino, 0);
                 fs.valid_nodes.fetch_add(1, Ordering::Relaxed);
-                st.nodes.insert(x, crate::cell::NodeBuf { blk: node::new_node(NodeKind::Xattr, x, st.ino, u32::MAX), dirty: false });
+                st.nodes.insert(
+                    x,
+                    crate::cell::NodeBuf {
+                        blk: node::new_node(NodeKind::Xattr, x, st.ino, u32::MAX),
+                        dirty: false,
+                    },
+                );
                 st.hdr.xattr_nid = x;
             }
             let nb = st.nodes.get_mut(&x).expect("loaded");
@@ -1022,7 +1148,10 @@ impl Fs {
             let c = fs.cell(ino)?;
             let mut st = c.state.lock();
             let list = Self::xattr_list(fs, &mut st)?;
-            list.into_iter().find(|(n, _)| n == name).map(|(_, v)| v).ok_or(Error::NoAttr)
+            list.into_iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v)
+                .ok_or(Error::NoAttr)
         })
     }
 
@@ -1030,7 +1159,10 @@ impl Fs {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.state.lock();
-            Ok(Self::xattr_list(fs, &mut st)?.into_iter().map(|(n, _)| n).collect())
+            Ok(Self::xattr_list(fs, &mut st)?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect())
         })
     }
 
@@ -1039,7 +1171,10 @@ impl Fs {
             let c = fs.cell(ino)?;
             let mut st = c.state.lock();
             let mut list = Self::xattr_list(fs, &mut st)?;
-            let pos = list.iter().position(|(n, _)| n == name).ok_or(Error::NoAttr)?;
+            let pos = list
+                .iter()
+                .position(|(n, _)| n == name)
+                .ok_or(Error::NoAttr)?;
             list.remove(pos);
             Self::store_xattrs(fs, &mut st, &list)
         })
@@ -1071,7 +1206,13 @@ impl Fs {
         let (dir, name) = self.resolve_parent(path)?;
         let ino = match self.lookup(dir, name.as_bytes()) {
             Ok(a) => {
-                self.setattr(a.ino, &SetAttr { size: Some(0), ..Default::default() })?;
+                self.setattr(
+                    a.ino,
+                    &SetAttr {
+                        size: Some(0),
+                        ..Default::default()
+                    },
+                )?;
                 a.ino
             }
             Err(Error::NotFound) => self.create(dir, name.as_bytes(), 0o644, 0, 0)?.ino,

@@ -22,10 +22,16 @@ use flashlog_dev::BlockDevice;
 use flashlog_format::codec::{as_block, test_bit, zero_block, Block};
 use flashlog_format::cp::Checkpoint;
 use flashlog_format::dir::{self as fdir, BLOCK_LAYOUT, BLOCK_SLOTS, INLINE_LAYOUT};
-use flashlog_format::meta::{NatBlock, NatEntry, SitBlock, SsaBlock, NAT_ENTRIES_PER_BLOCK, SIT_ENTRIES_PER_BLOCK};
-use flashlog_format::node::{self, iflag, InodeHdr, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, NIDS_PER_BLOCK};
+use flashlog_format::meta::{
+    NatBlock, NatEntry, SitBlock, SsaBlock, NAT_ENTRIES_PER_BLOCK, SIT_ENTRIES_PER_BLOCK,
+};
+use flashlog_format::node::{
+    self, iflag, InodeHdr, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, NIDS_PER_BLOCK,
+};
 use flashlog_format::sb::{Geometry, Superblock};
-use flashlog_format::{BlkAddr, Ino, Nid, BLOCKS_PER_SEG, BLOCK_SIZE, NEW_ADDR, NULL_ADDR, ROOT_INO};
+use flashlog_format::{
+    BlkAddr, Ino, Nid, BLOCKS_PER_SEG, BLOCK_SIZE, NEW_ADDR, NULL_ADDR, ROOT_INO,
+};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -72,7 +78,11 @@ pub const MAX_FINDINGS: usize = 1000;
 
 impl FsckReport {
     pub fn errors(&self) -> usize {
-        self.findings.iter().filter(|f| f.severity == Severity::Error).count() + self.suppressed as usize
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .count()
+            + self.suppressed as usize
     }
     pub fn is_clean(&self) -> bool {
         self.errors() == 0
@@ -143,7 +153,11 @@ impl<'a> Checker<'a> {
             }
             return;
         }
-        self.report.findings.push(Finding { severity, area, message });
+        self.report.findings.push(Finding {
+            severity,
+            area,
+            message,
+        });
     }
     fn err(&mut self, area: &'static str, message: String) {
         self.add(Severity::Error, area, message)
@@ -165,7 +179,9 @@ impl<'a> Checker<'a> {
         let mut nat = vec![NatEntry::default(); g.max_nid as usize];
         for i in 0..g.nat_blocks {
             let copy = test_bit(&self.cp.nat_bitmap, i as usize) as u8;
-            let Some(b) = self.read(g.nat_block_addr(i, copy)) else { continue };
+            let Some(b) = self.read(g.nat_block_addr(i, copy)) else {
+                continue;
+            };
             match NatBlock::decode(&b, i) {
                 Ok(nb) => {
                     for (slot, e) in nb.entries.into_iter().enumerate() {
@@ -186,7 +202,9 @@ impl<'a> Checker<'a> {
         let mut sit = vec![Default::default(); g.main_segments as usize];
         for i in 0..g.sit_blocks {
             let copy = test_bit(&self.cp.sit_bitmap, i as usize) as u8;
-            let Some(b) = self.read(g.sit_block_addr(i, copy)) else { continue };
+            let Some(b) = self.read(g.sit_block_addr(i, copy)) else {
+                continue;
+            };
             match SitBlock::decode(&b, i) {
                 Ok(sb) => {
                     for (slot, e) in sb.entries.into_iter().enumerate() {
@@ -209,11 +227,17 @@ impl<'a> Checker<'a> {
     /// Claim a main-area block for `owner`; report double use and bad addresses.
     fn claim(&mut self, addr: BlkAddr, owner: Owner, ino: Ino) -> bool {
         if !self.geo.is_main(addr) {
-            self.err("inode", format!("inode {ino}: {owner:?} points at block {addr:#x} outside the main area"));
+            self.err(
+                "inode",
+                format!("inode {ino}: {owner:?} points at block {addr:#x} outside the main area"),
+            );
             return false;
         }
         if let Some(prev) = self.owners.insert(addr, owner) {
-            self.err("inode", format!("inode {ino}: block {addr} used twice ({prev:?} and {owner:?})"));
+            self.err(
+                "inode",
+                format!("inode {ino}: block {addr} used twice ({prev:?} and {owner:?})"),
+            );
             return false;
         }
         true
@@ -230,7 +254,13 @@ impl<'a> Checker<'a> {
             return None;
         }
         if e.ino != ino {
-            self.err("nat", format!("node {nid}: NAT says inode {}, tree of inode {ino} uses it", e.ino));
+            self.err(
+                "nat",
+                format!(
+                    "node {nid}: NAT says inode {}, tree of inode {ino} uses it",
+                    e.ino
+                ),
+            );
         }
         if !self.reached_nids.insert(nid) {
             self.err("inode", format!("inode {ino}: node {nid} reached twice"));
@@ -244,10 +274,20 @@ impl<'a> Checker<'a> {
         match node::check_node(&b, Some(nid)) {
             Ok(f) => {
                 if f.ino != ino {
-                    self.err("node", format!("node {nid} at {}: footer inode {} != {ino}", e.addr, f.ino));
+                    self.err(
+                        "node",
+                        format!("node {nid} at {}: footer inode {} != {ino}", e.addr, f.ino),
+                    );
                 }
                 if f.kind() != Some(kind) {
-                    self.err("node", format!("node {nid} at {}: kind {:?}, expected {kind:?}", e.addr, f.kind()));
+                    self.err(
+                        "node",
+                        format!(
+                            "node {nid} at {}: kind {:?}, expected {kind:?}",
+                            e.addr,
+                            f.kind()
+                        ),
+                    );
                 }
                 if let Some(o) = ofs {
                     if f.ofs != o {
@@ -257,14 +297,21 @@ impl<'a> Checker<'a> {
                 Some(b)
             }
             Err(err) => {
-                self.err("node", format!("node {nid} of inode {ino} at {}: {err}", e.addr));
+                self.err(
+                    "node",
+                    format!("node {nid} of inode {ino} at {}: {err}", e.addr),
+                );
                 None
             }
         }
     }
 
     /// Walk one inode's node tree. Returns its header and data block map (index -> addr).
-    fn walk_inode(&mut self, ino: Ino, want_data: bool) -> Option<(InodeHdr, Box<Block>, BTreeMap<u64, BlkAddr>)> {
+    fn walk_inode(
+        &mut self,
+        ino: Ino,
+        want_data: bool,
+    ) -> Option<(InodeHdr, Box<Block>, BTreeMap<u64, BlkAddr>)> {
         let blk = self.node(ino, ino, NodeKind::Inode, Some(0))?;
         let hdr = match InodeHdr::read(&blk) {
             Ok(h) => h,
@@ -278,7 +325,10 @@ impl<'a> Checker<'a> {
         let mut count = 0u64;
         let inline = hdr.flags & (iflag::INLINE_DATA | iflag::INLINE_DENTRY) != 0;
         if hdr.flags & iflag::INLINE_DATA != 0 && hdr.size > node::MAX_INLINE_DATA as u64 {
-            self.err("inode", format!("inode {ino}: inline file of size {}", hdr.size));
+            self.err(
+                "inode",
+                format!("inode {ino}: inline file of size {}", hdr.size),
+            );
         }
         let mut note = |me: &mut Self, addr: BlkAddr, idx: u64, nid: Nid, slot: usize| {
             if addr == NULL_ADDR {
@@ -287,7 +337,14 @@ impl<'a> Checker<'a> {
             count += 1;
             if addr == NEW_ADDR {
                 me.reserved_blocks += 1;
-            } else if me.claim(addr, Owner::Data { nid, slot: slot as u16 }, ino) {
+            } else if me.claim(
+                addr,
+                Owner::Data {
+                    nid,
+                    slot: slot as u16,
+                },
+                ino,
+            ) {
                 me.report.data_blocks += 1;
                 if want_data {
                     data.insert(idx, addr);
@@ -307,8 +364,18 @@ impl<'a> Checker<'a> {
             }
         }
         // Subtrees: (inode nid slot, first file index of the subtree, level).
-        let (a, n, i) = (ADDRS_PER_BLOCK as u64, NIDS_PER_BLOCK as u64, ADDRS_PER_INODE as u64);
-        let roots = [(0usize, i, 1usize), (1, i + a, 1), (2, i + 2 * a, 2), (3, i + 2 * a + n * a, 2), (4, i + 2 * a + 2 * n * a, 3)];
+        let (a, n, i) = (
+            ADDRS_PER_BLOCK as u64,
+            NIDS_PER_BLOCK as u64,
+            ADDRS_PER_INODE as u64,
+        );
+        let roots = [
+            (0usize, i, 1usize),
+            (1, i + a, 1),
+            (2, i + 2 * a, 2),
+            (3, i + 2 * a + n * a, 2),
+            (4, i + 2 * a + 2 * n * a, 3),
+        ];
         let mut stack: Vec<(Nid, u64, usize)> = Vec::new();
         for &(k, start, level) in &roots {
             let nid = node::inode_nid(&blk, k);
@@ -318,8 +385,14 @@ impl<'a> Checker<'a> {
         }
         while let Some((nid, start, level)) = stack.pop() {
             let want_ofs = node::node_path(start).map(|p| p.node_ofs[p.depth + 1 - level]);
-            let kind = if level == 1 { NodeKind::Direct } else { NodeKind::Indirect };
-            let Some(b) = self.node(nid, ino, kind, want_ofs) else { continue };
+            let kind = if level == 1 {
+                NodeKind::Direct
+            } else {
+                NodeKind::Indirect
+            };
+            let Some(b) = self.node(nid, ino, kind, want_ofs) else {
+                continue;
+            };
             if level == 1 {
                 for s in 0..ADDRS_PER_BLOCK {
                     note(self, node::dnode_addr(&b, s), start + s as u64, nid, s);
@@ -335,7 +408,13 @@ impl<'a> Checker<'a> {
             }
         }
         if hdr.blocks != count {
-            self.err("inode", format!("inode {ino}: header says {} blocks, tree holds {count}", hdr.blocks));
+            self.err(
+                "inode",
+                format!(
+                    "inode {ino}: header says {} blocks, tree holds {count}",
+                    hdr.blocks
+                ),
+            );
         }
         Some((hdr, blk, data))
     }
@@ -348,18 +427,35 @@ impl<'a> Checker<'a> {
         self.links.insert(ROOT_INO, 1);
         while let Some((dir, parent)) = queue.pop_front() {
             if !seen_dirs.insert(dir) {
-                self.err("dir", format!("directory {dir} reached twice (a loop or a directory hard link)"));
+                self.err(
+                    "dir",
+                    format!("directory {dir} reached twice (a loop or a directory hard link)"),
+                );
                 continue;
             }
             seen_inodes.insert(dir);
-            let Some((hdr, blk, data)) = self.walk_inode(dir, true) else { continue };
+            let Some((hdr, blk, data)) = self.walk_inode(dir, true) else {
+                continue;
+            };
             self.report.directories += 1;
             if hdr.mode & crate::cell::libc_mode::S_IFMT != crate::cell::libc_mode::S_IFDIR {
-                self.err("dir", format!("inode {dir} is listed as a directory but has mode {:o}", hdr.mode));
+                self.err(
+                    "dir",
+                    format!(
+                        "inode {dir} is listed as a directory but has mode {:o}",
+                        hdr.mode
+                    ),
+                );
                 continue;
             }
             if hdr.pino != parent {
-                self.err("dir", format!("directory {dir}: parent link {} but found in {parent}", hdr.pino));
+                self.err(
+                    "dir",
+                    format!(
+                        "directory {dir}: parent link {} but found in {parent}",
+                        hdr.pino
+                    ),
+                );
             }
             let mut entries = Vec::new();
             if hdr.flags & iflag::INLINE_DENTRY != 0 {
@@ -385,7 +481,10 @@ impl<'a> Checker<'a> {
             for (block, d) in entries {
                 let shown = String::from_utf8_lossy(&d.name).into_owned();
                 if d.hash != fdir::name_hash(seed, &d.name) {
-                    self.err("dir", format!("directory {dir}: entry {shown:?} has a wrong hash"));
+                    self.err(
+                        "dir",
+                        format!("directory {dir}: entry {shown:?} has a wrong hash"),
+                    );
                 }
                 if let Some(idx) = block {
                     if !hash_fits(idx, d.hash, hdr.depth) {
@@ -393,7 +492,10 @@ impl<'a> Checker<'a> {
                     }
                 }
                 if !names.insert(d.name.clone()) {
-                    self.err("dir", format!("directory {dir}: name {shown:?} appears twice"));
+                    self.err(
+                        "dir",
+                        format!("directory {dir}: name {shown:?} appears twice"),
+                    );
                 }
                 if d.name.contains(&b'/') || d.name == b"." || d.name == b".." {
                     self.err("dir", format!("directory {dir}: invalid name {shown:?}"));
@@ -401,7 +503,13 @@ impl<'a> Checker<'a> {
                 match self.nat_entry(d.ino) {
                     Some(e) if e.addr != NULL_ADDR && e.ino == d.ino => {}
                     _ => {
-                        self.err("dir", format!("directory {dir}: entry {shown:?} points at missing inode {}", d.ino));
+                        self.err(
+                            "dir",
+                            format!(
+                                "directory {dir}: entry {shown:?} points at missing inode {}",
+                                d.ino
+                            ),
+                        );
                         continue;
                     }
                 }
@@ -419,7 +527,9 @@ impl<'a> Checker<'a> {
     }
 
     fn check_file(&mut self, ino: Ino, ftype: u8) {
-        let Some((hdr, _, _)) = self.walk_inode(ino, false) else { return };
+        let Some((hdr, _, _)) = self.walk_inode(ino, false) else {
+            return;
+        };
         self.report.files += 1;
         let mode_type = match hdr.mode & crate::cell::libc_mode::S_IFMT {
             crate::cell::libc_mode::S_IFREG => fdir::ftype::REG,
@@ -432,7 +542,13 @@ impl<'a> Checker<'a> {
             _ => fdir::ftype::UNKNOWN,
         };
         if mode_type != ftype {
-            self.err("dir", format!("inode {ino}: directory entry type {ftype} but mode {:o}", hdr.mode));
+            self.err(
+                "dir",
+                format!(
+                    "inode {ino}: directory entry type {ftype} but mode {:o}",
+                    hdr.mode
+                ),
+            );
         }
         self.inode_hdrs.insert(ino, hdr);
     }
@@ -440,10 +556,18 @@ impl<'a> Checker<'a> {
     fn check_links(&mut self) {
         let hdrs = std::mem::take(&mut self.inode_hdrs);
         for (&ino, hdr) in &hdrs {
-            let is_dir = hdr.mode & crate::cell::libc_mode::S_IFMT == crate::cell::libc_mode::S_IFDIR;
-            let want = if is_dir { 2 + self.subdirs.get(&ino).copied().unwrap_or(0) } else { self.links.get(&ino).copied().unwrap_or(0) };
+            let is_dir =
+                hdr.mode & crate::cell::libc_mode::S_IFMT == crate::cell::libc_mode::S_IFDIR;
+            let want = if is_dir {
+                2 + self.subdirs.get(&ino).copied().unwrap_or(0)
+            } else {
+                self.links.get(&ino).copied().unwrap_or(0)
+            };
             if hdr.nlink != want {
-                self.err("inode", format!("inode {ino}: link count {} but {want} found", hdr.nlink));
+                self.err(
+                    "inode",
+                    format!("inode {ino}: link count {} but {want} found", hdr.nlink),
+                );
             }
         }
         self.inode_hdrs = hdrs;
@@ -452,12 +576,18 @@ impl<'a> Checker<'a> {
     fn check_orphans(&mut self) {
         for ino in self.cp.orphans.clone() {
             if self.inode_hdrs.contains_key(&ino) {
-                self.err("orphan", format!("orphan inode {ino} is still linked in a directory"));
+                self.err(
+                    "orphan",
+                    format!("orphan inode {ino} is still linked in a directory"),
+                );
                 continue;
             }
             if let Some((hdr, _, _)) = self.walk_inode(ino, false) {
                 if hdr.nlink != 0 {
-                    self.err("orphan", format!("orphan inode {ino} has {} links", hdr.nlink));
+                    self.err(
+                        "orphan",
+                        format!("orphan inode {ino} has {} links", hdr.nlink),
+                    );
                 }
             }
         }
@@ -470,7 +600,13 @@ impl<'a> Checker<'a> {
             if e.addr != NULL_ADDR && !self.reached_nids.contains(&nid) {
                 leaked += 1;
                 if leaked <= 20 {
-                    self.err("nat", format!("node {nid} (inode {}) at {} is not reachable from any inode", e.ino, e.addr));
+                    self.err(
+                        "nat",
+                        format!(
+                            "node {nid} (inode {}) at {} is not reachable from any inode",
+                            e.ino, e.addr
+                        ),
+                    );
                 }
             }
         }
@@ -494,19 +630,34 @@ impl<'a> Checker<'a> {
                 if reached != test_bit(&se.bitmap, off) {
                     wrong += 1;
                     if wrong <= 3 {
-                        let what = if reached { "reachable but marked free" } else { "marked valid but unreachable" };
-                        self.err("sit", format!("segment {seg} block {off} (addr {}): {what}", start + off as u64));
+                        let what = if reached {
+                            "reachable but marked free"
+                        } else {
+                            "marked valid but unreachable"
+                        };
+                        self.err(
+                            "sit",
+                            format!(
+                                "segment {seg} block {off} (addr {}): {what}",
+                                start + off as u64
+                            ),
+                        );
                     }
                 }
             }
             if wrong > 3 {
-                self.err("sit", format!("segment {seg}: {} more validity mismatches", wrong - 3));
+                self.err(
+                    "sit",
+                    format!("segment {seg}: {} more validity mismatches", wrong - 3),
+                );
             }
             if !any_reached {
                 continue;
             }
             let copy = test_bit(&self.cp.ssa_bitmap, seg as usize) as u8;
-            let Some(b) = self.read(g.ssa_block_addr(seg, copy)) else { continue };
+            let Some(b) = self.read(g.ssa_block_addr(seg, copy)) else {
+                continue;
+            };
             let ssa = match SsaBlock::decode(&b, seg) {
                 Ok(s) => s,
                 Err(e) => {
@@ -516,7 +667,9 @@ impl<'a> Checker<'a> {
             };
             let mut bad = 0;
             for off in 0..BLOCKS_PER_SEG as usize {
-                let Some(&owner) = self.owners.get(&(start + off as u64)) else { continue };
+                let Some(&owner) = self.owners.get(&(start + off as u64)) else {
+                    continue;
+                };
                 let s = ssa.entries[off];
                 let ok = match owner {
                     Owner::Node(nid) => s.nid == nid,
@@ -530,12 +683,18 @@ impl<'a> Checker<'a> {
                 }
             }
             if bad > 3 {
-                self.err("ssa", format!("segment {seg}: {} more summary mismatches", bad - 3));
+                self.err(
+                    "ssa",
+                    format!("segment {seg}: {} more summary mismatches", bad - 3),
+                );
             }
         }
         let reachable = self.owners.len() as u64;
         if total_valid != reachable {
-            self.err("sit", format!("SIT counts {total_valid} valid blocks, {reachable} are reachable"));
+            self.err(
+                "sit",
+                format!("SIT counts {total_valid} valid blocks, {reachable} are reachable"),
+            );
         }
     }
 
@@ -544,53 +703,107 @@ impl<'a> Checker<'a> {
         let cp = self.cp.clone();
         let want_blocks = self.owners.len() as u64 + self.reserved_blocks;
         if cp.valid_blocks != want_blocks {
-            self.err("checkpoint", format!("valid block count {} but {want_blocks} blocks are allocated", cp.valid_blocks));
+            self.err(
+                "checkpoint",
+                format!(
+                    "valid block count {} but {want_blocks} blocks are allocated",
+                    cp.valid_blocks
+                ),
+            );
         }
         if cp.valid_nodes != self.report.node_blocks {
-            self.err("checkpoint", format!("valid node count {} but {} nodes are reachable", cp.valid_nodes, self.report.node_blocks));
+            self.err(
+                "checkpoint",
+                format!(
+                    "valid node count {} but {} nodes are reachable",
+                    cp.valid_nodes, self.report.node_blocks
+                ),
+            );
         }
         if cp.valid_inodes != self.report.inodes {
-            self.err("checkpoint", format!("inode count {} but {} inodes are reachable", cp.valid_inodes, self.report.inodes));
+            self.err(
+                "checkpoint",
+                format!(
+                    "inode count {} but {} inodes are reachable",
+                    cp.valid_inodes, self.report.inodes
+                ),
+            );
         }
         if want_blocks > g.user_blocks {
-            self.err("checkpoint", format!("{want_blocks} blocks allocated, more than the {} user blocks", g.user_blocks));
+            self.err(
+                "checkpoint",
+                format!(
+                    "{want_blocks} blocks allocated, more than the {} user blocks",
+                    g.user_blocks
+                ),
+            );
         }
         // Sections owned by log heads, and free-space accounting.
         let sps = g.segs_per_sec as u64;
         let mut current = HashSet::new();
         for (i, h) in cp.heads.iter().enumerate() {
             if h.seg >= g.main_segments || h.blkoff as u64 > BLOCKS_PER_SEG {
-                self.err("checkpoint", format!("log head {i} at segment {} offset {} is out of range", h.seg, h.blkoff));
+                self.err(
+                    "checkpoint",
+                    format!(
+                        "log head {i} at segment {} offset {} is out of range",
+                        h.seg, h.blkoff
+                    ),
+                );
                 continue;
             }
             current.insert(h.seg / sps);
             let se = &self.sit[h.seg as usize];
             for off in h.blkoff as usize..BLOCKS_PER_SEG as usize {
                 if test_bit(&se.bitmap, off) {
-                    self.err("checkpoint", format!("log head {i}: segment {} block {off} is valid but ahead of the head", h.seg));
+                    self.err(
+                        "checkpoint",
+                        format!(
+                            "log head {i}: segment {} block {off} is valid but ahead of the head",
+                            h.seg
+                        ),
+                    );
                     break;
                 }
             }
             if h.next_seg != u64::MAX {
                 if h.next_seg >= g.main_segments {
-                    self.err("checkpoint", format!("log head {i}: next segment {} out of range", h.next_seg));
+                    self.err(
+                        "checkpoint",
+                        format!("log head {i}: next segment {} out of range", h.next_seg),
+                    );
                 } else {
                     current.insert(h.next_seg / sps);
                     if self.sit[h.next_seg as usize].valid != 0 && h.next_seg / sps != h.seg / sps {
-                        self.err("checkpoint", format!("log head {i}: next segment {} already holds data", h.next_seg));
+                        self.err(
+                            "checkpoint",
+                            format!(
+                                "log head {i}: next segment {} already holds data",
+                                h.next_seg
+                            ),
+                        );
                     }
                 }
             }
         }
         let mut free = 0;
         for sec in 0..g.sections() {
-            let valid: u64 = (sec * sps..(sec + 1) * sps).map(|s| self.sit[s as usize].valid as u64).sum();
+            let valid: u64 = (sec * sps..(sec + 1) * sps)
+                .map(|s| self.sit[s as usize].valid as u64)
+                .sum();
             if valid == 0 && !current.contains(&sec) {
                 free += 1;
             }
         }
         if cp.free_segments != free * sps {
-            self.err("checkpoint", format!("free segment count {} but {} segments are free", cp.free_segments, free * sps));
+            self.err(
+                "checkpoint",
+                format!(
+                    "free segment count {} but {} segments are free",
+                    cp.free_segments,
+                    free * sps
+                ),
+            );
         }
     }
 }
@@ -606,7 +819,11 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
     let sb = match read_superblock(dev) {
         Ok(sb) => sb,
         Err(e) => {
-            report.findings.push(Finding { severity: Severity::Error, area: "superblock", message: e.to_string() });
+            report.findings.push(Finding {
+                severity: Severity::Error,
+                area: "superblock",
+                message: e.to_string(),
+            });
             return Ok(report);
         }
     };
@@ -615,20 +832,36 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
         dev.read(copy, &mut b[..])?;
         match Superblock::decode(as_block(&b[..], "superblock")?) {
             Ok(s) if s == sb => {}
-            Ok(_) => report.findings.push(Finding { severity: Severity::Error, area: "superblock", message: format!("copy {copy} differs from the copy in use") }),
-            Err(e) => report.findings.push(Finding { severity: Severity::Error, area: "superblock", message: format!("copy {copy}: {e}") }),
+            Ok(_) => report.findings.push(Finding {
+                severity: Severity::Error,
+                area: "superblock",
+                message: format!("copy {copy} differs from the copy in use"),
+            }),
+            Err(e) => report.findings.push(Finding {
+                severity: Severity::Error,
+                area: "superblock",
+                message: format!("copy {copy}: {e}"),
+            }),
         }
     }
     let cp = match read_checkpoint(dev, &sb.geo) {
         Ok(cp) => cp,
         Err(e) => {
-            report.findings.push(Finding { severity: Severity::Error, area: "checkpoint", message: e.to_string() });
+            report.findings.push(Finding {
+                severity: Severity::Error,
+                area: "checkpoint",
+                message: e.to_string(),
+            });
             return Ok(report);
         }
     };
     for pack in 0..2u8 {
         if let Err(e) = read_pack(dev, &sb.geo, pack) {
-            report.findings.push(Finding { severity: Severity::Warning, area: "checkpoint", message: format!("pack {pack} is not valid ({e}); the other pack is in use") });
+            report.findings.push(Finding {
+                severity: Severity::Warning,
+                area: "checkpoint",
+                message: format!("pack {pack} is not valid ({e}); the other pack is in use"),
+            });
         }
     }
     report.checkpoint_version = cp.version;

@@ -82,7 +82,9 @@ impl FsInner {
     /// Refuse to change anything on a read-only or poisoned mount.
     pub fn check_writable(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned(self.poison.lock().clone().unwrap_or_default()));
+            return Err(Error::Poisoned(
+                self.poison.lock().clone().unwrap_or_default(),
+            ));
         }
         if self.opts.read_only {
             return Err(Error::ReadOnly);
@@ -117,7 +119,12 @@ impl FsInner {
             if cur + n > limit {
                 return Err(Error::NoSpace);
             }
-            match self.alloc_blocks.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire) {
+            match self.alloc_blocks.compare_exchange_weak(
+                cur,
+                cur + n,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return Ok(()),
                 Err(now) => cur = now,
             }
@@ -130,7 +137,9 @@ impl FsInner {
     /// Read a block the file system wrote: from a log head's buffer if still there.
     pub fn read_block(&self, addr: BlkAddr, out: &mut Block) -> Result<()> {
         if addr == NULL_ADDR || addr == NEW_ADDR || addr >= self.sb.geo.block_count {
-            return Err(Error::Corrupt(format!("read of invalid block address {addr:#x}")));
+            return Err(Error::Corrupt(format!(
+                "read of invalid block address {addr:#x}"
+            )));
         }
         if self.seg.read_pending(addr, out) {
             return Ok(());
@@ -144,13 +153,19 @@ impl FsInner {
     pub fn read_node(&self, nid: Nid, ino: Ino) -> Result<Box<Block>> {
         let addr = self.nat.addr(nid);
         if addr == NULL_ADDR {
-            return Err(Error::Corrupt(format!("node {nid} of inode {ino} has no address")));
+            return Err(Error::Corrupt(format!(
+                "node {nid} of inode {ino} has no address"
+            )));
         }
         let mut b = zero_block();
         self.read_block(addr, &mut b)?;
-        let f = node::check_node(&b, Some(nid)).map_err(|e| Error::Corrupt(format!("node {nid} at {addr}: {e}")))?;
+        let f = node::check_node(&b, Some(nid))
+            .map_err(|e| Error::Corrupt(format!("node {nid} at {addr}: {e}")))?;
         if f.ino != ino {
-            return Err(Error::Corrupt(format!("node {nid} belongs to inode {} not {ino}", f.ino)));
+            return Err(Error::Corrupt(format!(
+                "node {nid} belongs to inode {} not {ino}",
+                f.ino
+            )));
         }
         Ok(b)
     }
@@ -174,7 +189,12 @@ impl FsInner {
 
     /// The direct node (nid, or the inode's own nid for blocks held by the inode) and slot
     /// that map file block `index`. With `create`, missing nodes are allocated.
-    pub fn locate(&self, st: &mut InodeState, index: u64, create: bool) -> Result<Option<(Nid, usize)>> {
+    pub fn locate(
+        &self,
+        st: &mut InodeState,
+        index: u64,
+        create: bool,
+    ) -> Result<Option<(Nid, usize)>> {
         let p = node::node_path(index).ok_or(Error::TooBig)?;
         if p.depth == 0 {
             return Ok(Some((st.ino, p.slots[0])));
@@ -184,7 +204,11 @@ impl FsInner {
             if !create {
                 return Ok(None);
             }
-            let kind = if p.depth == 1 { NodeKind::Direct } else { NodeKind::Indirect };
+            let kind = if p.depth == 1 {
+                NodeKind::Direct
+            } else {
+                NodeKind::Indirect
+            };
             nid = self.new_node(st, kind, p.node_ofs[1])?;
             node::set_inode_nid(&mut st.node, p.slots[0], nid);
             st.dirty = true;
@@ -193,7 +217,10 @@ impl FsInner {
             let parent = nid;
             let child = node::indirect_nid(&self.load_node(st, parent)?.blk, p.slots[d]);
             if child != 0 && !self.nat.valid(child) {
-                return Err(Error::Corrupt(format!("node {parent} of inode {} points at nid {child}", st.ino)));
+                return Err(Error::Corrupt(format!(
+                    "node {parent} of inode {} points at nid {child}",
+                    st.ino
+                )));
             }
             nid = if child != 0 {
                 child
@@ -201,9 +228,17 @@ impl FsInner {
                 if !create {
                     return Ok(None);
                 }
-                let kind = if d + 1 == p.depth { NodeKind::Direct } else { NodeKind::Indirect };
+                let kind = if d + 1 == p.depth {
+                    NodeKind::Direct
+                } else {
+                    NodeKind::Indirect
+                };
                 let c = self.new_node(st, kind, p.node_ofs[d + 1])?;
-                node::set_indirect_nid(&mut st.nodes.get_mut(&parent).expect("loaded").blk, p.slots[d], c);
+                node::set_indirect_nid(
+                    &mut st.nodes.get_mut(&parent).expect("loaded").blk,
+                    p.slots[d],
+                    c,
+                );
                 self.mark_node_dirty(st, parent);
                 c
             };
@@ -223,7 +258,13 @@ impl FsInner {
         };
         self.nat.set(nid, st.ino, NULL_ADDR);
         self.valid_nodes.fetch_add(1, Ordering::Relaxed);
-        st.nodes.insert(nid, NodeBuf { blk: node::new_node(kind, nid, st.ino, ofs), dirty: false });
+        st.nodes.insert(
+            nid,
+            NodeBuf {
+                blk: node::new_node(kind, nid, st.ino, ofs),
+                dirty: false,
+            },
+        );
         self.mark_node_dirty(st, nid);
         Ok(nid)
     }
@@ -233,7 +274,9 @@ impl FsInner {
         if nid == st.ino {
             node::inode_addr(&st.node, slot)
         } else {
-            st.nodes.get(&nid).map_or(NULL_ADDR, |n| node::dnode_addr(&n.blk, slot))
+            st.nodes
+                .get(&nid)
+                .map_or(NULL_ADDR, |n| node::dnode_addr(&n.blk, slot))
         }
     }
 
@@ -286,9 +329,13 @@ impl FsInner {
 
     /// Free every data block at file index >= `first` and every node left empty.
     pub fn free_blocks_from(&self, st: &mut InodeState, first: u64) -> Result<()> {
-        use flashlog_format::node::{ADDRS_PER_BLOCK as A, ADDRS_PER_INODE as I, NIDS_PER_BLOCK as N};
+        use flashlog_format::node::{
+            ADDRS_PER_BLOCK as A, ADDRS_PER_INODE as I, NIDS_PER_BLOCK as N,
+        };
         let (a, n, i) = (A as u64, N as u64, I as u64);
-        if st.hdr.flags & node::iflag::INLINE_DATA == 0 && st.hdr.flags & node::iflag::INLINE_DENTRY == 0 {
+        if st.hdr.flags & node::iflag::INLINE_DATA == 0
+            && st.hdr.flags & node::iflag::INLINE_DENTRY == 0
+        {
             for slot in (first.min(i) as usize)..I {
                 let addr = node::inode_addr(&st.node, slot);
                 if addr != NULL_ADDR {
@@ -298,7 +345,13 @@ impl FsInner {
                 }
             }
         }
-        let spans = [(i, a, 1usize), (i + a, a, 1), (i + 2 * a, n * a, 2), (i + 2 * a + n * a, n * a, 2), (i + 2 * a + 2 * n * a, n * n * a, 3)];
+        let spans = [
+            (i, a, 1usize),
+            (i + a, a, 1),
+            (i + 2 * a, n * a, 2),
+            (i + 2 * a + n * a, n * a, 2),
+            (i + 2 * a + 2 * n * a, n * n * a, 3),
+        ];
         for (k, &(start, span, level)) in spans.iter().enumerate() {
             let nid = node::inode_nid(&st.node, k);
             if nid == 0 || start + span <= first {
@@ -315,10 +368,21 @@ impl FsInner {
     /// Free what subtree `nid` (at `level`: 1 direct, 2 indirect, 3 double indirect; first
     /// file block `start`) maps at or after `first`. Returns true if the node itself was
     /// freed. `depth_guard` bounds recursion on corrupt trees.
-    fn free_subtree(&self, st: &mut InodeState, nid: Nid, level: usize, start: u64, first: u64, depth_guard: usize) -> Result<bool> {
+    fn free_subtree(
+        &self,
+        st: &mut InodeState,
+        nid: Nid,
+        level: usize,
+        start: u64,
+        first: u64,
+        depth_guard: usize,
+    ) -> Result<bool> {
         use flashlog_format::node::{ADDRS_PER_BLOCK as A, NIDS_PER_BLOCK as N};
         if depth_guard > 3 || !self.nat.valid(nid) {
-            return Err(Error::Corrupt(format!("node tree of inode {} is malformed at nid {nid}", st.ino)));
+            return Err(Error::Corrupt(format!(
+                "node tree of inode {} is malformed at nid {nid}",
+                st.ino
+            )));
         }
         self.load_node(st, nid)?;
         if level == 1 {
@@ -327,7 +391,11 @@ impl FsInner {
                 let addr = node::dnode_addr(&st.nodes[&nid].blk, slot);
                 if addr != NULL_ADDR {
                     self.free_data_addr(st, addr);
-                    node::set_dnode_addr(&mut st.nodes.get_mut(&nid).expect("loaded").blk, slot, NULL_ADDR);
+                    node::set_dnode_addr(
+                        &mut st.nodes.get_mut(&nid).expect("loaded").blk,
+                        slot,
+                        NULL_ADDR,
+                    );
                     self.mark_node_dirty(st, nid);
                 }
             }
@@ -343,7 +411,11 @@ impl FsInner {
                     continue;
                 }
                 if self.free_subtree(st, child, level - 1, child_start, first, depth_guard + 1)? {
-                    node::set_indirect_nid(&mut st.nodes.get_mut(&nid).expect("loaded").blk, slot, 0);
+                    node::set_indirect_nid(
+                        &mut st.nodes.get_mut(&nid).expect("loaded").blk,
+                        slot,
+                        0,
+                    );
                     self.mark_node_dirty(st, nid);
                 }
             }
@@ -370,14 +442,25 @@ impl FsInner {
                 st.node = b;
                 &st.node
             } else {
-                let n = st.nodes.get(&nid).ok_or_else(|| Error::Corrupt(format!("node {nid} not cached")))?;
+                let n = st
+                    .nodes
+                    .get(&nid)
+                    .ok_or_else(|| Error::Corrupt(format!("node {nid} not cached")))?;
                 was_dirty = n.dirty;
                 &n.blk
             };
-            self.seg.append(hi, Summary { nid, ofs: 0, version }, |_, next, out| {
-                out.copy_from_slice(blk);
-                node::seal_node(out, cp_ver, next, flags);
-            })?
+            self.seg.append(
+                hi,
+                Summary {
+                    nid,
+                    ofs: 0,
+                    version,
+                },
+                |_, next, out| {
+                    out.copy_from_slice(blk);
+                    node::seal_node(out, cp_ver, next, flags);
+                },
+            )?
         };
         let old = self.nat.addr(nid);
         self.nat.set(nid, ino, new_addr);
@@ -393,7 +476,9 @@ impl FsInner {
         if was_dirty && nid != ino {
             self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
         }
-        self.stats.node_blocks_written.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .node_blocks_written
+            .fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -403,8 +488,17 @@ impl FsInner {
             return Ok(0);
         }
         let is_dir = st.is_dir();
-        let hi = self.head(st.ino, LogKind::Data, if is_dir { Temp::Hot } else { Temp::Warm });
-        let idxs: Vec<u64> = st.pages.iter().filter(|(_, p)| p.dirty).map(|(&i, _)| i).collect();
+        let hi = self.head(
+            st.ino,
+            LogKind::Data,
+            if is_dir { Temp::Hot } else { Temp::Warm },
+        );
+        let idxs: Vec<u64> = st
+            .pages
+            .iter()
+            .filter(|(_, p)| p.dirty)
+            .map(|(&i, _)| i)
+            .collect();
         let mut n = 0;
         for idx in idxs {
             let (nid, slot) = self.locate(st, idx, true)?.expect("create");
@@ -414,7 +508,15 @@ impl FsInner {
                 flashlog_format::dir::seal_dentry_block(&mut page.data);
             }
             let data: &Block = &page.data;
-            let addr = self.seg.append(hi, Summary { nid, ofs: slot as u16, version }, |_, _, out| out.copy_from_slice(data))?;
+            let addr = self.seg.append(
+                hi,
+                Summary {
+                    nid,
+                    ofs: slot as u16,
+                    version,
+                },
+                |_, _, out| out.copy_from_slice(data),
+            )?;
             let page = st.pages.get_mut(&idx).expect("dirty page");
             page.dirty = false;
             page.reserved = false;
@@ -433,7 +535,9 @@ impl FsInner {
             // caches it; directories keep their dentry blocks.
             st.pages.retain(|_, p| p.dirty);
         }
-        self.stats.data_blocks_written.fetch_add(n, Ordering::Relaxed);
+        self.stats
+            .data_blocks_written
+            .fetch_add(n, Ordering::Relaxed);
         Ok(n)
     }
 
@@ -450,13 +554,21 @@ impl FsInner {
         nids.sort_unstable_by_key(|(n, _)| *n);
         let mut n = 0;
         for (nid, kind) in nids {
-            let temp = if fsync_flags.is_some() { Temp::Warm } else { node_temp(is_dir, kind) };
+            let temp = if fsync_flags.is_some() {
+                Temp::Warm
+            } else {
+                node_temp(is_dir, kind)
+            };
             let hi = self.head(st.ino, LogKind::Node, temp);
             self.write_node(st, nid, hi, 0)?;
             n += 1;
         }
         if st.dirty || fsync_flags.is_some() {
-            let temp = if fsync_flags.is_some() { Temp::Warm } else { node_temp(is_dir, NodeKind::Inode) };
+            let temp = if fsync_flags.is_some() {
+                Temp::Warm
+            } else {
+                node_temp(is_dir, NodeKind::Inode)
+            };
             let hi = self.head(st.ino, LogKind::Node, temp);
             self.write_node(st, st.ino, hi, fsync_flags.unwrap_or(0))?;
             n += 1;
@@ -543,8 +655,13 @@ impl FsInner {
     }
 
     pub fn now(&self) -> node::Timespec {
-        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        node::Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        node::Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
     }
 
     /// Volume lifetime in seconds (for segment ages).

@@ -44,17 +44,25 @@ impl Default for OpLock {
 
 impl OpLock {
     pub fn new() -> Self {
-        OpLock { shards: (0..OP_LOCK_SHARDS).map(|_| CachePadded::new(RwLock::new(()))).collect() }
+        OpLock {
+            shards: (0..OP_LOCK_SHARDS)
+                .map(|_| CachePadded::new(RwLock::new(())))
+                .collect(),
+        }
     }
 
     /// Shared side: one file-system operation.
     pub fn op(&self) -> OpGuard<'_> {
-        OpGuard { _g: self.shards[thread_slot() % OP_LOCK_SHARDS].read() }
+        OpGuard {
+            _g: self.shards[thread_slot() % OP_LOCK_SHARDS].read(),
+        }
     }
 
     /// Exclusive side: the checkpoint. Waits for every running operation to finish.
     pub fn checkpoint(&self) -> CpGuard<'_> {
-        CpGuard { _g: self.shards.iter().map(|s| s.write()).collect() }
+        CpGuard {
+            _g: self.shards.iter().map(|s| s.write()).collect(),
+        }
     }
 }
 

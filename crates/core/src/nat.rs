@@ -13,7 +13,7 @@ use flashlog_dev::BlockDevice;
 use flashlog_format::codec::test_bit;
 use flashlog_format::meta::{nat_pos, NatBlock, NatEntry, NAT_ENTRIES_PER_BLOCK};
 use flashlog_format::sb::Geometry;
-use flashlog_format::{BlkAddr, Ino, Nid, FIRST_FREE_NID, BLOCK_SIZE, NULL_ADDR};
+use flashlog_format::{BlkAddr, Ino, Nid, BLOCK_SIZE, FIRST_FREE_NID, NULL_ADDR};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
@@ -63,7 +63,8 @@ impl NatTable {
                 let idx = i + k;
                 let copy = test_bit(nat_bitmap, idx as usize) as usize;
                 let off = (2 * k as usize + copy) * BLOCK_SIZE;
-                let blk = flashlog_format::codec::as_block(&buf[off..off + BLOCK_SIZE], "NAT block")?;
+                let blk =
+                    flashlog_format::codec::as_block(&buf[off..off + BLOCK_SIZE], "NAT block")?;
                 let nb = NatBlock::decode(blk, idx)?;
                 for (slot, e) in nb.entries.iter().enumerate() {
                     let nid = idx as usize * NAT_ENTRIES_PER_BLOCK + slot;
@@ -72,8 +73,12 @@ impl NatTable {
                     }
                     t.version[nid].store(e.version, Ordering::Relaxed);
                     if e.addr != NULL_ADDR {
-                        if nid < FIRST_FREE_NID as usize && nid != flashlog_format::ROOT_INO as usize {
-                            return Err(Error::Corrupt(format!("reserved nid {nid} has a NAT address")));
+                        if nid < FIRST_FREE_NID as usize
+                            && nid != flashlog_format::ROOT_INO as usize
+                        {
+                            return Err(Error::Corrupt(format!(
+                                "reserved nid {nid} has a NAT address"
+                            )));
                         }
                         t.addr[nid].store(e.addr, Ordering::Relaxed);
                         t.ino[nid].store(e.ino, Ordering::Relaxed);
@@ -93,16 +98,26 @@ impl NatTable {
         nid >= 1 && nid < self.max_nid
     }
     pub fn addr(&self, nid: Nid) -> BlkAddr {
-        self.addr.get(nid as usize).map_or(NULL_ADDR, |a| a.load(Ordering::Acquire))
+        self.addr
+            .get(nid as usize)
+            .map_or(NULL_ADDR, |a| a.load(Ordering::Acquire))
     }
     pub fn ino(&self, nid: Nid) -> Ino {
-        self.ino.get(nid as usize).map_or(0, |a| a.load(Ordering::Acquire))
+        self.ino
+            .get(nid as usize)
+            .map_or(0, |a| a.load(Ordering::Acquire))
     }
     pub fn version(&self, nid: Nid) -> u8 {
-        self.version.get(nid as usize).map_or(0, |a| a.load(Ordering::Acquire))
+        self.version
+            .get(nid as usize)
+            .map_or(0, |a| a.load(Ordering::Acquire))
     }
     pub fn entry(&self, nid: Nid) -> NatEntry {
-        NatEntry { addr: self.addr(nid), ino: self.ino(nid), version: self.version(nid) }
+        NatEntry {
+            addr: self.addr(nid),
+            ino: self.ino(nid),
+            version: self.version(nid),
+        }
     }
 
     fn mark_dirty(&self, nid: Nid) {

@@ -13,7 +13,7 @@
 //! | no node with FSYNC                      | ignore (never made durable)                 |
 //! | nodes up to the last FSYNC-marked one   | adopt the newest copy of each of them       |
 //! | nodes after the last FSYNC mark         | ignore                                      |
-//! | FSYNC inode with DENT                   | also insert its name into its parent if absent |
+//! | FSYNC inode with DENT                   | also put its name into its parent (replacing a stale entry of that name) |
 //! | adopted inode has nlink 0               | free it (it was unlinked while open)        |
 //!
 //! Adopting sets the NAT, then reconciles block validity by comparing what the old and the
@@ -27,7 +27,9 @@ use crate::inner::FsInner;
 use flashlog_format::codec::zero_block;
 use flashlog_format::cp::{Checkpoint, LogKind, Temp};
 use flashlog_format::meta::{NatEntry, Summary};
-use flashlog_format::node::{self, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, INODE_NIDS_COUNT, NIDS_PER_BLOCK};
+use flashlog_format::node::{
+    self, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, INODE_NIDS_COUNT, NIDS_PER_BLOCK,
+};
 use flashlog_format::{BlkAddr, Ino, Nid, BLOCKS_PER_SEG, NEW_ADDR, NULL_ADDR};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -41,15 +43,25 @@ struct Reach {
     reserved: u64,
 }
 
-fn read_node_at(fs: &FsInner, addr: BlkAddr, nid: Nid, ino: Ino) -> Result<Box<flashlog_format::codec::Block>> {
+fn read_node_at(
+    fs: &FsInner,
+    addr: BlkAddr,
+    nid: Nid,
+    ino: Ino,
+) -> Result<Box<flashlog_format::codec::Block>> {
     if !fs.sb.geo.is_main(addr) {
-        return Err(Error::Corrupt(format!("node {nid} at {addr:#x} outside the main area")));
+        return Err(Error::Corrupt(format!(
+            "node {nid} at {addr:#x} outside the main area"
+        )));
     }
     let mut b = zero_block();
     fs.dev.read(addr, &mut b[..])?;
     let f = node::check_node(&b, Some(nid))?;
     if f.ino != ino {
-        return Err(Error::Corrupt(format!("node {nid} belongs to {} not {ino}", f.ino)));
+        return Err(Error::Corrupt(format!(
+            "node {nid} belongs to {} not {ino}",
+            f.ino
+        )));
     }
     Ok(b)
 }
@@ -80,10 +92,15 @@ fn reach(fs: &FsInner, ino: Ino) -> Result<Reach> {
         r.nodes.insert(x, fs.nat.addr(x));
     }
     let levels = [1usize, 1, 2, 2, 3];
-    let mut stack: Vec<(Nid, usize)> = (0..INODE_NIDS_COUNT).map(|k| (node::inode_nid(&blk, k), levels[k])).filter(|(n, _)| *n != 0).collect();
+    let mut stack: Vec<(Nid, usize)> = (0..INODE_NIDS_COUNT)
+        .map(|k| (node::inode_nid(&blk, k), levels[k]))
+        .filter(|(n, _)| *n != 0)
+        .collect();
     while let Some((nid, level)) = stack.pop() {
         if !fs.nat.valid(nid) || r.nodes.contains_key(&nid) {
-            return Err(Error::Corrupt(format!("inode {ino}: bad or repeated node {nid}")));
+            return Err(Error::Corrupt(format!(
+                "inode {ino}: bad or repeated node {nid}"
+            )));
         }
         let a = fs.nat.addr(nid);
         let b = read_node_at(fs, a, nid, ino)?;
@@ -113,7 +130,12 @@ struct ChainNode {
 }
 
 /// Walk one warm node log from its checkpointed position.
-fn walk_chain(fs: &FsInner, ck: &Checkpoint, start: BlkAddr, out: &mut Vec<ChainNode>) -> Result<()> {
+fn walk_chain(
+    fs: &FsInner,
+    ck: &Checkpoint,
+    start: BlkAddr,
+    out: &mut Vec<ChainNode>,
+) -> Result<()> {
     let mut addr = start;
     let limit = fs.sb.geo.main_blocks();
     let mut seen = HashSet::new();
@@ -125,11 +147,19 @@ fn walk_chain(fs: &FsInner, ck: &Checkpoint, start: BlkAddr, out: &mut Vec<Chain
         if fs.dev.read(addr, &mut b[..]).is_err() {
             break;
         }
-        let Ok(f) = node::check_node(&b, None) else { break };
+        let Ok(f) = node::check_node(&b, None) else {
+            break;
+        };
         if f.cp_ver != ck.version {
             break;
         }
-        out.push(ChainNode { addr, nid: f.nid, ino: f.ino, flags: f.flags, kind: f.kind() });
+        out.push(ChainNode {
+            addr,
+            nid: f.nid,
+            ino: f.ino,
+            flags: f.flags,
+            kind: f.kind(),
+        });
         addr = f.next_blkaddr;
     }
     Ok(())
@@ -139,8 +169,18 @@ fn walk_chain(fs: &FsInner, ck: &Checkpoint, start: BlkAddr, out: &mut Vec<Chain
 pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
     let geo = fs.sb.geo.clone();
     let mut chain = Vec::new();
-    for h in ck.heads.iter().filter(|h| h.kind == LogKind::Node && h.temp == Temp::Warm) {
-        let start = if (h.blkoff as u64) < BLOCKS_PER_SEG { geo.seg_start(h.seg) + h.blkoff as u64 } else if h.next_seg < geo.main_segments { geo.seg_start(h.next_seg) } else { continue };
+    for h in ck
+        .heads
+        .iter()
+        .filter(|h| h.kind == LogKind::Node && h.temp == Temp::Warm)
+    {
+        let start = if (h.blkoff as u64) < BLOCKS_PER_SEG {
+            geo.seg_start(h.seg) + h.blkoff as u64
+        } else if h.next_seg < geo.main_segments {
+            geo.seg_start(h.next_seg)
+        } else {
+            continue;
+        };
         walk_chain(fs, ck, start, &mut chain)?;
     }
     if chain.is_empty() {
@@ -157,7 +197,9 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
         return Ok(0);
     }
     if fs.opts.read_only {
-        return Err(Error::Invalid("the volume needs roll-forward recovery; mount it read-write once"));
+        return Err(Error::Invalid(
+            "the volume needs roll-forward recovery; mount it read-write once",
+        ));
     }
     let mut dent = Vec::new();
     for (&ino, &last) in &last_fsync {
@@ -165,7 +207,10 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
             continue;
         }
         let mut latest: HashMap<Nid, &ChainNode> = HashMap::new();
-        for c in chain[..=last].iter().filter(|c| c.ino == ino && fs.nat.valid(c.nid)) {
+        for c in chain[..=last]
+            .iter()
+            .filter(|c| c.ino == ino && fs.nat.valid(c.nid))
+        {
             latest.insert(c.nid, c);
         }
         let old = reach(fs, ino).unwrap_or_default();
@@ -190,13 +235,19 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
             }
         }
         reconcile(fs, ino, &old, &new)?;
-        fs.stats.roll_forward_nodes.fetch_add(latest.len() as u64, Ordering::Relaxed);
+        fs.stats
+            .roll_forward_nodes
+            .fetch_add(latest.len() as u64, Ordering::Relaxed);
         if chain[last].flags & node::flag::DENT != 0 {
             dent.push(ino);
         }
     }
     // Log heads continue in fresh sections so that nothing recovered is overwritten.
-    let specs: Vec<_> = ck.heads.iter().map(|h| (h.kind, h.temp, h.mlog, h.stream)).collect();
+    let specs: Vec<_> = ck
+        .heads
+        .iter()
+        .map(|h| (h.kind, h.temp, h.mlog, h.stream))
+        .collect();
     let fresh = fs.seg.fresh_heads(&specs)?;
     fs.seg.install_heads_shared(&fresh)?;
     for ino in dent {
@@ -236,7 +287,14 @@ fn reconcile(fs: &FsInner, ino: Ino, old: &Reach, new: &Reach) -> Result<()> {
         if na != NULL_ADDR {
             fs.seg.set_valid(na);
             fs.seg.mark_section_used(na);
-            fs.seg.set_summary(na, Summary { nid, ofs: 0, version: fs.nat.version(nid) })?;
+            fs.seg.set_summary(
+                na,
+                Summary {
+                    nid,
+                    ofs: 0,
+                    version: fs.nat.version(nid),
+                },
+            )?;
         }
         if !old.nodes.contains_key(&nid) {
             fs.nat.mark_used(nid);
@@ -257,12 +315,20 @@ fn reconcile(fs: &FsInner, ino: Ino, old: &Reach, new: &Reach) -> Result<()> {
         if !old.data.contains_key(&a) {
             fs.seg.set_valid(a);
             fs.seg.mark_section_used(a);
-            fs.seg.set_summary(a, Summary { nid, ofs: slot, version: fs.nat.version(nid) })?;
+            fs.seg.set_summary(
+                a,
+                Summary {
+                    nid,
+                    ofs: slot,
+                    version: fs.nat.version(nid),
+                },
+            )?;
             fs.alloc_blocks.fetch_add(1, Ordering::Relaxed);
         }
     }
     if new.reserved >= old.reserved {
-        fs.alloc_blocks.fetch_add(new.reserved - old.reserved, Ordering::Relaxed);
+        fs.alloc_blocks
+            .fetch_add(new.reserved - old.reserved, Ordering::Relaxed);
     } else {
         fs.release_blocks(old.reserved - new.reserved);
     }
@@ -284,8 +350,31 @@ fn recover_dentry(fs: &FsInner, ino: Ino) -> Result<()> {
         return Ok(());
     };
     let mut pst = pc.state.lock();
-    if !pst.is_dir() || fs.dir_find(&mut pst, &name)?.is_some() {
+    if !pst.is_dir() {
         return Ok(());
+    }
+    if let Some(f) = fs.dir_find(&mut pst, &name)? {
+        if f.ino == ino {
+            return Ok(());
+        }
+        // The name still points at an older file whose unlink or replacement was not
+        // durable: the fsync'd new file wins (F2FS recover_dentry does the same). Never
+        // replace a directory.
+        let oc = fs.cell(f.ino)?;
+        let mut ost = oc.state.lock();
+        if ost.is_dir() {
+            tracing::warn!(
+                "roll-forward: {:?} in {pino} is a directory; inode {ino} stays nameless",
+                String::from_utf8_lossy(&name)
+            );
+            return Ok(());
+        }
+        fs.dir_remove(&mut pst, &f)?;
+        ost.hdr.nlink = ost.hdr.nlink.saturating_sub(1);
+        ost.dirty = true;
+        if ost.hdr.nlink == 0 {
+            fs.free_inode(&mut ost)?;
+        }
     }
     let ft = match mode & crate::cell::libc_mode::S_IFMT {
         crate::cell::libc_mode::S_IFDIR => flashlog_format::dir::ftype::DIR,

@@ -20,7 +20,9 @@ use crate::error::{Error, Result};
 use flashlog_dev::BlockDevice;
 use flashlog_format::codec::{test_bit, Block};
 use flashlog_format::cp::{LogHeadRecord, LogKind, Temp};
-use flashlog_format::meta::{sit_pos, SitBlock, SitEntry, SsaBlock, Summary, SIT_ENTRIES_PER_BLOCK};
+use flashlog_format::meta::{
+    sit_pos, SitBlock, SitEntry, SsaBlock, Summary, SIT_ENTRIES_PER_BLOCK,
+};
 use flashlog_format::sb::Geometry;
 use flashlog_format::{BlkAddr, SegNo, BLOCKS_PER_SEG, BLOCK_SIZE, SEG_BITMAP_BYTES};
 use parking_lot::Mutex;
@@ -64,7 +66,12 @@ impl SegEntry {
             chunk.copy_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
         }
         let valid = bitmap.iter().map(|b| b.count_ones()).sum::<u32>() as u16;
-        SitEntry { valid, class: self.class.load(Ordering::Relaxed), mtime: self.mtime.load(Ordering::Relaxed), bitmap }
+        SitEntry {
+            valid,
+            class: self.class.load(Ordering::Relaxed),
+            mtime: self.mtime.load(Ordering::Relaxed),
+            bitmap,
+        }
     }
 }
 
@@ -127,7 +134,14 @@ impl SegManager {
     }
 
     /// Build from the SIT (current copies) and the checkpoint's log heads.
-    pub fn load(dev: Arc<dyn BlockDevice>, geo: &Geometry, sit_bitmap: &[u8], ssa_bitmap: &[u8], heads: &[LogHeadRecord], elapsed: u64) -> Result<SegManager> {
+    pub fn load(
+        dev: Arc<dyn BlockDevice>,
+        geo: &Geometry,
+        sit_bitmap: &[u8],
+        ssa_bitmap: &[u8],
+        heads: &[LogHeadRecord],
+        elapsed: u64,
+    ) -> Result<SegManager> {
         let nsegs = geo.main_segments as usize;
         let nsecs = geo.sections();
         let reserve_secs = (geo.reserved_segments / geo.segs_per_sec as u64 / 2).max(2);
@@ -153,7 +167,10 @@ impl SegManager {
         for i in 0..geo.sit_blocks {
             dev.read(geo.sit_block_addr(i, 0), &mut buf)?;
             let copy = test_bit(sit_bitmap, i as usize) as usize;
-            let blk = flashlog_format::codec::as_block(&buf[copy * BLOCK_SIZE..(copy + 1) * BLOCK_SIZE], "SIT block")?;
+            let blk = flashlog_format::codec::as_block(
+                &buf[copy * BLOCK_SIZE..(copy + 1) * BLOCK_SIZE],
+                "SIT block",
+            )?;
             let sb = SitBlock::decode(blk, i)?;
             for (slot, e) in sb.entries.iter().enumerate() {
                 let seg = i as usize * SIT_ENTRIES_PER_BLOCK + slot;
@@ -179,8 +196,13 @@ impl SegManager {
             }
         }
         for (i, h) in heads.iter().enumerate() {
-            if h.seg >= geo.main_segments || h.blkoff as u64 > BLOCKS_PER_SEG || (h.next_seg != NO_SEG && h.next_seg >= geo.main_segments) {
-                return Err(Error::Corrupt(format!("log head {i} points outside the main area")));
+            if h.seg >= geo.main_segments
+                || h.blkoff as u64 > BLOCKS_PER_SEG
+                || (h.next_seg != NO_SEG && h.next_seg >= geo.main_segments)
+            {
+                return Err(Error::Corrupt(format!(
+                    "log head {i} points outside the main area"
+                )));
             }
             for s in [h.seg, h.next_seg] {
                 if s != NO_SEG {
@@ -202,15 +224,19 @@ impl SegManager {
                 buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
                 buf_start: start,
             }));
-            m.pending.push((AtomicU64::new(start), AtomicU64::new(start)));
+            m.pending
+                .push((AtomicU64::new(start), AtomicU64::new(start)));
         }
-        m.free_secs.store(nsecs - m.used.count_ones(), Ordering::Relaxed);
+        m.free_secs
+            .store(nsecs - m.used.count_ones(), Ordering::Relaxed);
         Ok(m)
     }
 
     pub fn section_valid(&self, sec: u64) -> u64 {
         let s0 = sec * self.sps();
-        (s0..s0 + self.sps()).map(|s| self.segs[s as usize].valid.load(Ordering::Acquire) as u64).sum()
+        (s0..s0 + self.sps())
+            .map(|s| self.segs[s as usize].valid.load(Ordering::Acquire) as u64)
+            .sum()
     }
     pub fn free_sections(&self) -> u64 {
         self.free_secs.load(Ordering::Acquire)
@@ -219,7 +245,10 @@ impl SegManager {
     /// that are still empty and not owned by a head).
     pub fn free_after_checkpoint(&self) -> u64 {
         let p = self.prefree.lock();
-        self.free_sections() + p.iter().filter(|&&sec| !self.current.test(sec) && self.section_valid(sec) == 0).count() as u64
+        self.free_sections()
+            + p.iter()
+                .filter(|&&sec| !self.current.test(sec) && self.section_valid(sec) == 0)
+                .count() as u64
     }
     pub fn reserve_sections(&self) -> u64 {
         self.reserve_secs
@@ -232,7 +261,10 @@ impl SegManager {
     }
     /// Sum of valid blocks over the main area.
     pub fn total_valid(&self) -> u64 {
-        self.segs.iter().map(|s| s.valid.load(Ordering::Relaxed) as u64).sum()
+        self.segs
+            .iter()
+            .map(|s| s.valid.load(Ordering::Relaxed) as u64)
+            .sum()
     }
 
     fn locate(&self, addr: BlkAddr) -> Option<(SegNo, usize)> {
@@ -242,7 +274,9 @@ impl SegManager {
 
     /// Mark `addr` valid (a node now points at it).
     pub fn set_valid(&self, addr: BlkAddr) {
-        let Some((seg, off)) = self.locate(addr) else { return };
+        let Some((seg, off)) = self.locate(addr) else {
+            return;
+        };
         let se = &self.segs[seg as usize];
         let bit = 1u64 << (off % 64);
         if se.bitmap[off / 64].fetch_or(bit, Ordering::AcqRel) & bit == 0 {
@@ -257,7 +291,9 @@ impl SegManager {
 
     /// Mark `addr` invalid (nothing points at it any more).
     pub fn invalidate(&self, addr: BlkAddr) {
-        let Some((seg, off)) = self.locate(addr) else { return };
+        let Some((seg, off)) = self.locate(addr) else {
+            return;
+        };
         let se = &self.segs[seg as usize];
         let bit = 1u64 << (off % 64);
         if se.bitmap[off / 64].fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
@@ -273,7 +309,8 @@ impl SegManager {
     }
 
     pub fn is_valid(&self, addr: BlkAddr) -> bool {
-        self.locate(addr).is_some_and(|(seg, off)| self.segs[seg as usize].is_valid(off))
+        self.locate(addr)
+            .is_some_and(|(seg, off)| self.segs[seg as usize].is_valid(off))
     }
 
     /// Claim a free section; data allocations leave `reserve_secs` for nodes.
@@ -284,7 +321,12 @@ impl SegManager {
             if free <= reserve {
                 return Err(Error::NoSpace);
             }
-            match self.free_secs.compare_exchange(free, free - 1, Ordering::AcqRel, Ordering::Acquire) {
+            match self.free_secs.compare_exchange(
+                free,
+                free - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => break,
                 Err(now) => free = now,
             }
@@ -318,8 +360,20 @@ impl SegManager {
         let mut out = Vec::new();
         for &(kind, temp, mlog, stream) in specs {
             let seg = self.claim_section(true, kind == LogKind::Data)? * self.sps();
-            let next_seg = if kind == LogKind::Node { self.following_segment(seg, kind, temp)? } else { NO_SEG };
-            out.push(LogHeadRecord { kind, temp, mlog, stream, seg, blkoff: 0, next_seg });
+            let next_seg = if kind == LogKind::Node {
+                self.following_segment(seg, kind, temp)?
+            } else {
+                NO_SEG
+            };
+            out.push(LogHeadRecord {
+                kind,
+                temp,
+                mlog,
+                stream,
+                seg,
+                blkoff: 0,
+                next_seg,
+            });
         }
         Ok(out)
     }
@@ -327,10 +381,14 @@ impl SegManager {
     /// Replace the in-memory head table (after `fresh_heads`): the old heads' sections stop
     /// being current.
     pub fn install_heads(&mut self, recs: &[LogHeadRecord]) -> Result<()> {
-        let old: Vec<(SegNo, SegNo)> = self.heads.iter().map(|h| {
-            let h = h.lock();
-            (h.seg, h.next_seg)
-        }).collect();
+        let old: Vec<(SegNo, SegNo)> = self
+            .heads
+            .iter()
+            .map(|h| {
+                let h = h.lock();
+                (h.seg, h.next_seg)
+            })
+            .collect();
         let mut new_heads = Vec::new();
         let mut pending = Vec::new();
         for h in recs {
@@ -357,7 +415,10 @@ impl SegManager {
                     continue;
                 }
                 let sec = self.sec_of(s);
-                if recs.iter().any(|r| self.sec_of(r.seg) == sec || (r.next_seg != NO_SEG && self.sec_of(r.next_seg) == sec)) {
+                if recs.iter().any(|r| {
+                    self.sec_of(r.seg) == sec
+                        || (r.next_seg != NO_SEG && self.sec_of(r.next_seg) == sec)
+                }) {
                     continue;
                 }
                 self.current.clear(sec);
@@ -395,7 +456,10 @@ impl SegManager {
                     continue;
                 }
                 let sec = self.sec_of(s);
-                if recs.iter().any(|r| self.sec_of(r.seg) == sec || (r.next_seg != NO_SEG && self.sec_of(r.next_seg) == sec)) {
+                if recs.iter().any(|r| {
+                    self.sec_of(r.seg) == sec
+                        || (r.next_seg != NO_SEG && self.sec_of(r.next_seg) == sec)
+                }) {
                     continue;
                 }
                 self.current.clear(sec);
@@ -422,7 +486,12 @@ impl SegManager {
     /// Append one block to head `hi`. `fill(addr, next_addr, block)` writes the contents
     /// (`next_addr` is where this head's following block will go: the roll-forward chain).
     /// Returns the block's address.
-    pub fn append(&self, hi: usize, sum: Summary, fill: impl FnOnce(BlkAddr, BlkAddr, &mut Block)) -> Result<BlkAddr> {
+    pub fn append(
+        &self,
+        hi: usize,
+        sum: Summary,
+        fill: impl FnOnce(BlkAddr, BlkAddr, &mut Block),
+    ) -> Result<BlkAddr> {
         self.check_poison()?;
         let mut h = self.heads[hi].lock();
         if h.blkoff as u64 >= BLOCKS_PER_SEG {
@@ -443,13 +512,17 @@ impl SegManager {
         debug_assert_eq!(h.buf_start + (h.buf.len() / BLOCK_SIZE) as u64, addr);
         let at = h.buf.len();
         h.buf.resize(at + BLOCK_SIZE, 0);
-        let blk: &mut Block = (&mut h.buf[at..at + BLOCK_SIZE]).try_into().expect("one block");
+        let blk: &mut Block = (&mut h.buf[at..at + BLOCK_SIZE])
+            .try_into()
+            .expect("one block");
         fill(addr, next_addr, blk);
         let off = h.blkoff as usize;
         h.ssa.entries[off] = sum;
         h.blkoff += 1;
         self.pending[hi].1.store(addr + 1, Ordering::Release);
-        self.segs[h.seg as usize].class.store(hi as u8, Ordering::Relaxed);
+        self.segs[h.seg as usize]
+            .class
+            .store(hi as u8, Ordering::Relaxed);
         if h.buf.len() >= WRITE_BATCH_BLOCKS * BLOCK_SIZE {
             self.submit(hi, &mut h)?;
         }
@@ -459,8 +532,16 @@ impl SegManager {
     /// Move head `hi` to its next segment.
     fn advance(&self, hi: usize, h: &mut LogHead) -> Result<()> {
         self.submit(hi, h)?;
-        let next = if h.next_seg != NO_SEG { h.next_seg } else { self.following_segment(h.seg, h.kind, h.temp)? };
-        let after = if h.kind == LogKind::Node { self.following_segment(next, h.kind, h.temp)? } else { NO_SEG };
+        let next = if h.next_seg != NO_SEG {
+            h.next_seg
+        } else {
+            self.following_segment(h.seg, h.kind, h.temp)?
+        };
+        let after = if h.kind == LogKind::Node {
+            self.following_segment(next, h.kind, h.temp)?
+        } else {
+            NO_SEG
+        };
         let old_seg = h.seg;
         let old_ssa = std::mem::replace(&mut h.ssa, Box::new(SsaBlock::empty(next)));
         self.ssa_dirty.lock().insert(old_seg, old_ssa);
@@ -551,7 +632,9 @@ impl SegManager {
 
     /// Record a summary entry outside the append path (mount-time recovery).
     pub fn set_summary(&self, addr: BlkAddr, sum: Summary) -> Result<()> {
-        let Some((seg, off)) = self.locate(addr) else { return Ok(()) };
+        let Some((seg, off)) = self.locate(addr) else {
+            return Ok(());
+        };
         for h in &self.heads {
             let mut h = h.lock();
             if h.seg == seg {
@@ -571,7 +654,15 @@ impl SegManager {
             .iter()
             .map(|h| {
                 let h = h.lock();
-                LogHeadRecord { kind: h.kind, temp: h.temp, mlog: h.mlog, stream: h.stream, seg: h.seg, blkoff: h.blkoff, next_seg: h.next_seg }
+                LogHeadRecord {
+                    kind: h.kind,
+                    temp: h.temp,
+                    mlog: h.mlog,
+                    stream: h.stream,
+                    seg: h.seg,
+                    blkoff: h.blkoff,
+                    next_seg: h.next_seg,
+                }
             })
             .collect()
     }

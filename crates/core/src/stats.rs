@@ -49,7 +49,11 @@ impl Stats {
             fsyncs: g(&self.fsyncs),
             fsync_checkpoints: g(&self.fsync_checkpoints),
             roll_forward_nodes: g(&self.roll_forward_nodes),
-            write_amplification: if app == 0 { 0.0 } else { (dev_write_blocks * 4096) as f64 / app as f64 },
+            write_amplification: if app == 0 {
+                0.0
+            } else {
+                (dev_write_blocks * 4096) as f64 / app as f64
+            },
         }
     }
 }

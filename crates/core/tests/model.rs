@@ -9,18 +9,59 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 const DIRS: [&str; 3] = ["/", "/a", "/a/b"];
-const NAMES: [&str; 5] = ["f0", "f1", "f2", "long-name-to-use-more-slots-in-dentries-xxxxxxxxxxxxxxxx", "f4"];
+const NAMES: [&str; 5] = [
+    "f0",
+    "f1",
+    "f2",
+    "long-name-to-use-more-slots-in-dentries-xxxxxxxxxxxxxxxx",
+    "f4",
+];
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { d: usize, n: usize, off: u64, len: usize, byte: u8 },
-    Truncate { d: usize, n: usize, size: u64 },
-    Punch { d: usize, n: usize, off: u64, len: u64 },
-    Unlink { d: usize, n: usize },
-    Rename { d1: usize, n1: usize, d2: usize, n2: usize },
-    Link { d1: usize, n1: usize, d2: usize, n2: usize },
-    Xattr { d: usize, n: usize, v: u8 },
-    Fsync { d: usize, n: usize },
+    Write {
+        d: usize,
+        n: usize,
+        off: u64,
+        len: usize,
+        byte: u8,
+    },
+    Truncate {
+        d: usize,
+        n: usize,
+        size: u64,
+    },
+    Punch {
+        d: usize,
+        n: usize,
+        off: u64,
+        len: u64,
+    },
+    Unlink {
+        d: usize,
+        n: usize,
+    },
+    Rename {
+        d1: usize,
+        n1: usize,
+        d2: usize,
+        n2: usize,
+    },
+    Link {
+        d1: usize,
+        n1: usize,
+        d2: usize,
+        n2: usize,
+    },
+    Xattr {
+        d: usize,
+        n: usize,
+        v: u8,
+    },
+    Fsync {
+        d: usize,
+        n: usize,
+    },
     Sync,
     Remount,
 }
@@ -29,7 +70,11 @@ fn op() -> impl Strategy<Value = Op> {
     let d = 0..DIRS.len();
     let n = 0..NAMES.len();
     // Offsets reach past the inode's own addresses (456 blocks) into direct and indirect nodes.
-    let off = prop_oneof![0u64..8192, 0u64..(3 << 20), Just((456u64 + 507 * 2) * 4096 - 100)];
+    let off = prop_oneof![
+        0u64..8192,
+        0u64..(3 << 20),
+        Just((456u64 + 507 * 2) * 4096 - 100)
+    ];
     prop_oneof![
         6 => (d.clone(), n.clone(), off.clone(), 1usize..70_000, any::<u8>()).prop_map(|(d, n, off, len, byte)| Op::Write { d, n, off, len, byte }),
         2 => (d.clone(), n.clone(), off.clone()).prop_map(|(d, n, size)| Op::Truncate { d, n, size }),
@@ -58,7 +103,10 @@ struct Model {
 }
 
 fn opts() -> MountOptions {
-    MountOptions { cp_interval: None, ..Default::default() }
+    MountOptions {
+        cp_interval: None,
+        ..Default::default()
+    }
 }
 
 fn ino_of(fs: &Fs, d: usize, n: usize) -> Option<u32> {
@@ -71,16 +119,30 @@ fn check_tree(fs: &Fs, m: &Model) {
     for (d, dir) in DIRS.iter().enumerate() {
         let di = fs.resolve(dir).unwrap();
         let ents = fs.readdir(di, 0, 1000).unwrap();
-        let mut names: Vec<String> = ents.iter().map(|e| String::from_utf8(e.name.clone()).unwrap()).filter(|n| n != "." && n != ".." && !DIRS.iter().any(|x| x.ends_with(&format!("/{n}")))).collect();
+        let mut names: Vec<String> = ents
+            .iter()
+            .map(|e| String::from_utf8(e.name.clone()).unwrap())
+            .filter(|n| {
+                n != "." && n != ".." && !DIRS.iter().any(|x| x.ends_with(&format!("/{n}")))
+            })
+            .collect();
         names.sort();
-        let want: Vec<String> = m.names.keys().filter(|(dd, _)| *dd == d).map(|(_, n)| n.clone()).collect();
+        let want: Vec<String> = m
+            .names
+            .keys()
+            .filter(|(dd, _)| *dd == d)
+            .map(|(_, n)| n.clone())
+            .collect();
         assert_eq!(names, want, "entries of {dir}");
         for name in want {
             let id = m.names[&(d, name.clone())];
             let a = fs.lookup(di, name.as_bytes()).unwrap();
             // Hard links: the same model id must map to the same inode.
             let prev = ino_map.insert(id, a.ino);
-            assert!(prev.is_none() || prev == Some(a.ino), "links of {dir}/{name}");
+            assert!(
+                prev.is_none() || prev == Some(a.ino),
+                "links of {dir}/{name}"
+            );
             let f = &m.files[&id];
             assert_eq!(a.size, f.data.len() as u64, "size of {dir}/{name}");
             let links = m.names.values().filter(|&&x| x == id).count() as u32;
@@ -109,7 +171,13 @@ fn run(ops: Vec<Op>) {
     let mut m = Model::default();
     for op in ops {
         match op {
-            Op::Write { d, n, off, len, byte } => {
+            Op::Write {
+                d,
+                n,
+                off,
+                len,
+                byte,
+            } => {
                 let key = (d, NAMES[n].to_string());
                 let ino = match ino_of(&fs, d, n) {
                     Some(i) => i,
@@ -139,14 +207,28 @@ fn run(ops: Vec<Op>) {
             }
             Op::Truncate { d, n, size } => {
                 if let Some(ino) = ino_of(&fs, d, n) {
-                    fs.setattr(ino, &SetAttr { size: Some(size), ..Default::default() }).unwrap();
-                    m.files.get_mut(&m.names[&(d, NAMES[n].to_string())]).unwrap().data.resize(size as usize, 0);
+                    fs.setattr(
+                        ino,
+                        &SetAttr {
+                            size: Some(size),
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap();
+                    m.files
+                        .get_mut(&m.names[&(d, NAMES[n].to_string())])
+                        .unwrap()
+                        .data
+                        .resize(size as usize, 0);
                 }
             }
             Op::Punch { d, n, off, len } => {
                 if let Some(ino) = ino_of(&fs, d, n) {
                     fs.fallocate(ino, FallocMode::PunchHole, off, len).unwrap();
-                    let f = m.files.get_mut(&m.names[&(d, NAMES[n].to_string())]).unwrap();
+                    let f = m
+                        .files
+                        .get_mut(&m.names[&(d, NAMES[n].to_string())])
+                        .unwrap();
                     let s = (off as usize).min(f.data.len());
                     let e = ((off + len) as usize).min(f.data.len());
                     f.data[s..e].fill(0);
@@ -167,7 +249,13 @@ fn run(ops: Vec<Op>) {
             }
             Op::Rename { d1, n1, d2, n2 } => {
                 let (a, b) = (fs.resolve(DIRS[d1]).unwrap(), fs.resolve(DIRS[d2]).unwrap());
-                let r = fs.rename(a, NAMES[n1].as_bytes(), b, NAMES[n2].as_bytes(), RenameFlags::default());
+                let r = fs.rename(
+                    a,
+                    NAMES[n1].as_bytes(),
+                    b,
+                    NAMES[n2].as_bytes(),
+                    RenameFlags::default(),
+                );
                 let k1 = (d1, NAMES[n1].to_string());
                 let k2 = (d2, NAMES[n2].to_string());
                 match m.names.get(&k1).copied() {
@@ -188,7 +276,9 @@ fn run(ops: Vec<Op>) {
             Op::Link { d1, n1, d2, n2 } => {
                 let k1 = (d1, NAMES[n1].to_string());
                 let k2 = (d2, NAMES[n2].to_string());
-                let Some(ino) = ino_of(&fs, d1, n1) else { continue };
+                let Some(ino) = ino_of(&fs, d1, n1) else {
+                    continue;
+                };
                 let b = fs.resolve(DIRS[d2]).unwrap();
                 let r = fs.link(ino, b, NAMES[n2].as_bytes());
                 if m.names.contains_key(&k2) {
@@ -202,7 +292,10 @@ fn run(ops: Vec<Op>) {
             Op::Xattr { d, n, v } => {
                 if let Some(ino) = ino_of(&fs, d, n) {
                     fs.setxattr(ino, b"user.v", &[v], XattrMode::Any).unwrap();
-                    m.files.get_mut(&m.names[&(d, NAMES[n].to_string())]).unwrap().xattr = Some(v);
+                    m.files
+                        .get_mut(&m.names[&(d, NAMES[n].to_string())])
+                        .unwrap()
+                        .xattr = Some(v);
                 }
             }
             Op::Fsync { d, n } => {

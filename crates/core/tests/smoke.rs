@@ -3,7 +3,10 @@ use flashlog_dev::{BlockDevice, RamDevice};
 use std::sync::Arc;
 
 fn opts() -> MountOptions {
-    MountOptions { cp_interval: None, ..Default::default() }
+    MountOptions {
+        cp_interval: None,
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -19,14 +22,18 @@ fn smoke_create_write_remount() {
     assert_eq!(fs.read_file("/a/b/small").unwrap(), b"hello");
     assert_eq!(fs.read_file("/a/big").unwrap(), big);
     for i in 0..500 {
-        fs.write_file(&format!("/a/f{i}"), format!("data {i}").as_bytes()).unwrap();
+        fs.write_file(&format!("/a/f{i}"), format!("data {i}").as_bytes())
+            .unwrap();
     }
     fs.unmount().unwrap();
     let fs = Fs::mount(dev.clone(), opts()).unwrap();
     assert_eq!(fs.read_file("/a/b/small").unwrap(), b"hello");
     assert_eq!(fs.read_file("/a/big").unwrap(), big);
     for i in 0..500 {
-        assert_eq!(fs.read_file(&format!("/a/f{i}")).unwrap(), format!("data {i}").as_bytes());
+        assert_eq!(
+            fs.read_file(&format!("/a/f{i}")).unwrap(),
+            format!("data {i}").as_bytes()
+        );
     }
     let a = fs.resolve("/a").unwrap();
     let ents = fs.readdir(a, 0, 10_000).unwrap();
@@ -43,15 +50,24 @@ fn smoke_fsck_clean_after_churn() {
     let fs = Fs::mount(dev.clone(), opts()).unwrap();
     fs.mkdir_all("/d/e").unwrap();
     for i in 0..300 {
-        fs.write_file(&format!("/d/f{i}"), &vec![i as u8; i * 100]).unwrap();
+        fs.write_file(&format!("/d/f{i}"), &vec![i as u8; i * 100])
+            .unwrap();
     }
     for i in (0..300).step_by(3) {
         let d = fs.resolve("/d").unwrap();
         fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
     }
     let big = fs.write_file("/d/e/big", &vec![7u8; 3 << 20]).unwrap();
-    fs.fallocate(big, FallocMode::PunchHole, 4096 * 10, 4096 * 100).unwrap();
-    fs.setattr(big, &SetAttr { size: Some(1 << 20), ..Default::default() }).unwrap();
+    fs.fallocate(big, FallocMode::PunchHole, 4096 * 10, 4096 * 100)
+        .unwrap();
+    fs.setattr(
+        big,
+        &SetAttr {
+            size: Some(1 << 20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     fs.setxattr(big, b"user.k", b"v", XattrMode::Any).unwrap();
     fs.sync().unwrap();
     fs.unmount().unwrap();

@@ -14,13 +14,29 @@ pub fn zero_block() -> Box<Block> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     #[error("{what}: wrong block tag {found:#010x} (expected {expected:#010x})")]
-    BadTag { what: &'static str, expected: u32, found: u32 },
+    BadTag {
+        what: &'static str,
+        expected: u32,
+        found: u32,
+    },
     #[error("{what}: checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
-    BadCrc { what: &'static str, stored: u32, computed: u32 },
+    BadCrc {
+        what: &'static str,
+        stored: u32,
+        computed: u32,
+    },
     #[error("{what}: field {field} has invalid value {value}")]
-    BadField { what: &'static str, field: &'static str, value: u64 },
+    BadField {
+        what: &'static str,
+        field: &'static str,
+        value: u64,
+    },
     #[error("{what}: buffer of {len} bytes, expected {expected}")]
-    BadLength { what: &'static str, len: usize, expected: usize },
+    BadLength {
+        what: &'static str,
+        len: usize,
+        expected: usize,
+    },
 }
 
 pub type FormatResult<T> = Result<T, FormatError>;
@@ -43,12 +59,20 @@ pub fn seal(b: &mut Block, tag: u32) {
 pub fn check(b: &Block, tag: u32, what: &'static str) -> FormatResult<()> {
     let found = get_u32(b, 0);
     if found != tag {
-        return Err(FormatError::BadTag { what, expected: tag, found });
+        return Err(FormatError::BadTag {
+            what,
+            expected: tag,
+            found,
+        });
     }
     let stored = get_u32(b, 4);
     let computed = crc(&b[CRC_START..]);
     if stored != computed {
-        return Err(FormatError::BadCrc { what, stored, computed });
+        return Err(FormatError::BadCrc {
+            what,
+            stored,
+            computed,
+        });
     }
     Ok(())
 }
@@ -60,7 +84,11 @@ pub fn is_zero(b: &Block) -> bool {
 }
 
 pub fn as_block<'a>(buf: &'a [u8], what: &'static str) -> FormatResult<&'a Block> {
-    buf.try_into().map_err(|_| FormatError::BadLength { what, len: buf.len(), expected: BLOCK_SIZE })
+    buf.try_into().map_err(|_| FormatError::BadLength {
+        what,
+        len: buf.len(),
+        expected: BLOCK_SIZE,
+    })
 }
 
 // Accessors. Offsets come from the format constants; a caller computing an offset from disk
@@ -103,7 +131,8 @@ pub fn put_i64(b: &mut [u8], off: usize, v: i64) {
 
 /// Test a bit of a little-endian bitmap.
 pub fn test_bit(map: &[u8], i: usize) -> bool {
-    map.get(i / 8).is_some_and(|byte| byte & (1 << (i % 8)) != 0)
+    map.get(i / 8)
+        .is_some_and(|byte| byte & (1 << (i % 8)) != 0)
 }
 pub fn set_bit(map: &mut [u8], i: usize, v: bool) {
     if let Some(byte) = map.get_mut(i / 8) {
@@ -125,8 +154,14 @@ mod tests {
         b[100] = 5;
         seal(&mut b, 0x1234);
         check(&b, 0x1234, "t").unwrap();
-        assert!(matches!(check(&b, 0x1235, "t"), Err(FormatError::BadTag { .. })));
+        assert!(matches!(
+            check(&b, 0x1235, "t"),
+            Err(FormatError::BadTag { .. })
+        ));
         b[4000] ^= 1;
-        assert!(matches!(check(&b, 0x1234, "t"), Err(FormatError::BadCrc { .. })));
+        assert!(matches!(
+            check(&b, 0x1234, "t"),
+            Err(FormatError::BadCrc { .. })
+        ));
     }
 }

@@ -117,7 +117,11 @@ fn kind_from(v: u8) -> FormatResult<LogKind> {
     match v {
         0 => Ok(LogKind::Data),
         1 => Ok(LogKind::Node),
-        _ => Err(FormatError::BadField { what: "log head", field: "kind", value: v as u64 }),
+        _ => Err(FormatError::BadField {
+            what: "log head",
+            field: "kind",
+            value: v as u64,
+        }),
     }
 }
 fn temp_from(v: u8) -> FormatResult<Temp> {
@@ -126,7 +130,11 @@ fn temp_from(v: u8) -> FormatResult<Temp> {
         1 => Ok(Temp::Warm),
         2 => Ok(Temp::Cold),
         3 => Ok(Temp::Gc),
-        _ => Err(FormatError::BadField { what: "log head", field: "temp", value: v as u64 }),
+        _ => Err(FormatError::BadField {
+            what: "log head",
+            field: "temp",
+            value: v as u64,
+        }),
     }
 }
 
@@ -199,15 +207,31 @@ impl Checkpoint {
         check(b, tag::CP_HEADER, "checkpoint header")?;
         let pack_blocks = get_u32(b, H_PACK_BLOCKS);
         if pack_blocks < 2 || pack_blocks as u64 > max_pack_blocks {
-            return Err(FormatError::BadField { what: "checkpoint header", field: "pack_blocks", value: pack_blocks as u64 });
+            return Err(FormatError::BadField {
+                what: "checkpoint header",
+                field: "pack_blocks",
+                value: pack_blocks as u64,
+            });
         }
-        Ok(PackHeader { version: get_u64(b, H_VERSION), pack_blocks })
+        Ok(PackHeader {
+            version: get_u64(b, H_VERSION),
+            pack_blocks,
+        })
     }
 
     /// Decode a whole pack (`blocks` = header, payload..., footer) and check it against the
     /// expected bitmap sizes.
-    pub fn decode(blocks: &[Box<Block>], nat_bm: usize, sit_bm: usize, ssa_bm: usize) -> FormatResult<Checkpoint> {
-        let bad = |field: &'static str, value: u64| FormatError::BadField { what: "checkpoint", field, value };
+    pub fn decode(
+        blocks: &[Box<Block>],
+        nat_bm: usize,
+        sit_bm: usize,
+        ssa_bm: usize,
+    ) -> FormatResult<Checkpoint> {
+        let bad = |field: &'static str, value: u64| FormatError::BadField {
+            what: "checkpoint",
+            field,
+            value,
+        };
         let (hdr, rest) = blocks.split_first().ok_or(bad("pack_blocks", 0))?;
         check(hdr, tag::CP_HEADER, "checkpoint header")?;
         let version = get_u64(&hdr[..], H_VERSION);
@@ -221,10 +245,15 @@ impl Checkpoint {
             return Err(bad("footer version", get_u64(&footer[..], F_VERSION)));
         }
         if get_u32(&footer[..], F_HEADER_CRC) != get_u32(&hdr[..], 4) {
-            return Err(bad("footer header_crc", get_u32(&footer[..], F_HEADER_CRC) as u64));
+            return Err(bad(
+                "footer header_crc",
+                get_u32(&footer[..], F_HEADER_CRC) as u64,
+            ));
         }
         let payload_bytes = get_u64(&hdr[..], H_PAYLOAD_BYTES);
-        if payload_bytes > (payload_blocks.len() * CP_PAYLOAD_BYTES) as u64 || (payload_bytes as usize).div_ceil(CP_PAYLOAD_BYTES) != payload_blocks.len() {
+        if payload_bytes > (payload_blocks.len() * CP_PAYLOAD_BYTES) as u64
+            || (payload_bytes as usize).div_ceil(CP_PAYLOAD_BYTES) != payload_blocks.len()
+        {
             return Err(bad("payload_bytes", payload_bytes));
         }
         let mut payload = Vec::with_capacity(payload_bytes as usize);
@@ -247,7 +276,11 @@ impl Checkpoint {
         if n_orphans > MAX_ORPHANS as usize {
             return Err(bad("orphans", n_orphans as u64));
         }
-        let (nb, sb, ab) = (get_u32(&hdr[..], H_NAT_BM) as usize, get_u32(&hdr[..], H_SIT_BM) as usize, get_u32(&hdr[..], H_SSA_BM) as usize);
+        let (nb, sb, ab) = (
+            get_u32(&hdr[..], H_NAT_BM) as usize,
+            get_u32(&hdr[..], H_SIT_BM) as usize,
+            get_u32(&hdr[..], H_SSA_BM) as usize,
+        );
         if nb != nat_bm || sb != sit_bm || ab != ssa_bm {
             return Err(bad("bitmap sizes", nb as u64));
         }
@@ -269,7 +302,9 @@ impl Checkpoint {
             });
         }
         let mut at = n_heads * LOG_HEAD_BYTES;
-        let orphans = (0..n_orphans).map(|i| get_u32(&payload, at + 4 * i)).collect();
+        let orphans = (0..n_orphans)
+            .map(|i| get_u32(&payload, at + 4 * i))
+            .collect();
         at += n_orphans * 4;
         let nat_bitmap = payload[at..at + nb].to_vec();
         at += nb;
@@ -343,7 +378,15 @@ mod tests {
             valid_inodes: 1,
             free_segments: 3,
             next_nid_hint: 4,
-            heads: vec![LogHeadRecord { kind: LogKind::Node, temp: Temp::Warm, mlog: 0, stream: 0, seg: 2, blkoff: 5, next_seg: 3 }],
+            heads: vec![LogHeadRecord {
+                kind: LogKind::Node,
+                temp: Temp::Warm,
+                mlog: 0,
+                stream: 0,
+                seg: 2,
+                blkoff: 5,
+                next_seg: 3,
+            }],
             orphans: vec![10, 11],
             nat_bitmap: vec![0xa5; nat],
             sit_bitmap: vec![1; 3],

@@ -51,11 +51,22 @@ pub struct Layout {
     pub names: usize,
 }
 
-pub const BLOCK_LAYOUT: Layout = Layout { nslots: BLOCK_SLOTS, bitmap: 8, recs: 40, names: 40 + BLOCK_SLOTS * REC };
-pub const INLINE_LAYOUT: Layout = Layout { nslots: INLINE_SLOTS, bitmap: 0, recs: 24, names: 24 + INLINE_SLOTS * REC };
+pub const BLOCK_LAYOUT: Layout = Layout {
+    nslots: BLOCK_SLOTS,
+    bitmap: 8,
+    recs: 40,
+    names: 40 + BLOCK_SLOTS * REC,
+};
+pub const INLINE_LAYOUT: Layout = Layout {
+    nslots: INLINE_SLOTS,
+    bitmap: 0,
+    recs: 24,
+    names: 24 + INLINE_SLOTS * REC,
+};
 
 const _: () = assert!(BLOCK_LAYOUT.names + BLOCK_SLOTS * SLOT_LEN <= crate::BLOCK_SIZE);
-const _: () = assert!(INLINE_LAYOUT.names + INLINE_SLOTS * SLOT_LEN <= crate::node::INODE_AREA_BYTES);
+const _: () =
+    assert!(INLINE_LAYOUT.names + INLINE_SLOTS * SLOT_LEN <= crate::node::INODE_AREA_BYTES);
 const _: () = assert!(INLINE_LAYOUT.bitmap + INLINE_SLOTS.div_ceil(8) <= INLINE_LAYOUT.recs);
 const _: () = assert!(INLINE_SLOTS <= BLOCK_SLOTS);
 
@@ -98,14 +109,28 @@ impl Layout {
             let len = get_u16(a, r + 8) as usize;
             let n = slots_for(len);
             if len == 0 || len > NAME_MAX || slot + n > self.nslots {
-                return Err(FormatError::BadField { what: "dentry", field: "name_len", value: len as u64 });
+                return Err(FormatError::BadField {
+                    what: "dentry",
+                    field: "name_len",
+                    value: len as u64,
+                });
             }
             let ino = get_u32(a, r + 4);
             if ino == 0 {
-                return Err(FormatError::BadField { what: "dentry", field: "ino", value: 0 });
+                return Err(FormatError::BadField {
+                    what: "dentry",
+                    field: "ino",
+                    value: 0,
+                });
             }
             let start = self.names + slot * SLOT_LEN;
-            out.push(Dentry { slot, hash: get_u32(a, r), ino, ftype: get_u8(a, r + 10), name: a[start..start + len].to_vec() });
+            out.push(Dentry {
+                slot,
+                hash: get_u32(a, r),
+                ino,
+                ftype: get_u8(a, r + 10),
+                name: a[start..start + len].to_vec(),
+            });
             slot += n;
         }
         Ok(out)
@@ -113,7 +138,10 @@ impl Layout {
 
     /// Find `name`.
     pub fn find(&self, a: &[u8], name: &[u8], hash: u32) -> FormatResult<Option<Dentry>> {
-        Ok(self.entries(a)?.into_iter().find(|d| d.hash == hash && d.name == name))
+        Ok(self
+            .entries(a)?
+            .into_iter()
+            .find(|d| d.hash == hash && d.name == name))
     }
 
     /// First run of `need` free slots.

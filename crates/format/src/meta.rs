@@ -42,7 +42,10 @@ pub struct NatBlock {
 
 impl NatBlock {
     pub fn empty(index: u64) -> Self {
-        NatBlock { index, entries: vec![NatEntry::default(); NAT_ENTRIES_PER_BLOCK] }
+        NatBlock {
+            index,
+            entries: vec![NatEntry::default(); NAT_ENTRIES_PER_BLOCK],
+        }
     }
 
     pub fn encode(&self) -> Box<Block> {
@@ -65,12 +68,20 @@ impl NatBlock {
         check(b, tag::NAT, "NAT block")?;
         let stored = get_u64(b, 8);
         if stored != index {
-            return Err(FormatError::BadField { what: "NAT block", field: "index", value: stored });
+            return Err(FormatError::BadField {
+                what: "NAT block",
+                field: "index",
+                value: stored,
+            });
         }
         let entries = (0..NAT_ENTRIES_PER_BLOCK)
             .map(|i| {
                 let o = NAT_HDR + i * NAT_ENTRY;
-                NatEntry { addr: get_u64(b, o), ino: get_u32(b, o + 8), version: get_u8(b, o + 12) }
+                NatEntry {
+                    addr: get_u64(b, o),
+                    ino: get_u32(b, o + 8),
+                    version: get_u8(b, o + 12),
+                }
             })
             .collect();
         Ok(NatBlock { index, entries })
@@ -79,7 +90,10 @@ impl NatBlock {
 
 /// NAT block index and slot of a nid.
 pub fn nat_pos(nid: Nid) -> (u64, usize) {
-    ((nid as usize / NAT_ENTRIES_PER_BLOCK) as u64, nid as usize % NAT_ENTRIES_PER_BLOCK)
+    (
+        (nid as usize / NAT_ENTRIES_PER_BLOCK) as u64,
+        nid as usize % NAT_ENTRIES_PER_BLOCK,
+    )
 }
 
 /// One SIT entry: usage of one main-area segment.
@@ -97,7 +111,12 @@ pub struct SitEntry {
 
 impl Default for SitEntry {
     fn default() -> Self {
-        SitEntry { valid: 0, class: 0xff, mtime: 0, bitmap: [0; SEG_BITMAP_BYTES] }
+        SitEntry {
+            valid: 0,
+            class: 0xff,
+            mtime: 0,
+            bitmap: [0; SEG_BITMAP_BYTES],
+        }
     }
 }
 
@@ -109,7 +128,10 @@ pub struct SitBlock {
 
 impl SitBlock {
     pub fn empty(index: u64) -> Self {
-        SitBlock { index, entries: vec![SitEntry::default(); SIT_ENTRIES_PER_BLOCK] }
+        SitBlock {
+            index,
+            entries: vec![SitEntry::default(); SIT_ENTRIES_PER_BLOCK],
+        }
     }
 
     pub fn encode(&self) -> Box<Block> {
@@ -133,7 +155,11 @@ impl SitBlock {
         check(b, tag::SIT, "SIT block")?;
         let stored = get_u64(b, 8);
         if stored != index {
-            return Err(FormatError::BadField { what: "SIT block", field: "index", value: stored });
+            return Err(FormatError::BadField {
+                what: "SIT block",
+                field: "index",
+                value: stored,
+            });
         }
         let mut entries = Vec::with_capacity(SIT_ENTRIES_PER_BLOCK);
         for i in 0..SIT_ENTRIES_PER_BLOCK {
@@ -143,9 +169,18 @@ impl SitBlock {
             let valid = get_u16(b, o);
             let ones: u32 = bitmap.iter().map(|x| x.count_ones()).sum();
             if valid as u32 != ones {
-                return Err(FormatError::BadField { what: "SIT entry", field: "valid (does not match bitmap)", value: valid as u64 });
+                return Err(FormatError::BadField {
+                    what: "SIT entry",
+                    field: "valid (does not match bitmap)",
+                    value: valid as u64,
+                });
             }
-            entries.push(SitEntry { valid, class: get_u8(b, o + 2), mtime: get_u64(b, o + 4), bitmap });
+            entries.push(SitEntry {
+                valid,
+                class: get_u8(b, o + 2),
+                mtime: get_u64(b, o + 4),
+                bitmap,
+            });
         }
         Ok(SitBlock { index, entries })
     }
@@ -153,7 +188,10 @@ impl SitBlock {
 
 /// SIT block index and slot of a segment.
 pub fn sit_pos(seg: SegNo) -> (u64, usize) {
-    (seg / SIT_ENTRIES_PER_BLOCK as u64, (seg % SIT_ENTRIES_PER_BLOCK as u64) as usize)
+    (
+        seg / SIT_ENTRIES_PER_BLOCK as u64,
+        (seg % SIT_ENTRIES_PER_BLOCK as u64) as usize,
+    )
 }
 
 /// Owner of one main-area block (segment summary entry).
@@ -175,13 +213,21 @@ pub struct SsaBlock {
 
 impl SsaBlock {
     pub fn empty(seg: SegNo) -> Self {
-        SsaBlock { seg, entries: vec![Summary::default(); BLOCKS_PER_SEG as usize] }
+        SsaBlock {
+            seg,
+            entries: vec![Summary::default(); BLOCKS_PER_SEG as usize],
+        }
     }
 
     pub fn encode(&self) -> Box<Block> {
         let mut b = zero_block();
         put_u64(&mut b[..], 8, self.seg);
-        for (i, e) in self.entries.iter().take(BLOCKS_PER_SEG as usize).enumerate() {
+        for (i, e) in self
+            .entries
+            .iter()
+            .take(BLOCKS_PER_SEG as usize)
+            .enumerate()
+        {
             let o = SSA_HDR + i * SSA_ENTRY;
             put_u32(&mut b[..], o, e.nid);
             put_u16(&mut b[..], o + 4, e.ofs);
@@ -198,12 +244,20 @@ impl SsaBlock {
         check(b, tag::SSA, "SSA block")?;
         let stored = get_u64(b, 8);
         if stored != seg {
-            return Err(FormatError::BadField { what: "SSA block", field: "segment", value: stored });
+            return Err(FormatError::BadField {
+                what: "SSA block",
+                field: "segment",
+                value: stored,
+            });
         }
         let entries = (0..BLOCKS_PER_SEG as usize)
             .map(|i| {
                 let o = SSA_HDR + i * SSA_ENTRY;
-                Summary { nid: get_u32(b, o), ofs: get_u16(b, o + 4), version: get_u8(b, o + 6) }
+                Summary {
+                    nid: get_u32(b, o),
+                    ofs: get_u16(b, o + 4),
+                    version: get_u8(b, o + 6),
+                }
             })
             .collect();
         Ok(SsaBlock { seg, entries })
@@ -221,7 +275,11 @@ mod tests {
     #[test]
     fn roundtrips() {
         let mut n = NatBlock::empty(3);
-        n.entries[254] = NatEntry { addr: u64::MAX - 1, ino: 9, version: 2 };
+        n.entries[254] = NatEntry {
+            addr: u64::MAX - 1,
+            ino: 9,
+            version: 2,
+        };
         assert_eq!(NatBlock::decode(&n.encode(), 3).unwrap(), n);
         assert!(NatBlock::decode(&n.encode(), 4).is_err());
         let mut s = SitBlock::empty(1);
@@ -232,7 +290,11 @@ mod tests {
         s.entries[0].valid = 1; // count without bits
         assert!(SitBlock::decode(&s.encode(), 1).is_err());
         let mut a = SsaBlock::empty(5);
-        a.entries[511] = Summary { nid: 42, ofs: 506, version: 1 };
+        a.entries[511] = Summary {
+            nid: 42,
+            ofs: 506,
+            version: 1,
+        };
         assert_eq!(SsaBlock::decode(&a.encode(), 5).unwrap(), a);
         let zero = [0u8; BLOCK_SIZE];
         assert_eq!(NatBlock::decode(&zero, 8).unwrap(), NatBlock::empty(8));

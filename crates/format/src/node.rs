@@ -90,7 +90,17 @@ pub fn set_footer(b: &mut Block, f: &Footer) {
 /// A fresh node block of `kind`.
 pub fn new_node(kind: NodeKind, nid: Nid, ino: Ino, ofs: u32) -> Box<Block> {
     let mut b = zero_block();
-    set_footer(&mut b, &Footer { nid, ino, flags: (kind as u32) << flag::KIND_SHIFT, ofs, cp_ver: 0, next_blkaddr: 0 });
+    set_footer(
+        &mut b,
+        &Footer {
+            nid,
+            ino,
+            flags: (kind as u32) << flag::KIND_SHIFT,
+            ofs,
+            cp_ver: 0,
+            next_blkaddr: 0,
+        },
+    );
     b
 }
 
@@ -109,11 +119,19 @@ pub fn check_node(b: &Block, expect_nid: Option<Nid>) -> FormatResult<Footer> {
     check(b, tag::NODE, "node block")?;
     let f = footer(b);
     if f.kind().is_none() {
-        return Err(FormatError::BadField { what: "node footer", field: "kind", value: f.flags as u64 });
+        return Err(FormatError::BadField {
+            what: "node footer",
+            field: "kind",
+            value: f.flags as u64,
+        });
     }
     if let Some(n) = expect_nid {
         if f.nid != n {
-            return Err(FormatError::BadField { what: "node footer", field: "nid", value: f.nid as u64 });
+            return Err(FormatError::BadField {
+                what: "node footer",
+                field: "nid",
+                value: f.nid as u64,
+            });
         }
     }
     Ok(f)
@@ -215,7 +233,10 @@ pub struct InodeHdr {
 }
 
 fn get_ts(b: &Block, off: usize) -> Timespec {
-    Timespec { sec: get_i64(b, off), nsec: get_u32(b, off + 8) }
+    Timespec {
+        sec: get_i64(b, off),
+        nsec: get_u32(b, off + 8),
+    }
 }
 fn put_ts(b: &mut Block, off: usize, t: Timespec) {
     put_i64(b, off, t.sec);
@@ -226,7 +247,11 @@ impl InodeHdr {
     pub fn read(b: &Block) -> FormatResult<InodeHdr> {
         let namelen = get_u16(b, io::NAMELEN) as usize;
         if namelen > NAME_MAX {
-            return Err(FormatError::BadField { what: "inode", field: "namelen", value: namelen as u64 });
+            return Err(FormatError::BadField {
+                what: "inode",
+                field: "namelen",
+                value: namelen as u64,
+            });
         }
         let t = |i: usize| get_ts(b, io::ATIME + 16 * i);
         Ok(InodeHdr {
@@ -257,7 +282,10 @@ impl InodeHdr {
         put_u32(b, io::NLINK, self.nlink);
         put_u64(b, io::SIZE, self.size);
         put_u64(b, io::BLOCKS, self.blocks);
-        for (i, t) in [self.atime, self.mtime, self.ctime, self.crtime].into_iter().enumerate() {
+        for (i, t) in [self.atime, self.mtime, self.ctime, self.crtime]
+            .into_iter()
+            .enumerate()
+        {
             put_ts(b, io::ATIME + 16 * i, t);
         }
         put_u32(b, io::GENERATION, self.generation);
@@ -317,7 +345,11 @@ pub struct NodePath {
 
 /// Path to file block `index`, or None past the largest file.
 pub fn node_path(index: u64) -> Option<NodePath> {
-    let mut p = NodePath { depth: 0, slots: [0; 4], node_ofs: [0; 4] };
+    let mut p = NodePath {
+        depth: 0,
+        slots: [0; 4],
+        node_ofs: [0; 4],
+    };
     let mut i = index;
     if i < I {
         p.slots[0] = i as usize;
@@ -414,9 +446,16 @@ pub fn xattrs(b: &Block) -> FormatResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let vlen = get_u16(body, at + 1) as usize;
         let end = at + 3 + nlen + vlen;
         if end > body.len() {
-            return Err(FormatError::BadField { what: "xattr node", field: "entry length", value: end as u64 });
+            return Err(FormatError::BadField {
+                what: "xattr node",
+                field: "entry length",
+                value: end as u64,
+            });
         }
-        out.push((body[at + 3..at + 3 + nlen].to_vec(), body[at + 3 + nlen..end].to_vec()));
+        out.push((
+            body[at + 3..at + 3 + nlen].to_vec(),
+            body[at + 3 + nlen..end].to_vec(),
+        ));
         at = end;
     }
     Ok(out)
@@ -424,7 +463,10 @@ pub fn xattrs(b: &Block) -> FormatResult<Vec<(Vec<u8>, Vec<u8>)>> {
 
 /// Bytes `list` needs in an xattr node (including the terminator).
 pub fn xattrs_size(list: &[(Vec<u8>, Vec<u8>)]) -> usize {
-    list.iter().map(|(n, v)| 3 + n.len() + v.len()).sum::<usize>() + 1
+    list.iter()
+        .map(|(n, v)| 3 + n.len() + v.len())
+        .sum::<usize>()
+        + 1
 }
 
 /// Write `list` into an xattr node body; the caller has checked `xattrs_size <= XATTR_SPACE`
@@ -450,15 +492,32 @@ mod tests {
 
     #[test]
     fn node_paths_and_ranges_agree() {
-        let samples = [0, I - 1, I, I + A, I + 2 * A - 1, I + 2 * A, I + 2 * A + N * A, I + 2 * A + 2 * N * A, MAX_FILE_BLOCKS - 1];
+        let samples = [
+            0,
+            I - 1,
+            I,
+            I + A,
+            I + 2 * A - 1,
+            I + 2 * A,
+            I + 2 * A + N * A,
+            I + 2 * A + 2 * N * A,
+            MAX_FILE_BLOCKS - 1,
+        ];
         for &idx in &samples {
             let p = node_path(idx).unwrap();
             let leaf_ofs = p.node_ofs[p.depth];
             let (first, count) = dnode_range(leaf_ofs).unwrap();
-            assert!(idx >= first && idx < first + count, "idx {idx} ofs {leaf_ofs}");
+            assert!(
+                idx >= first && idx < first + count,
+                "idx {idx} ofs {leaf_ofs}"
+            );
             assert_eq!(idx - first, p.slots[p.depth] as u64);
             for d in 1..p.depth {
-                assert!(dnode_range(p.node_ofs[d]).is_none(), "indirect ofs {}", p.node_ofs[d]);
+                assert!(
+                    dnode_range(p.node_ofs[d]).is_none(),
+                    "indirect ofs {}",
+                    p.node_ofs[d]
+                );
             }
         }
         assert!(node_path(MAX_FILE_BLOCKS).is_none());
@@ -467,13 +526,23 @@ mod tests {
     #[test]
     fn inode_header_roundtrip() {
         let mut b = new_node(NodeKind::Inode, 5, 5, 0);
-        let h = InodeHdr { mode: 0o100644, nlink: 1, size: 9, name: b"x".to_vec(), mtime: Timespec { sec: -3, nsec: 7 }, ..Default::default() };
+        let h = InodeHdr {
+            mode: 0o100644,
+            nlink: 1,
+            size: 9,
+            name: b"x".to_vec(),
+            mtime: Timespec { sec: -3, nsec: 7 },
+            ..Default::default()
+        };
         h.write(&mut b);
         set_inode_addr(&mut b, ADDRS_PER_INODE - 1, 77);
         set_inode_nid(&mut b, 4, 8);
         seal_node(&mut b, 3, 1000, flag::FSYNC);
         let f = check_node(&b, Some(5)).unwrap();
-        assert_eq!((f.kind(), f.cp_ver, f.next_blkaddr, f.flags & flag::FSYNC), (Some(NodeKind::Inode), 3, 1000, flag::FSYNC));
+        assert_eq!(
+            (f.kind(), f.cp_ver, f.next_blkaddr, f.flags & flag::FSYNC),
+            (Some(NodeKind::Inode), 3, 1000, flag::FSYNC)
+        );
         assert_eq!(InodeHdr::read(&b).unwrap(), h);
         assert_eq!(inode_addr(&b, ADDRS_PER_INODE - 1), 77);
         assert_eq!(inode_nid(&b, 4), 8);
@@ -483,7 +552,10 @@ mod tests {
     #[test]
     fn xattr_roundtrip_and_bad_length() {
         let mut b = new_node(NodeKind::Xattr, 9, 5, 0);
-        let list = vec![(b"user.a".to_vec(), b"1".to_vec()), (b"user.b".to_vec(), vec![0u8; 300])];
+        let list = vec![
+            (b"user.a".to_vec(), b"1".to_vec()),
+            (b"user.b".to_vec(), vec![0u8; 300]),
+        ];
         set_xattrs(&mut b, &list);
         assert_eq!(xattrs(&b).unwrap(), list);
         put_u16(&mut b[BODY..], 1, 60000);

@@ -135,7 +135,11 @@ pub enum GeometryError {
 /// F2FS mkfs's overprovision search (f2fs-tools 1.16 `get_best_overprovision`): try ovp from
 /// 0.01 % to 10 % and keep the one that leaves the most user segments. Returns
 /// (ovp percent x 100, reserved segments, overprovision segments).
-pub fn best_overprovision(main_segments: u64, segs_per_sec: u64, logs: u64) -> Option<(u64, u64, u64)> {
+pub fn best_overprovision(
+    main_segments: u64,
+    segs_per_sec: u64,
+    logs: u64,
+) -> Option<(u64, u64, u64)> {
     let mut best: Option<(u64, u64, u64, u64)> = None;
     for ovp_centi in 1..=1000u64 {
         let ovp = ovp_centi as f64 / 100.0;
@@ -158,10 +162,17 @@ pub fn best_overprovision(main_segments: u64, segs_per_sec: u64, logs: u64) -> O
 
 impl Geometry {
     /// Lay out a device of `block_count` blocks.
-    pub fn compute(block_count: u64, segs_per_sec: u32, mlogs: u32) -> Result<Geometry, GeometryError> {
+    pub fn compute(
+        block_count: u64,
+        segs_per_sec: u32,
+        mlogs: u32,
+    ) -> Result<Geometry, GeometryError> {
         let bytes = block_count * BLOCK_SIZE as u64;
         if bytes < MIN_VOLUME_BYTES {
-            return Err(GeometryError::TooSmall { bytes, min: MIN_VOLUME_BYTES });
+            return Err(GeometryError::TooSmall {
+                bytes,
+                min: MIN_VOLUME_BYTES,
+            });
         }
         if !(1..=512).contains(&segs_per_sec) || !segs_per_sec.is_power_of_two() {
             return Err(GeometryError::BadSectionSize(segs_per_sec));
@@ -180,7 +191,10 @@ impl Geometry {
             let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
             let sit_blocks = ceil_div(main_segs, SIT_ENTRIES_PER_BLOCK as u64);
             let ssa_blocks = main_segs;
-            let pack = 2 + ceil_div(cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks), CP_PAYLOAD_BYTES as u64);
+            let pack = 2 + ceil_div(
+                cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks),
+                CP_PAYLOAD_BYTES as u64,
+            );
             let cp_addr = 2;
             let sit_addr = cp_addr + 2 * pack;
             let nat_addr = sit_addr + 2 * sit_blocks;
@@ -191,11 +205,19 @@ impl Geometry {
                 let logs = (DEFAULT_LOG_HEADS * mlogs) as u64;
                 let (reserved, ovp) = match best_overprovision(main_segs / sps, 1, 2 * logs) {
                     Some((_, r, o)) => (r * sps, o * sps),
-                    None => return Err(GeometryError::NoUserSpace { bytes, user_segments: 0 }),
+                    None => {
+                        return Err(GeometryError::NoUserSpace {
+                            bytes,
+                            user_segments: 0,
+                        })
+                    }
                 };
                 let user_segments = main_segs - ovp;
                 if user_segments < 4 {
-                    return Err(GeometryError::NoUserSpace { bytes, user_segments });
+                    return Err(GeometryError::NoUserSpace {
+                        bytes,
+                        user_segments,
+                    });
                 }
                 return Ok(Geometry {
                     block_count,
@@ -219,7 +241,10 @@ impl Geometry {
                 });
             }
             if main_segs <= sps {
-                return Err(GeometryError::TooSmall { bytes, min: MIN_VOLUME_BYTES });
+                return Err(GeometryError::TooSmall {
+                    bytes,
+                    min: MIN_VOLUME_BYTES,
+                });
             }
             main_segs -= sps;
         }
@@ -263,9 +288,19 @@ impl Geometry {
 
     /// Check the relations mount relies on; a superblock that fails them is corrupt.
     pub fn validate(&self) -> FormatResult<()> {
-        let bad = |field: &'static str, value: u64| Err(FormatError::BadField { what: "superblock", field, value });
-        let pack_need = 2 + ceil_div(cp_payload_bytes(self.nat_blocks, self.sit_blocks, self.ssa_blocks), CP_PAYLOAD_BYTES as u64);
-        if self.segs_per_sec == 0 || !self.segs_per_sec.is_power_of_two() || self.segs_per_sec > 512 {
+        let bad = |field: &'static str, value: u64| {
+            Err(FormatError::BadField {
+                what: "superblock",
+                field,
+                value,
+            })
+        };
+        let pack_need = 2 + ceil_div(
+            cp_payload_bytes(self.nat_blocks, self.sit_blocks, self.ssa_blocks),
+            CP_PAYLOAD_BYTES as u64,
+        );
+        if self.segs_per_sec == 0 || !self.segs_per_sec.is_power_of_two() || self.segs_per_sec > 512
+        {
             return bad("segs_per_sec", self.segs_per_sec as u64);
         }
         if self.cp_addr != 2 || self.cp_pack_blocks < pack_need {
@@ -280,16 +315,26 @@ impl Geometry {
         if self.nat_addr != self.sit_addr + 2 * self.sit_blocks {
             return bad("nat_addr", self.nat_addr);
         }
-        if self.max_nid as u64 > MAX_NIDS || self.nat_blocks != ceil_div(self.max_nid as u64, NAT_ENTRIES_PER_BLOCK as u64) {
+        if self.max_nid as u64 > MAX_NIDS
+            || self.nat_blocks != ceil_div(self.max_nid as u64, NAT_ENTRIES_PER_BLOCK as u64)
+        {
             return bad("nat_blocks", self.nat_blocks);
         }
-        if self.ssa_addr != self.nat_addr + 2 * self.nat_blocks || self.ssa_blocks != self.main_segments {
+        if self.ssa_addr != self.nat_addr + 2 * self.nat_blocks
+            || self.ssa_blocks != self.main_segments
+        {
             return bad("ssa_addr", self.ssa_addr);
         }
-        if self.main_addr < self.ssa_addr + 2 * self.ssa_blocks || self.main_addr % BLOCKS_PER_SEG != 0 {
+        if self.main_addr < self.ssa_addr + 2 * self.ssa_blocks
+            || self.main_addr % BLOCKS_PER_SEG != 0
+        {
             return bad("main_addr", self.main_addr);
         }
-        match self.main_segments.checked_mul(BLOCKS_PER_SEG).and_then(|b| b.checked_add(self.main_addr)) {
+        match self
+            .main_segments
+            .checked_mul(BLOCKS_PER_SEG)
+            .and_then(|b| b.checked_add(self.main_addr))
+        {
             Some(end) if end <= self.block_count && self.main_segments > 0 => {}
             _ => return bad("main_segments", self.main_segments),
         }
@@ -302,7 +347,11 @@ impl Geometry {
         if self.user_blocks != (self.main_segments - self.ovp_segments) * BLOCKS_PER_SEG {
             return bad("user_blocks", self.user_blocks);
         }
-        if self.log_heads == 0 || self.log_heads > MAX_LOG_HEADS || self.mlogs == 0 || self.mlogs > 32 {
+        if self.log_heads == 0
+            || self.log_heads > MAX_LOG_HEADS
+            || self.mlogs == 0
+            || self.mlogs > 32
+        {
             return bad("log_heads", self.log_heads as u64);
         }
         if (self.max_nid as u64) <= crate::FIRST_FREE_NID as u64 {
@@ -351,7 +400,11 @@ impl Superblock {
 
     pub fn decode(b: &Block) -> FormatResult<Superblock> {
         check(b, tag::SUPERBLOCK, "superblock")?;
-        let bad = |field: &'static str, value: u64| FormatError::BadField { what: "superblock", field, value };
+        let bad = |field: &'static str, value: u64| FormatError::BadField {
+            what: "superblock",
+            field,
+            value,
+        };
         let version = get_u32(b, O_VERSION);
         if version != FORMAT_VERSION {
             return Err(bad("version", version as u64));
@@ -413,7 +466,10 @@ mod tests {
             assert!(g.main_addr + g.main_blocks() <= g.block_count);
             assert!(g.user_blocks > 0 && g.user_blocks < g.main_blocks());
         }
-        assert!(matches!(Geometry::compute((32 << 20) / 4096, 1, 1), Err(GeometryError::TooSmall { .. })));
+        assert!(matches!(
+            Geometry::compute((32 << 20) / 4096, 1, 1),
+            Err(GeometryError::TooSmall { .. })
+        ));
     }
 
     #[test]
@@ -429,7 +485,14 @@ mod tests {
     #[test]
     fn superblock_roundtrip_and_corruption() {
         let geo = Geometry::compute((1u64 << 30) / 4096, 1, 1).unwrap();
-        let sb = Superblock { geo, hash_seed: 7, created_unix: 1, features: 0, uuid: [3; 16], label: "vol".into() };
+        let sb = Superblock {
+            geo,
+            hash_seed: 7,
+            created_unix: 1,
+            features: 0,
+            uuid: [3; 16],
+            label: "vol".into(),
+        };
         let mut b = sb.encode();
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
         b[O_MAIN_SEGS] ^= 0xff;

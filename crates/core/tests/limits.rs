@@ -1,0 +1,157 @@
+//! Filling the volume to ENOSPC, and many threads at once.
+
+use flashlog_core::*;
+use flashlog_dev::{BlockDevice, RamDevice};
+use std::sync::Arc;
+
+fn opts() -> MountOptions {
+    MountOptions {
+        cp_interval: None,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn fill_to_enospc_is_clean() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new((96 << 20) / 4096));
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let chunk = vec![0x5au8; 256 << 10];
+    let mut written = Vec::new();
+    'fill: for i in 0.. {
+        let ino = match fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0) {
+            Ok(a) => a.ino,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("create: {e}"),
+        };
+        let mut size = 0u64;
+        for _ in 0..4 {
+            match fs.write(ino, size, &chunk) {
+                Ok(n) => size += n as u64,
+                Err(Error::NoSpace) => {
+                    written.push((ino, size));
+                    break 'fill;
+                }
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        written.push((ino, size));
+    }
+    assert!(written.len() > 10);
+    // Space is really used up (within the reserve kept for metadata).
+    let st = fs.statfs();
+    assert!(st.blocks_free < st.blocks / 20, "{st:?}");
+    // Further writes fail cleanly, and so does fsync-free metadata work.
+    assert!(matches!(
+        fs.write(written[0].0, 10 << 20, &chunk),
+        Err(Error::NoSpace)
+    ));
+    fs.sync().unwrap();
+    for &(ino, size) in &written {
+        assert_eq!(fs.getattr(ino).unwrap().size, size);
+        let mut b = vec![0u8; 4096];
+        if size > 0 {
+            fs.read(ino, size - 4096, &mut b).unwrap();
+            assert!(b.iter().all(|&x| x == 0x5a));
+        }
+    }
+    fs.unmount().unwrap();
+    let r = fsck(&*dev).unwrap();
+    assert!(r.is_clean(), "{r}");
+    // Deleting frees the space for new metadata after a remount.
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    for i in 0..written.len() / 2 {
+        fs.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+    }
+    fs.sync().unwrap();
+    assert!(fs.statfs().blocks_free > st.blocks / 3);
+    fs.unmount().unwrap();
+    let r = fsck(&*dev).unwrap();
+    assert!(r.is_clean(), "{r}");
+}
+
+#[test]
+fn many_threads_on_shared_and_private_files() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new((256 << 20) / 4096));
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Arc::new(
+        Fs::mount(
+            dev.clone(),
+            MountOptions {
+                cp_interval: Some(std::time::Duration::from_millis(50)),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
+    let shared = fs.create(ROOT_INO, b"shared", 0o644, 0, 0).unwrap().ino;
+    let dir = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+    let threads: Vec<_> = (0..6u8)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                for i in 0..150u32 {
+                    let name = format!("t{t}-{i}");
+                    let a = fs.create(dir, name.as_bytes(), 0o644, 0, 0).unwrap();
+                    let data = vec![t ^ i as u8; 1000 + (i as usize * 37) % 9000];
+                    fs.write(a.ino, 0, &data).unwrap();
+                    // Each thread owns a 64 KiB stripe of the shared file.
+                    fs.write(
+                        shared,
+                        (t as u64 * 16 + (i as u64 % 16)) * 4096,
+                        &[t + 1; 4096],
+                    )
+                    .unwrap();
+                    if i % 50 == 0 {
+                        fs.fsync(a.ino, false).unwrap();
+                    }
+                    if i % 3 == 0 {
+                        fs.rename(
+                            dir,
+                            name.as_bytes(),
+                            dir,
+                            format!("r{t}-{i}").as_bytes(),
+                            RenameFlags::default(),
+                        )
+                        .unwrap();
+                    } else if i % 3 == 1 {
+                        fs.unlink(dir, name.as_bytes()).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let check = |fs: &Fs| {
+        for t in 0..6u8 {
+            for i in 0..150u32 {
+                let (name, present) = match i % 3 {
+                    0 => (format!("r{t}-{i}"), true),
+                    1 => (format!("t{t}-{i}"), false),
+                    _ => (format!("t{t}-{i}"), true),
+                };
+                let r = fs.lookup(dir, name.as_bytes());
+                assert_eq!(r.is_ok(), present, "{name}");
+                if let Ok(a) = r {
+                    let mut b = vec![0u8; a.size as usize];
+                    fs.read(a.ino, 0, &mut b).unwrap();
+                    assert_eq!(b.len(), 1000 + (i as usize * 37) % 9000);
+                    assert!(b.iter().all(|&x| x == t ^ i as u8));
+                }
+            }
+            let mut b = vec![0u8; 65536];
+            fs.read(shared, t as u64 * 65536, &mut b).unwrap();
+            assert!(b.iter().all(|&x| x == t + 1));
+        }
+    };
+    check(&fs);
+    let fs = Arc::try_unwrap(fs).ok().unwrap();
+    fs.unmount().unwrap();
+    let r = fsck(&*dev).unwrap();
+    assert!(r.is_clean(), "{r}");
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    check(&fs);
+    fs.unmount().unwrap();
+}
