@@ -28,7 +28,7 @@ pub struct CpGuard<'a> {
     _g: Vec<RwLockWriteGuard<'a, ()>>,
 }
 
-fn thread_slot() -> usize {
+pub(crate) fn thread_slot() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);

@@ -24,10 +24,14 @@ pub struct NatTable {
     used: AtomicBitmap,
     prefree: Mutex<Vec<Nid>>,
     dirty: AtomicBitmap,
-    hint: AtomicU64,
+    /// Allocation cursors, one per thread slot (Max's per-core nid allocation), so that
+    /// threads scan different parts of the bitmap.
+    hints: Box<[crossbeam_utils::CachePadded<AtomicU64>]>,
     max_nid: Nid,
 }
 
+/// Nid allocation cursors (per thread slot).
+const NID_HINTS: usize = 16;
 /// Blocks read per request when loading the NAT at mount.
 const LOAD_BATCH: u64 = 64;
 
@@ -45,7 +49,7 @@ impl NatTable {
             used,
             prefree: Mutex::new(Vec::new()),
             dirty: AtomicBitmap::new(nat_blocks),
-            hint: AtomicU64::new(FIRST_FREE_NID as u64),
+            hints: (0..NID_HINTS).map(|i| crossbeam_utils::CachePadded::new(AtomicU64::new((FIRST_FREE_NID as u64).max(i as u64 * n as u64 / NID_HINTS as u64)))).collect(),
             max_nid,
         }
     }
@@ -134,9 +138,9 @@ impl NatTable {
 
     /// Allocate a free nid.
     pub fn alloc(&self) -> Result<Nid> {
-        let hint = self.hint.load(Ordering::Relaxed);
-        let nid = self.used.claim_zero(hint).ok_or(Error::NoSpace)?;
-        self.hint.store(nid + 1, Ordering::Relaxed);
+        let h = &self.hints[crate::lock::thread_slot() % NID_HINTS];
+        let nid = self.used.claim_zero(h.load(Ordering::Relaxed)).ok_or(Error::NoSpace)?;
+        h.store(nid + 1, Ordering::Relaxed);
         debug_assert!(nid >= FIRST_FREE_NID as u64);
         Ok(nid as Nid)
     }
