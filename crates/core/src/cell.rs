@@ -31,6 +31,8 @@ pub struct Page {
     pub dirty: bool,
     /// Counted in the volume's allocated blocks when it was dirtied over a hole.
     pub reserved: bool,
+    /// Dirtied by background cleaning: writeback sends it to the cold data log.
+    pub gc: bool,
 }
 
 pub struct InodeState {

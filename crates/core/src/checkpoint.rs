@@ -243,6 +243,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
         seg,
         cp_state,
         first_version - 1,
+        Box::new(crate::gc::NoCollector),
     );
     // The root directory.
     let now = fs.now();
@@ -288,6 +289,7 @@ pub(crate) fn build(
     seg: SegManager,
     cp: CpState,
     version: u64,
+    collector: Box<dyn crate::gc::Collector>,
 ) -> FsInner {
     FsInner {
         dev,
@@ -309,6 +311,12 @@ pub(crate) fn build(
         poison: Mutex::new(None),
         poisoned: AtomicBool::new(false),
         stats: Stats::default(),
+        gc_cursor: AtomicU64::new(0),
+        gc_lock: Mutex::new(()),
+        collector,
+        last_op_ns: AtomicU64::new(0),
+        last_cp_ns: AtomicU64::new(0),
+        epoch: std::time::Instant::now(),
     }
 }
 
@@ -404,7 +412,18 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         elapsed_base: cpk.elapsed_secs,
         mounted_at: std::time::Instant::now(),
     };
-    let fs = build(dev, sb, opts, nat, seg, cp_state, cpk.version);
+    seg.lfs_mode.store(
+        opts.alloc_mode == crate::config::AllocMode::Lfs,
+        Ordering::Relaxed,
+    );
+    let collector = crate::gc::collector_for(opts.gc)?;
+    let fs = build(dev, sb, opts, nat, seg, cp_state, cpk.version, collector);
+    // Threaded logging starts before foreground cleaning would (F2FS f2fs_need_SSR adds
+    // min_ssr_sections to the cleaning threshold): at 5 % free sections, or above the
+    // highest cleaning target, whichever is more.
+    let ssr =
+        (fs.sb.geo.sections() / 20).max(fs.seg.reserve_sections() + fs.headroom_secs() * 3 / 4 + 1);
+    fs.seg.ssr_below_secs.store(ssr, Ordering::Relaxed);
     fs.alloc_blocks.store(cpk.valid_blocks, Ordering::Relaxed);
     fs.valid_nodes.store(cpk.valid_nodes, Ordering::Relaxed);
     fs.valid_inodes.store(cpk.valid_inodes, Ordering::Relaxed);
@@ -415,7 +434,9 @@ impl FsInner {
     /// Write a checkpoint. The caller holds the exclusive side of the op lock (or is mkfs /
     /// mount, where nothing else runs).
     pub fn write_checkpoint(&self, umount: bool) -> Result<()> {
+        self.seg.in_checkpoint.store(true, Ordering::Release);
         let r = self.write_checkpoint_inner(umount);
+        self.seg.in_checkpoint.store(false, Ordering::Release);
         if let Err(e) = &r {
             self.poison_with(format!("checkpoint failed: {e}"));
         }
@@ -518,6 +539,8 @@ impl FsInner {
         drop(cells);
         self.dirty_nodes.store(0, Ordering::Relaxed);
         self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.last_cp_ns
+            .store(self.last_op_ns.load(Ordering::Relaxed), Ordering::Relaxed);
         self.cells.evict(self.opts.inode_cache_max / 2);
         Ok(())
     }

@@ -20,6 +20,10 @@ pub const WRITE_BATCH_BLOCKS: usize = 256;
 pub const CELL_SHARDS: usize = 128;
 /// Checkpoint timer (F2FS DEF_CP_INTERVAL is 60 s; shorter bounds roll-forward work).
 pub const DEFAULT_CP_INTERVAL: Duration = Duration::from_secs(30);
+/// Background cleaner period (F2FS sleeps 30 s between background passes).
+pub const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(30);
+/// Idle time before background cleaning (F2FS DEF_IDLE_INTERVAL is 5 s).
+pub const DEFAULT_GC_IDLE: Duration = Duration::from_secs(5);
 /// Roll-forward walks at most this many chain blocks per main-area block count (never more
 /// than the main area), so a corrupt chain cannot loop.
 pub const ROLL_FORWARD_MAX_FACTOR: u64 = 1;
@@ -74,6 +78,11 @@ pub struct MountOptions {
     pub gc: GcPolicy,
     /// Store small files and directories inside the inode.
     pub inline: bool,
+    /// Background cleaning period; None disables the background cleaner.
+    pub gc_interval: Option<Duration>,
+    /// The volume counts as idle (background cleaning may run) after this long without a
+    /// modifying operation.
+    pub gc_idle: Duration,
 }
 
 impl Default for MountOptions {
@@ -87,6 +96,8 @@ impl Default for MountOptions {
             alloc_mode: AllocMode::Adaptive,
             gc: GcPolicy::F2fs,
             inline: true,
+            gc_interval: Some(DEFAULT_GC_INTERVAL),
+            gc_idle: DEFAULT_GC_IDLE,
         }
     }
 }

@@ -59,6 +59,7 @@ impl FsInner {
                 data,
                 dirty: false,
                 reserved: false,
+                gc: false,
             },
         );
         Ok(())
@@ -140,6 +141,7 @@ impl FsInner {
                 data,
                 dirty: true,
                 reserved: true,
+                gc: false,
             },
         );
         st.dirty_pages += 1;

@@ -138,6 +138,7 @@ impl FsInner {
                     data,
                     dirty: true,
                     reserved: true,
+                    gc: false,
                 },
             );
             st.dirty_pages += 1;
@@ -171,6 +172,7 @@ impl FsInner {
                     data,
                     dirty: false,
                     reserved,
+                    gc: false,
                 },
             );
         }

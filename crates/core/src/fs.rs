@@ -22,6 +22,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+/// Pages written back from one file before free space is checked again.
+const WRITEBACK_CHUNK: u64 = 512;
+
 /// File attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
@@ -97,7 +100,70 @@ pub struct StatFs {
 
 struct Background {
     stop: Arc<(Mutex<bool>, Condvar)>,
-    handle: JoinHandle<()>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+/// Run `work` every `interval` on a named thread until `stop` is set or the volume goes
+/// away; a panic in `work` poisons the mount.
+fn spawn_worker(
+    name: &str,
+    interval: std::time::Duration,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    weak: std::sync::Weak<FsInner>,
+    work: fn(&FsInner) -> Result<()>,
+) -> JoinHandle<()> {
+    let what = name.to_string();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || loop {
+            {
+                let mut s = stop.0.lock();
+                if *s {
+                    return;
+                }
+                stop.1.wait_for(&mut s, interval);
+                if *s {
+                    return;
+                }
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            if inner.poisoned.load(Ordering::Acquire) {
+                return;
+            }
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&inner))) {
+                Err(_) => {
+                    inner.poison_with(format!("the {what} thread panicked"));
+                    return;
+                }
+                Ok(Err(e)) => tracing::warn!("{what}: {e}"),
+                Ok(Ok(())) => {}
+            }
+        })
+        .expect("spawn background thread")
+}
+
+/// Timer checkpoint: only if something changed since the last one; make room first.
+fn timer_checkpoint(inner: &FsInner) -> Result<()> {
+    if inner.last_op_ns.load(Ordering::Relaxed) <= inner.last_cp_ns.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    inner.ensure_space(false)?;
+    let _g = inner.oplock.checkpoint();
+    inner.write_checkpoint(false)
+}
+
+/// Background cleaning: one pass when the volume has been idle long enough.
+fn background_gc(inner: &FsInner) -> Result<()> {
+    let now = inner.epoch.elapsed().as_nanos() as u64;
+    if now.saturating_sub(inner.last_op_ns.load(Ordering::Relaxed))
+        < inner.opts.gc_idle.as_nanos() as u64
+    {
+        return Ok(());
+    }
+    let _g = inner.oplock.op();
+    inner.check_writable()?;
+    let r = inner.collector.background(inner);
+    inner.guard(r).map(|_| ())
 }
 
 /// A mounted Flashlog volume.
@@ -216,47 +282,36 @@ impl Fs {
     }
 
     fn start_background(&self) {
-        let Some(interval) = self.inner.opts.cp_interval else {
-            return;
-        };
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let weak = Arc::downgrade(&self.inner);
-        let stop2 = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("flashlog-cp".into())
-            .spawn(move || loop {
-                {
-                    let mut s = stop2.0.lock();
-                    if *s {
-                        return;
-                    }
-                    stop2.1.wait_for(&mut s, interval);
-                    if *s {
-                        return;
-                    }
-                }
-                let Some(inner) = weak.upgrade() else { return };
-                if inner.poisoned.load(Ordering::Acquire) {
-                    return;
-                }
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let _g = inner.oplock.checkpoint();
-                    inner.write_checkpoint(false)
-                }));
-                if r.is_err() {
-                    inner.poison_with("the checkpoint thread panicked".into());
-                    return;
-                }
-            })
-            .expect("spawn checkpoint thread");
-        *self.bg.lock() = Some(Background { stop, handle });
+        let mut handles = Vec::new();
+        if let Some(interval) = self.inner.opts.cp_interval {
+            handles.push(spawn_worker(
+                "flashlog-cp",
+                interval,
+                stop.clone(),
+                Arc::downgrade(&self.inner),
+                timer_checkpoint,
+            ));
+        }
+        if let Some(interval) = self.inner.opts.gc_interval {
+            handles.push(spawn_worker(
+                "flashlog-gc",
+                interval,
+                stop.clone(),
+                Arc::downgrade(&self.inner),
+                background_gc,
+            ));
+        }
+        *self.bg.lock() = Some(Background { stop, handles });
     }
 
     fn stop_background(&self) {
         if let Some(bg) = self.bg.lock().take() {
             *bg.stop.0.lock() = true;
             bg.stop.1.notify_all();
-            let _ = bg.handle.join();
+            for h in bg.handles {
+                let _ = h.join();
+            }
         }
     }
 
@@ -299,6 +354,11 @@ impl Fs {
 
     /// Run a mutating operation, then any writeback or checkpoint the limits ask for.
     fn write_op<T>(&self, f: impl FnOnce(&FsInner) -> Result<T>) -> Result<T> {
+        self.inner.last_op_ns.store(
+            self.inner.epoch.elapsed().as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+        self.ensure_space(false)?;
         let r = {
             let _g = self.inner.oplock.op();
             self.inner.check_writable()?;
@@ -309,25 +369,82 @@ impl Fs {
         r
     }
 
-    /// Enforce the dirty limits: write back pages over the cap; checkpoint over the node cap.
+    fn dirty_cap_pages(&self) -> u64 {
+        self.inner.dirty_cap_pages()
+    }
+
+    fn space_target(&self) -> u64 {
+        self.inner.space_target()
+    }
+
+    fn ensure_space(&self, force: bool) -> Result<()> {
+        self.inner.ensure_space(force)
+    }
+
+    /// Run the cleaner now until `sections` more sections are free (or nothing can be
+    /// cleaned); returns the sections emptied. For tests, tools and experiments.
+    pub fn gc(&self, sections: u64) -> Result<u64> {
+        let fs = &self.inner;
+        let _gc = fs.gc_lock.lock();
+        let target = fs.seg.free_sections() + sections;
+        let cleaned = {
+            let _g = fs.oplock.op();
+            fs.check_writable()?;
+            let r = fs.collector.foreground(fs, target);
+            fs.guard(r)?
+        };
+        let _g = fs.oplock.checkpoint();
+        fs.write_checkpoint(false)?;
+        Ok(cleaned)
+    }
+
+    /// Enforce the dirty limits: write back pages over the cap, a section at a time with
+    /// cleaning in between; checkpoint over the node cap.
     fn balance(&self) -> Result<()> {
         let inner = &self.inner;
-        let cap_pages = inner.opts.dirty_cap_bytes / BLOCK_SIZE as u64;
-        if inner.dirty_pages.load(Ordering::Relaxed) > cap_pages {
-            let _g = inner.oplock.op();
-            for c in inner.cells.all() {
-                if inner.dirty_pages.load(Ordering::Relaxed) <= cap_pages / 2 {
-                    break;
-                }
-                if let Some(mut st) = c.state.try_lock() {
-                    if !st.freed {
-                        let r = inner.writeback_pages(&mut st);
-                        inner.guard(r)?;
+        let cap_pages = self.dirty_cap_pages();
+        let mut failures = 0;
+        while inner.dirty_pages.load(Ordering::Relaxed) > cap_pages {
+            let mut progress = false;
+            let mut no_space = false;
+            {
+                let _g = inner.oplock.op();
+                for c in inner.cells.all() {
+                    if inner.dirty_pages.load(Ordering::Relaxed) <= cap_pages / 2 {
+                        break;
+                    }
+                    if inner.seg.free_sections() < self.space_target() {
+                        break;
+                    }
+                    if let Some(mut st) = c.state.try_lock() {
+                        if st.freed || st.dirty_pages == 0 {
+                            continue;
+                        }
+                        match inner.writeback_pages_max(&mut st, WRITEBACK_CHUNK) {
+                            Ok(n) => progress |= n > 0,
+                            Err(Error::NoSpace) => {
+                                no_space = true;
+                                break;
+                            }
+                            Err(e) => return inner.guard(Err(e)),
+                        }
                     }
                 }
             }
+            if inner.dirty_pages.load(Ordering::Relaxed) <= cap_pages / 2 {
+                break;
+            }
+            self.ensure_space(no_space)?;
+            if !progress {
+                failures += 1;
+                if failures >= 3 {
+                    // Every dirty file is busy or the volume is out of space: let the
+                    // caller go on; the next operation or checkpoint retries.
+                    break;
+                }
+            }
         }
-        if inner.dirty_nodes.load(Ordering::Relaxed) > inner.opts.dirty_nodes_max
+        if inner.dirty_nodes.load(Ordering::Relaxed) > inner.dirty_nodes_cap()
             || inner.cells.len() > inner.opts.inode_cache_max
         {
             self.sync()?;
@@ -340,6 +457,7 @@ impl Fs {
         if self.inner.opts.read_only {
             return Ok(());
         }
+        self.ensure_space(false)?;
         let _g = self.inner.oplock.checkpoint();
         self.inner.check_writable()?;
         self.inner.write_checkpoint(false)
@@ -987,7 +1105,30 @@ impl Fs {
     /// written instead when roll-forward could not replay the state (see docs/DESIGN.md).
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> Result<()> {
         self.inner.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
-        let need_cp = self.read_op(|fs| {
+        self.ensure_space(false)?;
+        let mut attempts = 0;
+        let need_cp = loop {
+            match self.fsync_once(ino) {
+                Err(Error::NoSpace) if attempts < 3 => {
+                    attempts += 1;
+                    self.ensure_space(true)?;
+                }
+                r => break r?,
+            }
+        };
+        if need_cp {
+            self.inner
+                .stats
+                .fsync_checkpoints
+                .fetch_add(1, Ordering::Relaxed);
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// One fsync attempt; Ok(true) means a checkpoint is needed instead.
+    fn fsync_once(&self, ino: Ino) -> Result<bool> {
+        self.read_op(|fs| {
             fs.check_writable()?;
             let c = fs.cell(ino)?;
             let mut st = c.state.lock();
@@ -1007,7 +1148,10 @@ impl Fs {
             }
             let r = (|| {
                 let data = fs.writeback_pages(&mut st)?;
-                if data > 0 {
+                if data > 0 || st.has_dirty_nodes() {
+                    // Data (including blocks a collector moved, still in a log buffer) must
+                    // be durable before any node that points at it: a device may reorder
+                    // unflushed writes.
                     fs.seg.submit_all()?;
                     fs.dev.flush()?;
                 }
@@ -1025,16 +1169,11 @@ impl Fs {
                 fs.dev.flush()?;
                 Ok(false)
             })();
-            fs.guard(r)
-        })?;
-        if need_cp {
-            self.inner
-                .stats
-                .fsync_checkpoints
-                .fetch_add(1, Ordering::Relaxed);
-            self.sync()?;
-        }
-        Ok(())
+            match r {
+                Err(Error::NoSpace) => Err(Error::NoSpace),
+                r => fs.guard(r),
+            }
+        })
     }
 
     pub fn statfs(&self) -> StatFs {
@@ -1054,9 +1193,10 @@ impl Fs {
     }
 
     pub fn stats(&self) -> Counters {
-        self.inner
-            .stats
-            .snapshot(self.inner.seg.blocks_written.load(Ordering::Relaxed))
+        self.inner.stats.snapshot(
+            self.inner.seg.blocks_written.load(Ordering::Relaxed),
+            self.inner.seg.ssr_blocks.load(Ordering::Relaxed),
+        )
     }
 
     // ---- xattrs ----

@@ -754,7 +754,10 @@ impl<'a> Checker<'a> {
             }
             current.insert(h.seg / sps);
             let se = &self.sit[h.seg as usize];
-            for off in h.blkoff as usize..BLOCKS_PER_SEG as usize {
+            // Data heads may thread-log (SSR) into a segment with valid blocks ahead; node
+            // heads never do.
+            let strict = h.kind == flashlog_format::cp::LogKind::Node;
+            for off in (h.blkoff as usize..BLOCKS_PER_SEG as usize).filter(|_| strict) {
                 if test_bit(&se.bitmap, off) {
                     self.err(
                         "checkpoint",

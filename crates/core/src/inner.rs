@@ -55,6 +55,18 @@ pub struct FsInner {
     pub poison: Mutex<Option<String>>,
     pub poisoned: AtomicBool,
     pub stats: Stats,
+    /// Where the next victim search starts (shared, updated without a lock).
+    pub gc_cursor: AtomicU64,
+    /// One foreground cleaning at a time; others wait for its result.
+    pub gc_lock: Mutex<()>,
+    /// The cleaning policy.
+    pub collector: Box<dyn crate::gc::Collector>,
+    /// Nanoseconds since mount of the last operation (idle detection for background GC).
+    pub last_op_ns: AtomicU64,
+    /// `last_op_ns` as of the last checkpoint.
+    pub last_cp_ns: AtomicU64,
+    /// Mount time, the origin of `last_op_ns`.
+    pub epoch: std::time::Instant,
 }
 
 /// Which log a node goes to (F2FS paper Table 1).
@@ -170,6 +182,11 @@ impl FsInner {
         Ok(b)
     }
 
+    /// Node `nid` of the locked file (loaded from disk if needed).
+    pub fn node_of<'a>(&self, st: &'a mut InodeState, nid: Nid) -> Result<&'a Block> {
+        Ok(&self.load_node(st, nid)?.blk)
+    }
+
     fn load_node<'a>(&self, st: &'a mut InodeState, nid: Nid) -> Result<&'a mut NodeBuf> {
         if !st.nodes.contains_key(&nid) {
             let blk = self.read_node(nid, st.ino)?;
@@ -178,7 +195,7 @@ impl FsInner {
         Ok(st.nodes.get_mut(&nid).expect("just inserted"))
     }
 
-    fn mark_node_dirty(&self, st: &mut InodeState, nid: Nid) {
+    pub fn mark_dirty_node(&self, st: &mut InodeState, nid: Nid) {
         if let Some(n) = st.nodes.get_mut(&nid) {
             if !n.dirty {
                 n.dirty = true;
@@ -239,7 +256,7 @@ impl FsInner {
                     p.slots[d],
                     c,
                 );
-                self.mark_node_dirty(st, parent);
+                self.mark_dirty_node(st, parent);
                 c
             };
         }
@@ -265,7 +282,7 @@ impl FsInner {
                 dirty: false,
             },
         );
-        self.mark_node_dirty(st, nid);
+        self.mark_dirty_node(st, nid);
         Ok(nid)
     }
 
@@ -286,7 +303,7 @@ impl FsInner {
             st.dirty = true;
         } else if let Some(n) = st.nodes.get_mut(&nid) {
             node::set_dnode_addr(&mut n.blk, slot, addr);
-            self.mark_node_dirty(st, nid);
+            self.mark_dirty_node(st, nid);
         }
     }
 
@@ -396,7 +413,7 @@ impl FsInner {
                         slot,
                         NULL_ADDR,
                     );
-                    self.mark_node_dirty(st, nid);
+                    self.mark_dirty_node(st, nid);
                 }
             }
         } else {
@@ -416,7 +433,7 @@ impl FsInner {
                         slot,
                         0,
                     );
-                    self.mark_node_dirty(st, nid);
+                    self.mark_dirty_node(st, nid);
                 }
             }
         }
@@ -484,6 +501,11 @@ impl FsInner {
 
     /// Write back every dirty page of `st`. Returns the number of blocks written.
     pub fn writeback_pages(&self, st: &mut InodeState) -> Result<u64> {
+        self.writeback_pages_max(st, u64::MAX)
+    }
+
+    /// Write back at most `max` dirty pages of `st` (in index order).
+    pub fn writeback_pages_max(&self, st: &mut InodeState, max: u64) -> Result<u64> {
         if st.dirty_pages == 0 {
             return Ok(0);
         }
@@ -498,7 +520,9 @@ impl FsInner {
             .iter()
             .filter(|(_, p)| p.dirty)
             .map(|(&i, _)| i)
+            .take(max as usize)
             .collect();
+        let cold = self.head(st.ino, LogKind::Data, Temp::Cold);
         let mut n = 0;
         for idx in idxs {
             let (nid, slot) = self.locate(st, idx, true)?.expect("create");
@@ -507,9 +531,10 @@ impl FsInner {
             if is_dir {
                 flashlog_format::dir::seal_dentry_block(&mut page.data);
             }
+            let head = if page.gc { cold } else { hi };
             let data: &Block = &page.data;
             let addr = self.seg.append(
-                hi,
+                head,
                 Summary {
                     nid,
                     ofs: slot as u16,
@@ -520,6 +545,7 @@ impl FsInner {
             let page = st.pages.get_mut(&idx).expect("dirty page");
             page.dirty = false;
             page.reserved = false;
+            page.gc = false;
             st.dirty_pages -= 1;
             self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
             let old = self.dnode_get(st, nid, slot);

@@ -17,6 +17,7 @@ pub mod error;
 pub mod file;
 pub mod fs;
 pub mod fsck;
+pub mod gc;
 pub mod inner;
 pub mod lock;
 pub mod nat;

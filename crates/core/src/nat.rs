@@ -49,7 +49,13 @@ impl NatTable {
             used,
             prefree: Mutex::new(Vec::new()),
             dirty: AtomicBitmap::new(nat_blocks),
-            hints: (0..NID_HINTS).map(|i| crossbeam_utils::CachePadded::new(AtomicU64::new((FIRST_FREE_NID as u64).max(i as u64 * n as u64 / NID_HINTS as u64)))).collect(),
+            hints: (0..NID_HINTS)
+                .map(|i| {
+                    crossbeam_utils::CachePadded::new(AtomicU64::new(
+                        (FIRST_FREE_NID as u64).max(i as u64 * n as u64 / NID_HINTS as u64),
+                    ))
+                })
+                .collect(),
             max_nid,
         }
     }
@@ -139,7 +145,10 @@ impl NatTable {
     /// Allocate a free nid.
     pub fn alloc(&self) -> Result<Nid> {
         let h = &self.hints[crate::lock::thread_slot() % NID_HINTS];
-        let nid = self.used.claim_zero(h.load(Ordering::Relaxed)).ok_or(Error::NoSpace)?;
+        let nid = self
+            .used
+            .claim_zero(h.load(Ordering::Relaxed))
+            .ok_or(Error::NoSpace)?;
         h.store(nid + 1, Ordering::Relaxed);
         debug_assert!(nid >= FIRST_FREE_NID as u64);
         Ok(nid as Nid)

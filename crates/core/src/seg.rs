@@ -94,6 +94,8 @@ pub struct LogHead {
     /// Blocks gathered for the next device write, starting at `buf_start`.
     buf: Vec<u8>,
     buf_start: BlkAddr,
+    /// Threaded logging: the head fills holes of a dirty segment (F2FS SSR).
+    ssr: bool,
 }
 
 pub struct SegManager {
@@ -120,7 +122,20 @@ pub struct SegManager {
     pub clock_secs: AtomicU64,
     pub blocks_written: AtomicU64,
     poisoned: AtomicBool,
+    /// Sections being cleaned (claimed by a collector): not picked again, not used for SSR.
+    pub victims: AtomicBitmap,
+    /// `lfs` mode: never thread-log into holes.
+    pub lfs_mode: AtomicBool,
+    /// Threaded logging starts below this many free sections (F2FS: 5 %).
+    pub ssr_below_secs: AtomicU64,
+    pub ssr_blocks: AtomicU64,
+    /// While a checkpoint writes, data may use the reserve too.
+    pub in_checkpoint: AtomicBool,
+    ssr_cursor: AtomicU64,
 }
+
+/// Segments an SSR search looks at before taking the best seen (F2FS max_victim_search).
+pub const SSR_SEARCH_MAX: u64 = 4096;
 
 impl SegManager {
     fn sps(&self) -> u64 {
@@ -144,7 +159,9 @@ impl SegManager {
     ) -> Result<SegManager> {
         let nsegs = geo.main_segments as usize;
         let nsecs = geo.sections();
-        let reserve_secs = (geo.reserved_segments / geo.segs_per_sec as u64 / 2).max(2);
+        // Data stops allocating new sections this far above empty, so that every log head
+        // can still advance once (nodes and the checkpoint use the rest).
+        let reserve_secs = heads.len().max(geo.log_heads as usize) as u64 + 2;
         let mut m = SegManager {
             geo: geo.clone(),
             dev: dev.clone(),
@@ -162,6 +179,12 @@ impl SegManager {
             clock_secs: AtomicU64::new(elapsed),
             blocks_written: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
+            victims: AtomicBitmap::new(nsecs),
+            lfs_mode: AtomicBool::new(false),
+            ssr_below_secs: AtomicU64::new((nsecs / 20).max(reserve_secs + 1)),
+            ssr_blocks: AtomicU64::new(0),
+            in_checkpoint: AtomicBool::new(false),
+            ssr_cursor: AtomicU64::new(0),
         };
         let mut buf = vec![0u8; BLOCK_SIZE * 2];
         for i in 0..geo.sit_blocks {
@@ -223,6 +246,11 @@ impl SegManager {
                 ssa,
                 buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
                 buf_start: start,
+                // A data head with valid blocks ahead of it was thread-logging (SSR) when the
+                // checkpoint was written; it must keep skipping them.
+                ssr: h.kind == LogKind::Data
+                    && (h.blkoff as usize..BLOCKS_PER_SEG as usize)
+                        .any(|o| m.segs[h.seg as usize].is_valid(o)),
             }));
             m.pending
                 .push((AtomicU64::new(start), AtomicU64::new(start)));
@@ -315,7 +343,11 @@ impl SegManager {
 
     /// Claim a free section; data allocations leave `reserve_secs` for nodes.
     fn claim_section(&self, for_node: bool, hint_right: bool) -> Result<u64> {
-        let reserve = if for_node { 0 } else { self.reserve_secs };
+        let reserve = if for_node || self.in_checkpoint.load(Ordering::Acquire) {
+            0
+        } else {
+            self.reserve_secs
+        };
         let mut free = self.free_secs.load(Ordering::Acquire);
         loop {
             if free <= reserve {
@@ -404,6 +436,7 @@ impl SegManager {
                 ssa: Box::new(SsaBlock::empty(h.seg)),
                 buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
                 buf_start: start,
+                ssr: false,
             }));
             pending.push((AtomicU64::new(start), AtomicU64::new(start)));
         }
@@ -446,6 +479,7 @@ impl SegManager {
             h.seg = r.seg;
             h.blkoff = r.blkoff;
             h.next_seg = r.next_seg;
+            h.ssr = false;
             h.buf_start = self.geo.seg_start(r.seg) + r.blkoff as u64;
             self.pending[hi].0.store(h.buf_start, Ordering::Release);
             self.pending[hi].1.store(h.buf_start, Ordering::Release);
@@ -494,10 +528,27 @@ impl SegManager {
     ) -> Result<BlkAddr> {
         self.check_poison()?;
         let mut h = self.heads[hi].lock();
-        if h.blkoff as u64 >= BLOCKS_PER_SEG {
+        loop {
+            if h.ssr {
+                let se = &self.segs[h.seg as usize];
+                while (h.blkoff as u64) < BLOCKS_PER_SEG
+                    && (se.is_valid(h.blkoff as usize) || se.ckpt_valid(h.blkoff as usize))
+                {
+                    h.blkoff += 1;
+                }
+            }
+            if (h.blkoff as u64) < BLOCKS_PER_SEG {
+                break;
+            }
             self.advance(hi, &mut h)?;
         }
         let addr = self.geo.seg_start(h.seg) + h.blkoff as u64;
+        if !h.buf.is_empty() && h.buf_start + (h.buf.len() / BLOCK_SIZE) as u64 != addr {
+            self.submit(hi, &mut h)?;
+        }
+        if h.ssr {
+            self.ssr_blocks.fetch_add(1, Ordering::Relaxed);
+        }
         let next_addr = if (h.blkoff as u64 + 1) < BLOCKS_PER_SEG {
             addr + 1
         } else if h.next_seg != NO_SEG {
@@ -532,24 +583,42 @@ impl SegManager {
     /// Move head `hi` to its next segment.
     fn advance(&self, hi: usize, h: &mut LogHead) -> Result<()> {
         self.submit(hi, h)?;
-        let next = if h.next_seg != NO_SEG {
-            h.next_seg
+        let old_seg = h.seg;
+        let old_sec = self.sec_of(old_seg);
+        // An SSR segment is never followed by its neighbour (which belongs to someone else):
+        // leaving it is like leaving a section.
+        let section_end = h.ssr || (old_seg + 1) % self.sps() == 0;
+        let ssr_seg = if h.kind == LogKind::Data && section_end && self.want_ssr() {
+            self.pick_ssr_segment()
         } else {
-            self.following_segment(h.seg, h.kind, h.temp)?
+            None
+        };
+        let (next, ssr, ssa) = match ssr_seg {
+            Some(seg) => (seg, true, self.read_ssa_cold(seg)?),
+            None => {
+                let next = if h.next_seg != NO_SEG {
+                    h.next_seg
+                } else if h.ssr {
+                    let right = matches!(h.temp, Temp::Warm | Temp::Cold | Temp::Gc);
+                    self.claim_section(false, right)? * self.sps()
+                } else {
+                    self.following_segment(h.seg, h.kind, h.temp)?
+                };
+                (next, false, Box::new(SsaBlock::empty(next)))
+            }
         };
         let after = if h.kind == LogKind::Node {
             self.following_segment(next, h.kind, h.temp)?
         } else {
             NO_SEG
         };
-        let old_seg = h.seg;
-        let old_ssa = std::mem::replace(&mut h.ssa, Box::new(SsaBlock::empty(next)));
+        let old_ssa = std::mem::replace(&mut h.ssa, ssa);
         self.ssa_dirty.lock().insert(old_seg, old_ssa);
         h.seg = next;
         h.blkoff = 0;
         h.next_seg = after;
+        h.ssr = ssr;
         // The old segment's section stops being current once the head leaves it.
-        let old_sec = self.sec_of(old_seg);
         if old_sec != self.sec_of(next) {
             self.current.clear(old_sec);
             if self.section_valid(old_sec) == 0 {
@@ -557,6 +626,90 @@ impl SegManager {
             }
         }
         Ok(())
+    }
+
+    /// Threaded logging is due: adaptive mode and free sections below the threshold.
+    fn want_ssr(&self) -> bool {
+        !self.lfs_mode.load(Ordering::Relaxed)
+            && self.free_sections() < self.ssr_below_secs.load(Ordering::Relaxed)
+    }
+
+    /// A dirty segment to thread-log into: the one with the fewest blocks valid now or at
+    /// the last checkpoint (F2FS SSR greedy on ckpt_valid_blocks), within a bounded search.
+    /// The segment's section becomes current.
+    fn pick_ssr_segment(&self) -> Option<SegNo> {
+        let n = self.geo.main_segments;
+        let start = self.ssr_cursor.load(Ordering::Relaxed) % n.max(1);
+        let mut best: Option<(u32, SegNo)> = None;
+        for k in 0..n.min(SSR_SEARCH_MAX) {
+            let seg = (start + k) % n;
+            let sec = self.sec_of(seg);
+            if self.current.test(sec) || self.victims.test(sec) || !self.used.test(sec) {
+                continue;
+            }
+            let se = &self.segs[seg as usize];
+            let v = se.valid.load(Ordering::Relaxed);
+            if v == 0 || v as u64 >= BLOCKS_PER_SEG {
+                continue;
+            }
+            let ckpt: u32 = se
+                .ckpt
+                .iter()
+                .zip(se.bitmap.iter())
+                .map(|(c, b)| (c.load(Ordering::Relaxed) | b.load(Ordering::Relaxed)).count_ones())
+                .sum();
+            if (ckpt as u64) < BLOCKS_PER_SEG && best.is_none_or(|(bv, _)| ckpt < bv) {
+                best = Some((ckpt, seg));
+            }
+        }
+        self.ssr_cursor
+            .store(start + n.min(SSR_SEARCH_MAX), Ordering::Relaxed);
+        let (_, seg) = best?;
+        let sec = self.sec_of(seg);
+        if self.current.set(sec) {
+            return None;
+        }
+        Some(seg)
+    }
+
+    /// Summary of a segment no head owns (SSR target): dirty set or disk.
+    fn read_ssa_cold(&self, seg: SegNo) -> Result<Box<SsaBlock>> {
+        if let Some(s) = self.ssa_dirty.lock().remove(&seg) {
+            return Ok(s);
+        }
+        let copy = test_bit(&self.ssa_copy.lock(), seg as usize) as u8;
+        let mut b = [0u8; BLOCK_SIZE];
+        self.dev.read(self.geo.ssa_block_addr(seg, copy), &mut b)?;
+        Ok(Box::new(SsaBlock::decode(&b, seg)?))
+    }
+
+    /// Sections holding valid blocks that no head owns and no collector claimed: cleaning
+    /// candidates, with their valid counts.
+    pub fn dirty_sections(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (0..self.geo.sections()).filter_map(move |sec| {
+            if self.current.test(sec) || self.victims.test(sec) || !self.used.test(sec) {
+                return None;
+            }
+            let v = self.section_valid(sec);
+            (v > 0).then_some((sec, v))
+        })
+    }
+
+    /// Age stamp of a section (mean of its segments' mtimes).
+    pub fn section_mtime(&self, sec: u64) -> u64 {
+        let s0 = sec * self.sps();
+        (s0..s0 + self.sps())
+            .map(|s| self.segs[s as usize].mtime.load(Ordering::Relaxed))
+            .sum::<u64>()
+            / self.sps()
+    }
+
+    /// Block offsets valid in segment `seg` right now.
+    pub fn valid_offsets(&self, seg: SegNo) -> Vec<usize> {
+        let se = &self.segs[seg as usize];
+        (0..BLOCKS_PER_SEG as usize)
+            .filter(|&o| se.is_valid(o))
+            .collect()
     }
 
     /// Write head `hi`'s gathered blocks to the device.

@@ -14,6 +14,14 @@ pub struct Stats {
     pub fsyncs: AtomicU64,
     pub fsync_checkpoints: AtomicU64,
     pub roll_forward_nodes: AtomicU64,
+    pub gc_fg_runs: AtomicU64,
+    pub gc_bg_runs: AtomicU64,
+    pub gc_sections_freed: AtomicU64,
+    pub gc_moved_blocks: AtomicU64,
+    pub gc_skipped_blocks: AtomicU64,
+    pub gc_read_blocks: AtomicU64,
+    pub gc_ns: AtomicU64,
+    pub stall_ns: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -30,12 +38,34 @@ pub struct Counters {
     pub fsyncs: u64,
     pub fsync_checkpoints: u64,
     pub roll_forward_nodes: u64,
-    /// Device bytes written / application bytes written.
+    /// Foreground cleaning calls (space ran short).
+    pub gc_fg_runs: u64,
+    /// Background cleaning passes (volume idle).
+    pub gc_bg_runs: u64,
+    /// Sections emptied by cleaning.
+    pub gc_sections_freed: u64,
+    /// Valid blocks moved by cleaning.
+    pub gc_moved_blocks: u64,
+    /// Blocks a collector read but did not move because a newer write or a truncate won
+    /// the race (node-lock rule).
+    pub gc_skipped_blocks: u64,
+    pub gc_read_blocks: u64,
+    /// Seconds spent cleaning.
+    pub gc_time_s: f64,
+    /// Seconds application threads waited for space (foreground cleaning + checkpoints).
+    pub stall_time_s: f64,
+    /// Blocks written by threaded logging into holes (SSR).
+    pub ssr_blocks: u64,
+    /// Device bytes written / application bytes written (page-cache absorption of repeated
+    /// overwrites can make this < 1).
     pub write_amplification: f64,
+    /// Device blocks written / data blocks written back for applications: the file
+    /// system's own amplification (cleaning, nodes, metadata, checkpoints).
+    pub fs_write_amplification: f64,
 }
 
 impl Stats {
-    pub fn snapshot(&self, dev_write_blocks: u64) -> Counters {
+    pub fn snapshot(&self, dev_write_blocks: u64, ssr_blocks: u64) -> Counters {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let app = g(&self.app_write_bytes);
         Counters {
@@ -49,6 +79,20 @@ impl Stats {
             fsyncs: g(&self.fsyncs),
             fsync_checkpoints: g(&self.fsync_checkpoints),
             roll_forward_nodes: g(&self.roll_forward_nodes),
+            gc_fg_runs: g(&self.gc_fg_runs),
+            gc_bg_runs: g(&self.gc_bg_runs),
+            gc_sections_freed: g(&self.gc_sections_freed),
+            gc_moved_blocks: g(&self.gc_moved_blocks),
+            gc_skipped_blocks: g(&self.gc_skipped_blocks),
+            gc_read_blocks: g(&self.gc_read_blocks),
+            gc_time_s: g(&self.gc_ns) as f64 / 1e9,
+            stall_time_s: g(&self.stall_ns) as f64 / 1e9,
+            ssr_blocks,
+            fs_write_amplification: if g(&self.data_blocks_written) == 0 {
+                0.0
+            } else {
+                dev_write_blocks as f64 / g(&self.data_blocks_written) as f64
+            },
             write_amplification: if app == 0 {
                 0.0
             } else {

@@ -12,11 +12,21 @@ fn image() -> (Arc<RamDevice>, Vec<u32>) {
     let ram = Arc::new(RamDevice::new((64 << 20) / 4096));
     let dev: Arc<dyn BlockDevice> = ram.clone();
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let fs = Fs::mount(dev.clone(), MountOptions { cp_interval: None, ..Default::default() }).unwrap();
+    let fs = Fs::mount(
+        dev.clone(),
+        MountOptions {
+            cp_interval: None,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut inos = Vec::new();
     let d = fs.mkdir(ROOT_INO, b"dir", 0o755, 0, 0).unwrap().ino;
     for i in 0..200 {
-        inos.push(fs.write_file(&format!("/dir/file{i}"), &vec![i as u8; 5000 + i * 10]).unwrap());
+        inos.push(
+            fs.write_file(&format!("/dir/file{i}"), &vec![i as u8; 5000 + i * 10])
+                .unwrap(),
+        );
     }
     inos.push(d);
     fs.unmount().unwrap();
@@ -28,7 +38,11 @@ fn areas(dev: &RamDevice) -> Vec<&'static str> {
     let r = fsck(dev).unwrap();
     assert!(!r.is_clean(), "damage went unnoticed");
     assert_eq!(r.exit_code(), 4);
-    r.findings.iter().filter(|f| f.severity == Severity::Error).map(|f| f.area).collect()
+    r.findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.area)
+        .collect()
 }
 
 fn rw(dev: &RamDevice, addr: u64, f: impl FnOnce(&mut [u8; BLOCK_SIZE])) {
@@ -38,7 +52,12 @@ fn rw(dev: &RamDevice, addr: u64, f: impl FnOnce(&mut [u8; BLOCK_SIZE])) {
     dev.write(addr, &b).unwrap();
 }
 
-fn current(dev: &RamDevice) -> (flashlog_format::sb::Superblock, flashlog_format::cp::Checkpoint) {
+fn current(
+    dev: &RamDevice,
+) -> (
+    flashlog_format::sb::Superblock,
+    flashlog_format::cp::Checkpoint,
+) {
     let sb = checkpoint::read_superblock(dev).unwrap();
     let cp = checkpoint::read_checkpoint(dev, &sb.geo).unwrap();
     (sb, cp)
@@ -82,7 +101,14 @@ fn wrong_link_count_is_reported() {
     let (dev, inos) = image();
     let (_, cp) = current(&dev);
     let _ = cp;
-    let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, MountOptions { cp_interval: None, ..Default::default() }).unwrap();
+    let fs = Fs::mount(
+        dev.clone() as Arc<dyn BlockDevice>,
+        MountOptions {
+            cp_interval: None,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let ino = inos[3];
     let addr = fs.inner().nat.addr(ino);
     fs.abandon();
@@ -97,7 +123,14 @@ fn wrong_link_count_is_reported() {
 #[test]
 fn dentry_pointing_nowhere_is_reported() {
     let (dev, inos) = image();
-    let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, MountOptions { cp_interval: None, ..Default::default() }).unwrap();
+    let fs = Fs::mount(
+        dev.clone() as Arc<dyn BlockDevice>,
+        MountOptions {
+            cp_interval: None,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let dir = *inos.last().unwrap();
     let addr = {
         let inner = fs.inner();
@@ -131,5 +164,12 @@ fn garbage_everywhere_never_panics() {
         });
     }
     let _ = fsck(&*dev).unwrap();
-    let _ = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, MountOptions { cp_interval: None, read_only: true, ..Default::default() });
+    let _ = Fs::mount(
+        dev.clone() as Arc<dyn BlockDevice>,
+        MountOptions {
+            cp_interval: None,
+            read_only: true,
+            ..Default::default()
+        },
+    );
 }

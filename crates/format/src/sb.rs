@@ -202,8 +202,10 @@ impl Geometry {
             let meta_end = ssa_addr + 2 * ssa_blocks;
             let main_addr = ceil_div(meta_end, BLOCKS_PER_SEG) * BLOCKS_PER_SEG;
             if main_addr + main_segs * BLOCKS_PER_SEG <= block_count {
-                let logs = (DEFAULT_LOG_HEADS * mlogs) as u64;
-                let (reserved, ovp) = match best_overprovision(main_segs / sps, 1, 2 * logs) {
+                // Segments held by logs: one current segment per head plus the next segment
+                // each node head reserves in advance (F2FS counts its 6 current segments).
+                let logs = ((DEFAULT_LOG_HEADS + 3) * mlogs) as u64;
+                let (reserved, ovp) = match best_overprovision(main_segs / sps, 1, logs) {
                     Some((_, r, o)) => (r * sps, o * sps),
                     None => {
                         return Err(GeometryError::NoUserSpace {
