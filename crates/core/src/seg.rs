@@ -40,7 +40,8 @@ pub struct SegEntry {
     pub mtime: AtomicU64,
     pub class: AtomicU8,
     bitmap: [AtomicU64; WORDS],
-    /// Validity as of the last checkpoint (SSR may only reuse blocks invalid in both).
+    /// Blocks valid at the last checkpoint or invalidated since: SSR may only reuse blocks
+    /// clear in both this and `bitmap`.
     ckpt: [AtomicU64; WORDS],
 }
 
@@ -325,6 +326,11 @@ impl SegManager {
         let se = &self.segs[seg as usize];
         let bit = 1u64 << (off % 64);
         if se.bitmap[off / 64].fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
+            // Threaded logging must not reuse a block invalidated since the last checkpoint:
+            // roll-forward may still need it (a block written and fsync'd after the
+            // checkpoint, then overwritten). F2FS sets ckpt_valid_map here for the same
+            // reason; the checkpoint resets it to the current bitmap.
+            se.ckpt[off / 64].fetch_or(bit, Ordering::AcqRel);
             let left = se.valid.fetch_sub(1, Ordering::AcqRel) - 1;
             self.dirty_sit.set(sit_pos(seg).0);
             if left == 0 {

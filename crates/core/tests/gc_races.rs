@@ -1,0 +1,216 @@
+//! Cleaning runs while application threads write, truncate, punch holes in and unlink the
+//! files being cleaned; and power is cut while the cleaner works.
+
+use flashlog_core::*;
+use flashlog_dev::{BlockDevice, CrashMode, DevError, RamDevice, SimDevice};
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+fn opts() -> MountOptions {
+    MountOptions {
+        cp_interval: None,
+        gc_interval: None,
+        ..Default::default()
+    }
+}
+
+/// Each thread owns its files (so the model needs no cross-thread order) but all of them
+/// share segments, so the cleaner constantly moves blocks of files being changed.
+#[test]
+fn cleaner_races_writers_truncates_punches_unlinks() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new((128 << 20) / 4096));
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Arc::new(Fs::mount(dev.clone(), opts()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let models: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
+    let cleaner = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut runs = 0;
+            while !stop.load(Ordering::Relaxed) {
+                fs.gc(2).unwrap();
+                runs += 1;
+            }
+            runs
+        })
+    };
+    let workers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (fs, models) = (fs.clone(), models.clone());
+            std::thread::spawn(move || {
+                let mut rng = ChaCha8Rng::seed_from_u64(t);
+                let mut mine: HashMap<String, Vec<u8>> = HashMap::new();
+                for i in 0..1500 {
+                    let name = format!("t{t}-f{}", rng.random_range(0..6));
+                    let ino = match fs.lookup(ROOT_INO, name.as_bytes()) {
+                        Ok(a) => a.ino,
+                        Err(Error::NotFound) => {
+                            fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
+                                .unwrap()
+                                .ino
+                        }
+                        Err(e) => panic!("{e}"),
+                    };
+                    let m = mine.entry(name.clone()).or_default();
+                    match rng.random_range(0..10) {
+                        0..=5 => {
+                            let off = rng.random_range(0..2_000_000u64);
+                            let len = rng.random_range(1..50_000usize);
+                            let byte = (i % 251) as u8 + 1;
+                            fs.write(ino, off, &vec![byte; len]).unwrap();
+                            if m.len() < off as usize + len {
+                                m.resize(off as usize + len, 0);
+                            }
+                            m[off as usize..off as usize + len].fill(byte);
+                        }
+                        6 => {
+                            let size = rng.random_range(0..1_500_000u64);
+                            fs.setattr(
+                                ino,
+                                &SetAttr {
+                                    size: Some(size),
+                                    ..Default::default()
+                                },
+                            )
+                            .unwrap();
+                            m.resize(size as usize, 0);
+                        }
+                        7 => {
+                            let off = rng.random_range(0..1_500_000u64);
+                            let len = rng.random_range(1..400_000u64);
+                            fs.fallocate(ino, FallocMode::PunchHole, off, len).unwrap();
+                            let s = (off as usize).min(m.len());
+                            let e = ((off + len) as usize).min(m.len());
+                            m[s..e].fill(0);
+                        }
+                        8 => {
+                            fs.unlink(ROOT_INO, name.as_bytes()).unwrap();
+                            mine.remove(&name);
+                        }
+                        _ => fs.fsync(ino, false).unwrap(),
+                    }
+                }
+                models.lock().extend(mine);
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let runs = cleaner.join().unwrap();
+    let c = fs.stats();
+    assert!(
+        runs > 0 && c.gc_moved_blocks > 0,
+        "cleaner did no work: {c:?}"
+    );
+    let check = |fs: &Fs| {
+        for (name, want) in models.lock().iter() {
+            let a = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
+            assert_eq!(a.size, want.len() as u64, "{name}");
+            let mut got = vec![0u8; want.len()];
+            let mut off = 0;
+            while off < got.len() {
+                off += fs.read(a.ino, off as u64, &mut got[off..]).unwrap();
+            }
+            assert!(&got == want, "{name} differs");
+        }
+    };
+    check(&fs);
+    let fs = Arc::try_unwrap(fs).ok().unwrap();
+    fs.unmount().unwrap();
+    let r = fsck(&*dev).unwrap();
+    assert!(r.is_clean(), "{r}");
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    check(&fs);
+    fs.unmount().unwrap();
+}
+
+/// Power cuts while the volume is nearly full and the cleaner runs: fsck is clean and
+/// fsync'd files hold one of the states they had since their last fsync.
+#[test]
+fn power_cuts_during_cleaning() {
+    for seed in 0..40u64 {
+        let mode = CrashMode::ALL[seed as usize % 3];
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let sim = Arc::new(SimDevice::new((96 << 20) / 4096));
+        let dev: Arc<dyn BlockDevice> = sim.clone();
+        Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+        let fs = Fs::mount(dev.clone(), opts()).unwrap();
+        // Fill to about 85 %, in 4 files.
+        let per_file = fs.statfs().blocks * 85 / 100 / 4;
+        let mut content: Vec<Vec<u8>> = Vec::new();
+        let mut inos = Vec::new();
+        for f in 0..4u8 {
+            let data = vec![f + 1; per_file as usize * 4096 - 8192];
+            let ino = fs
+                .create(ROOT_INO, format!("f{f}").as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino;
+            fs.write(ino, 0, &data).unwrap();
+            fs.fsync(ino, false).unwrap();
+            inos.push(ino);
+            content.push(data);
+        }
+        fs.sync().unwrap();
+        // Per file and block: the byte it held at the last fsync, and every byte written
+        // since. After the crash each block must be uniform and one of those.
+        let nblocks = content[0].len() / 4096;
+        let mut durable: Vec<Vec<u8>> = (0..4u8).map(|f| vec![f + 1; nblocks]).collect();
+        let mut since: Vec<Vec<Vec<u8>>> = vec![vec![Vec::new(); nblocks]; 4];
+        let mut cur: Vec<Vec<u8>> = durable.clone();
+        sim.cut_at(
+            sim.ops() + rng.random_range(50..3000),
+            rng.random_range(0..8),
+        );
+        for i in 0..4000u32 {
+            let f = rng.random_range(0..4usize);
+            let r = if rng.random_range(0..20) == 0 {
+                fs.fsync(inos[f], false).map(|_| {
+                    durable[f] = cur[f].clone();
+                    since[f].iter_mut().for_each(|v| v.clear());
+                })
+            } else {
+                let blk = rng.random_range(0..nblocks);
+                let byte = (i % 200) as u8 + 10;
+                fs.write(inos[f], blk as u64 * 4096, &[byte; 4096])
+                    .map(|_| {
+                        cur[f][blk] = byte;
+                        since[f][blk].push(byte);
+                    })
+            };
+            match r {
+                Ok(()) => {}
+                Err(Error::Device(DevError::PowerCut)) | Err(Error::Poisoned(_)) => break,
+                Err(e) => panic!("seed {seed}: {e}"),
+            }
+        }
+        sim.cut_now();
+        let cleaned = fs.stats().gc_moved_blocks + fs.stats().ssr_blocks;
+        fs.abandon();
+        let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, seed));
+        let r = fsck(&*img).unwrap();
+        assert!(
+            r.is_clean(),
+            "seed {seed} {mode:?} (cleaned {cleaned}): {r}"
+        );
+        let fs = Fs::mount(img.clone(), opts()).unwrap();
+        let mut got = vec![0u8; 4096];
+        for f in 0..4 {
+            assert_eq!(fs.getattr(inos[f]).unwrap().size, content[f].len() as u64);
+            for b in 0..nblocks {
+                fs.read(inos[f], b as u64 * 4096, &mut got).unwrap();
+                let ok = got.iter().all(|&x| x == got[0])
+                    && (got[0] == durable[f][b] || since[f][b].contains(&got[0]));
+                assert!(ok, "seed {seed} {mode:?}: file {f} block {b} holds {:?}.., durable {}, written since {:?}", &got[..4], durable[f][b], since[f][b]);
+            }
+        }
+        fs.unmount().unwrap();
+        let r = fsck(&*img).unwrap();
+        assert!(r.is_clean(), "seed {seed} {mode:?} after remount: {r}");
+    }
+}
