@@ -107,6 +107,11 @@ impl InodeCell {
             is_new: AtomicBool::new(is_new),
         })
     }
+    /// Lock the cell (timing the wait if contended: waits::Point::Cell).
+    pub fn lock(&self) -> parking_lot::MutexGuard<'_, InodeState> {
+        crate::waits::lock(crate::waits::Point::Cell, &self.state)
+    }
+
     pub fn pino(&self) -> Ino {
         self.pino.load(Ordering::Acquire)
     }

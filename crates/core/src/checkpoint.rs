@@ -291,7 +291,9 @@ pub(crate) fn build(
     version: u64,
     collector: Box<dyn crate::gc::Collector>,
 ) -> FsInner {
+    let svp_on = opts.gc == crate::config::GcPolicy::Scale && opts.scale.svp;
     FsInner {
+        svp_on,
         dev,
         sb,
         opts,
@@ -316,6 +318,8 @@ pub(crate) fn build(
         collector,
         last_op_ns: AtomicU64::new(0),
         last_cp_ns: AtomicU64::new(0),
+        svp: Default::default(),
+        deferred_free: Mutex::new(Vec::new()),
         epoch: std::time::Instant::now(),
     }
 }
@@ -389,15 +393,24 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
     let sb = read_superblock(&*dev)?;
     let geo = sb.geo.clone();
     let cpk = read_checkpoint(&*dev, &geo)?;
-    if cpk.heads.len() != geo.log_heads as usize {
+    // The first `log_heads` rows are the base logs (6 per mlog); any further rows are the
+    // dedicated collectors' write streams (ScaleLFS DWS), which can differ per mount.
+    let base = geo.log_heads as usize;
+    let base_ok = cpk.heads.len() >= base
+        && cpk.heads[..base].iter().enumerate().all(|(i, h)| {
+            crate::seg::head_index(h.mlog, h.kind, h.temp) == i && h.temp != Temp::Gc
+        })
+        && cpk.heads[base..]
+            .iter()
+            .all(|h| h.kind == LogKind::Data && h.temp == Temp::Gc);
+    if !base_ok {
         return Err(Error::Corrupt(format!(
-            "checkpoint has {} log heads, superblock says {}",
-            cpk.heads.len(),
-            geo.log_heads
+            "checkpoint log-head table does not match the superblock ({} rows, {base} base logs)",
+            cpk.heads.len()
         )));
     }
     let nat = NatTable::load(&*dev, &geo, &cpk.nat_bitmap)?;
-    let seg = SegManager::load(
+    let mut seg = SegManager::load(
         dev.clone(),
         &geo,
         &cpk.sit_bitmap,
@@ -416,7 +429,13 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         opts.alloc_mode == crate::config::AllocMode::Lfs,
         Ordering::Relaxed,
     );
-    let collector = crate::gc::collector_for(opts.gc)?;
+    let collector = crate::gc::collector_for(&opts)?;
+    seg.set_gc_streams(
+        base,
+        collector
+            .streams()
+            .min(crate::scale::ScaleCollector::affordable_streams(&geo)),
+    )?;
     let fs = build(dev, sb, opts, nat, seg, cp_state, cpk.version, collector);
     // Threaded logging starts before foreground cleaning would (F2FS f2fs_need_SSR adds
     // min_ssr_sections to the cleaning threshold): at 5 % free sections, or above the
@@ -453,14 +472,14 @@ impl FsInner {
         // 1. Data, then nodes, of every cached inode.
         let cells = self.cells.all();
         for c in &cells {
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if st.freed {
                 continue;
             }
             self.writeback_pages(&mut st)?;
         }
         for c in &cells {
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if st.freed {
                 continue;
             }

@@ -51,6 +51,56 @@ pub enum GcPolicy {
     None,
 }
 
+impl GcPolicy {
+    /// Policies that run on an ordinary (finite) device, for tools that compare them all.
+    pub fn implemented() -> &'static [GcPolicy] {
+        &[GcPolicy::F2fs, GcPolicy::Scale]
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            GcPolicy::F2fs => "f2fs",
+            GcPolicy::Scale => "scale",
+            GcPolicy::Device => "device",
+            GcPolicy::None => "none",
+        }
+    }
+}
+
+/// ScaleLFS techniques, each switchable for the ablation of the paper's Table 3. All on by
+/// default; all off is "simple per-core GC": parallel workers that share victim selection
+/// under one lock, the SIT under one lock, the cold data log, the page cache, and lock each
+/// file for the whole of its blocks' migration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScaleFeatures {
+    /// Scalable victim protector: page-level protection instead of a per-file GC lock.
+    pub svp: bool,
+    /// Dedicated write stream per collector.
+    pub dws: bool,
+    /// Loose-synchronisation (lock-free) SIT updates.
+    pub lsu: bool,
+    /// Concurrent victim selection with an atomic victim bitmap.
+    pub cvs: bool,
+    /// Dedicated page buffer: migration does not go through the page cache.
+    pub dpb: bool,
+}
+
+impl ScaleFeatures {
+    pub const ALL: ScaleFeatures = ScaleFeatures {
+        svp: true,
+        dws: true,
+        lsu: true,
+        cvs: true,
+        dpb: true,
+    };
+    pub const NONE: ScaleFeatures = ScaleFeatures {
+        svp: false,
+        dws: false,
+        lsu: false,
+        cvs: false,
+        dpb: false,
+    };
+}
+
 impl std::str::FromStr for GcPolicy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -83,6 +133,12 @@ pub struct MountOptions {
     /// The volume counts as idle (background cleaning may run) after this long without a
     /// modifying operation.
     pub gc_idle: Duration,
+    /// Dedicated garbage collectors for `gc=scale` (default: one per core).
+    pub gc_workers: usize,
+    /// Victims each collector may hold (ScaleLFS M); None: 0.1 % of the sections, at least 1.
+    pub gc_victims_per_worker: Option<usize>,
+    /// ScaleLFS techniques in use (ablation).
+    pub scale: ScaleFeatures,
 }
 
 impl Default for MountOptions {
@@ -98,6 +154,11 @@ impl Default for MountOptions {
             inline: true,
             gc_interval: Some(DEFAULT_GC_INTERVAL),
             gc_idle: DEFAULT_GC_IDLE,
+            gc_workers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            gc_victims_per_worker: None,
+            scale: ScaleFeatures::ALL,
         }
     }
 }

@@ -230,13 +230,13 @@ fn lock_pair<'a>(
     Option<parking_lot::MutexGuard<'a, InodeState>>,
 ) {
     if a.ino == b.ino {
-        (a.state.lock(), None)
+        (a.lock(), None)
     } else if a.ino < b.ino {
-        let ga = a.state.lock();
-        (ga, Some(b.state.lock()))
+        let ga = a.lock();
+        (ga, Some(b.lock()))
     } else {
-        let gb = b.state.lock();
-        (a.state.lock(), Some(gb))
+        let gb = b.lock();
+        (a.lock(), Some(gb))
     }
 }
 
@@ -257,7 +257,7 @@ impl Fs {
             let orphans = ck.orphans.clone();
             for ino in orphans {
                 if let Ok(c) = inner.cell(ino) {
-                    let mut st = c.state.lock();
+                    let mut st = c.lock();
                     if st.hdr.nlink == 0 {
                         inner.free_inode(&mut st)?;
                     }
@@ -270,6 +270,7 @@ impl Fs {
                 inner.write_checkpoint(false)?;
             }
         }
+        inner.collector.start(&inner);
         let fs = Fs {
             inner,
             bg: Mutex::new(None),
@@ -325,6 +326,7 @@ impl Fs {
             return Ok(());
         }
         self.stop_background();
+        self.inner.collector.stop();
         if checkpoint && !self.inner.opts.read_only {
             let _g = self.inner.oplock.checkpoint();
             if self.inner.poisoned.load(Ordering::Acquire) {
@@ -363,7 +365,9 @@ impl Fs {
             let _g = self.inner.oplock.op();
             self.inner.check_writable()?;
             let r = f(&self.inner);
-            self.inner.guard(r)
+            let r = self.inner.guard(r);
+            self.inner.free_deferred()?;
+            r
         };
         self.balance()?;
         r
@@ -373,6 +377,7 @@ impl Fs {
         self.inner.dirty_cap_pages()
     }
 
+    #[allow(dead_code)]
     fn space_target(&self) -> u64 {
         self.inner.space_target()
     }
@@ -388,7 +393,6 @@ impl Fs {
         let _gc = fs.gc_lock.lock();
         let target = fs.seg.free_sections() + sections;
         let cleaned = {
-            let _g = fs.oplock.op();
             fs.check_writable()?;
             let r = fs.collector.foreground(fs, target);
             fs.guard(r)?
@@ -398,8 +402,9 @@ impl Fs {
         Ok(cleaned)
     }
 
-    /// Enforce the dirty limits: write back pages over the cap, a section at a time with
-    /// cleaning in between; checkpoint over the node cap.
+    /// Enforce the dirty limits: write back pages over the cap, a section at a time, down to
+    /// the data floor, cleaning in between; checkpoint over the node cap. If neither
+    /// writeback nor cleaning can make progress the volume is full: ENOSPC.
     fn balance(&self) -> Result<()> {
         let inner = &self.inner;
         let cap_pages = self.dirty_cap_pages();
@@ -413,7 +418,8 @@ impl Fs {
                     if inner.dirty_pages.load(Ordering::Relaxed) <= cap_pages / 2 {
                         break;
                     }
-                    if inner.seg.free_sections() < self.space_target() {
+                    if inner.seg.free_sections() <= inner.seg.reserve_sections() {
+                        no_space = true;
                         break;
                     }
                     if let Some(mut st) = c.state.try_lock() {
@@ -438,8 +444,9 @@ impl Fs {
             if !progress {
                 failures += 1;
                 if failures >= 3 {
-                    // Every dirty file is busy or the volume is out of space: let the
-                    // caller go on; the next operation or checkpoint retries.
+                    if inner.dirty_pages.load(Ordering::Relaxed) > 2 * cap_pages {
+                        return Err(Error::NoSpace);
+                    }
                     break;
                 }
             }
@@ -470,7 +477,7 @@ impl Fs {
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
-            let st = c.state.lock();
+            let st = c.lock();
             if st.freed {
                 return Err(Error::NotFound);
             }
@@ -485,7 +492,7 @@ impl Fs {
         self.read_op(|fs| {
             let ino = {
                 let pc = fs.cell(parent)?;
-                let mut pst = pc.state.lock();
+                let mut pst = pc.lock();
                 if !pst.is_dir() {
                     return Err(Error::NotDir);
                 }
@@ -496,7 +503,7 @@ impl Fs {
                 }
             };
             let c = fs.cell(ino)?;
-            let st = c.state.lock();
+            let st = c.lock();
             Ok(attr_of(&st))
         })
     }
@@ -521,7 +528,7 @@ impl Fs {
         }
         self.write_op(|fs| {
             let pc = fs.cell(parent)?;
-            let mut pst = pc.state.lock();
+            let mut pst = pc.lock();
             if !pst.is_dir() {
                 return Err(Error::NotDir);
             }
@@ -593,7 +600,7 @@ impl Fs {
                 needs_cp: false,
             };
             let cell = fs.cells.insert(InodeCell::new(st, true));
-            let mut st = cell.state.lock();
+            let mut st = cell.lock();
             if let Err(e) = fs.dir_insert(&mut pst, name, ino, ftype_of(mode)) {
                 fs.free_inode(&mut st)?;
                 return Err(e);
@@ -633,7 +640,7 @@ impl Fs {
         let a = self.mknod(parent, name, S_IFLNK | 0o777, 0, uid, gid)?;
         self.write_op(|fs| {
             let c = fs.cell(a.ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             fs.file_write(&mut st, 0, target)?;
             Ok(attr_of(&st))
         })
@@ -642,7 +649,7 @@ impl Fs {
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if !st.is_symlink() {
                 return Err(Error::Invalid("not a symbolic link"));
             }
@@ -669,6 +676,12 @@ impl Fs {
         if st.hdr.nlink == 0 {
             if cell.open.load(Ordering::Acquire) > 0 {
                 fs.orphans.lock().insert(st.ino);
+            } else if fs.svp_on {
+                // With the victim protector, freeing (an I/O path that conflicts with
+                // migrations of this file) first takes its range protection, which must
+                // not be waited for while cells are locked: free it after the operation.
+                fs.orphans.lock().insert(st.ino);
+                fs.deferred_free.lock().push(st.ino);
             } else {
                 fs.free_inode(st)?;
             }
@@ -686,13 +699,13 @@ impl Fs {
         check_name(name)?;
         self.write_op(|fs| {
             let pc = fs.cell(parent)?;
-            let mut pst = pc.state.lock();
+            let mut pst = pc.lock();
             if !pst.is_dir() {
                 return Err(Error::NotDir);
             }
             let f = fs.dir_find(&mut pst, name)?.ok_or(Error::NotFound)?;
             let cc = fs.cell(f.ino)?;
-            let mut cst = cc.state.lock();
+            let mut cst = cc.lock();
             match (want_dir, cst.is_dir()) {
                 (true, false) => return Err(Error::NotDir),
                 (false, true) => return Err(Error::IsDir),
@@ -723,7 +736,7 @@ impl Fs {
         check_name(new_name)?;
         self.write_op(|fs| {
             let pc = fs.cell(new_parent)?;
-            let mut pst = pc.state.lock();
+            let mut pst = pc.lock();
             if !pst.is_dir() {
                 return Err(Error::NotDir);
             }
@@ -734,7 +747,7 @@ impl Fs {
             if cc.ino == pc.ino {
                 return Err(Error::NotPermitted);
             }
-            let mut cst = cc.state.lock();
+            let mut cst = cc.lock();
             if cst.is_dir() {
                 return Err(Error::NotPermitted);
             }
@@ -889,7 +902,7 @@ impl Fs {
                     let (a, b) = lock_pair(&sc, dc);
                     (a, b)
                 }
-                None => (sc.state.lock(), None),
+                None => (sc.lock(), None),
             };
             if let (Some(v), Some((_, d))) = (cv.as_mut(), &victim) {
                 if d.ftype == ftype::DIR && !fs.dir_is_empty(v)? {
@@ -947,7 +960,7 @@ impl Fs {
     pub fn open(&self, ino: Ino) -> Result<Attr> {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
-            let st = c.state.lock();
+            let st = c.lock();
             if st.freed {
                 return Err(Error::NotFound);
             }
@@ -972,7 +985,7 @@ impl Fs {
             return Ok(());
         }
         self.write_op(|fs| {
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if st.hdr.nlink == 0 && !st.freed && c.open.load(Ordering::Acquire) == 0 {
                 fs.free_inode(&mut st)?;
                 fs.orphans.lock().remove(&ino);
@@ -984,15 +997,20 @@ impl Fs {
     pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             fs.file_read(&mut st, off, buf)
         })
     }
 
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
         self.write_op(|fs| {
+            let _p = fs.protect(
+                ino,
+                off / BLOCK_SIZE as u64,
+                (off + data.len() as u64).div_ceil(BLOCK_SIZE as u64),
+            );
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if st.freed {
                 return Err(Error::NotFound);
             }
@@ -1006,8 +1024,17 @@ impl Fs {
 
     pub fn fallocate(&self, ino: Ino, mode: FallocMode, off: u64, len: u64) -> Result<()> {
         self.write_op(|fs| {
+            let _p = (mode == FallocMode::PunchHole)
+                .then(|| {
+                    fs.protect(
+                        ino,
+                        off / BLOCK_SIZE as u64,
+                        off.saturating_add(len).div_ceil(BLOCK_SIZE as u64),
+                    )
+                })
+                .flatten();
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if !st.is_reg() {
                 return Err(if st.is_dir() {
                     Error::IsDir
@@ -1027,8 +1054,11 @@ impl Fs {
 
     pub fn setattr(&self, ino: Ino, a: &SetAttr) -> Result<Attr> {
         self.write_op(|fs| {
+            let _p = a
+                .size
+                .and_then(|size| fs.protect(ino, size / BLOCK_SIZE as u64, u64::MAX));
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if st.freed {
                 return Err(Error::NotFound);
             }
@@ -1073,7 +1103,7 @@ impl Fs {
     pub fn readdir(&self, ino: Ino, offset: u64, max: usize) -> Result<Vec<DirEntry>> {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if !st.is_dir() {
                 return Err(Error::NotDir);
             }
@@ -1131,7 +1161,7 @@ impl Fs {
         self.read_op(|fs| {
             fs.check_writable()?;
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if st.freed {
                 return Ok(false);
             }
@@ -1227,7 +1257,7 @@ impl Fs {
         }
         self.write_op(|fs| {
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             let mut list = Self::xattr_list(fs, &mut st)?;
             let pos = list.iter().position(|(n, _)| n == name);
             match (mode, pos) {
@@ -1286,7 +1316,7 @@ impl Fs {
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             let list = Self::xattr_list(fs, &mut st)?;
             list.into_iter()
                 .find(|(n, _)| n == name)
@@ -1298,7 +1328,7 @@ impl Fs {
     pub fn listxattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             Ok(Self::xattr_list(fs, &mut st)?
                 .into_iter()
                 .map(|(n, _)| n)
@@ -1309,7 +1339,7 @@ impl Fs {
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
         self.write_op(|fs| {
             let c = fs.cell(ino)?;
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             let mut list = Self::xattr_list(fs, &mut st)?;
             let pos = list
                 .iter()

@@ -63,24 +63,51 @@ pub enum Migration {
     Lazy,
 }
 
+/// Marks a collector at work (its writes may use the reserve) for its lifetime.
+pub struct GcActive<'a>(&'a FsInner);
+
+impl<'a> GcActive<'a> {
+    pub fn new(fs: &'a FsInner) -> Self {
+        fs.seg.in_gc.fetch_add(1, Ordering::AcqRel);
+        GcActive(fs)
+    }
+}
+
+impl Drop for GcActive<'_> {
+    fn drop(&mut self) {
+        self.0.seg.in_gc.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A garbage-collection policy.
 pub trait Collector: Send + Sync {
     fn name(&self) -> &'static str;
     /// Clean until `target` sections are free or prefree, or nothing more can be cleaned.
-    /// Runs with the op lock held shared; returns the sections it emptied.
+    /// Called without the op lock: a collector takes its shared side per victim. Returns
+    /// the sections it emptied.
     fn foreground(&self, fs: &FsInner, target: u64) -> Result<u64>;
     /// One background pass when the volume is idle; returns the sections it emptied.
     fn background(&self, fs: &FsInner) -> Result<u64>;
+    /// Collectors that may work at once.
+    fn parallelism(&self) -> usize {
+        1
+    }
+    /// Dedicated write streams this policy needs in the log-head table.
+    fn streams(&self) -> usize {
+        0
+    }
+    /// Start worker threads, if any (called once the volume is mounted).
+    fn start(&self, _fs: &std::sync::Arc<FsInner>) {}
+    /// Stop worker threads.
+    fn stop(&self) {}
 }
 
 /// The collector of a policy.
-pub fn collector_for(policy: GcPolicy) -> Result<Box<dyn Collector>> {
-    match policy {
+pub fn collector_for(opts: &crate::config::MountOptions) -> Result<Box<dyn Collector>> {
+    match opts.gc {
         GcPolicy::F2fs => Ok(Box::new(F2fsCollector)),
         GcPolicy::None => Ok(Box::new(NoCollector)),
-        GcPolicy::Scale => Err(Error::NotSupported(
-            "gc=scale (ScaleLFS collectors) is not implemented yet; use gc=f2fs",
-        )),
+        GcPolicy::Scale => Ok(Box::new(crate::scale::ScaleCollector::new(opts)?)),
         GcPolicy::Device => Err(Error::NotSupported(
             "gc=device (D2FS device-driven GC) is not implemented yet; use gc=f2fs",
         )),
@@ -114,11 +141,19 @@ impl Collector for F2fsCollector {
         let t0 = Instant::now();
         fs.stats.gc_fg_runs.fetch_add(1, Ordering::Relaxed);
         let mut cleaned = 0;
-        while fs.seg.free_after_checkpoint() < target && cleaned < FG_VICTIMS_PER_ROUND {
+        while fs.seg.free_after_checkpoint() < target
+            && cleaned < FG_VICTIMS_PER_ROUND
+            && fs.seg.free_sections() > fs.gc_floor()
+        {
             let Some(sec) = select_victim(fs, Cost::Greedy, u64::MAX) else {
                 break;
             };
-            let r = clean_section(fs, sec, Migration::Eager);
+            // The op lock is held per victim, so a checkpoint can run between victims.
+            let r = {
+                let _g = fs.oplock.op();
+                let _gc = GcActive::new(fs);
+                clean_section(fs, sec, Migration::Eager)
+            };
             fs.seg.victims.clear(sec);
             if r? {
                 cleaned += 1;
@@ -210,9 +245,8 @@ pub fn select_victim(fs: &FsInner, cost: Cost, max_search: u64) -> Option<u64> {
 }
 
 /// Which log kind a segment holds (from the head that last wrote it).
-fn segment_kind(fs: &FsInner, seg: SegNo) -> Option<LogKind> {
-    let class = fs.seg.seg_entry(seg).class.load(Ordering::Relaxed) as usize;
-    fs.seg.heads.get(class).map(|h| h.lock().kind)
+pub(crate) fn segment_kind(fs: &FsInner, seg: SegNo) -> Option<LogKind> {
+    fs.seg.segment_kind(seg, fs.sb.geo.log_heads as usize)
 }
 
 /// Migrate every valid block of section `sec`. Returns true if the section is empty after.
@@ -294,7 +328,7 @@ fn migrate_data(
         Err(Error::NotFound) => return Ok(false),
         Err(e) => return Err(e),
     };
-    let mut st = cell.state.lock();
+    let mut st = cell.lock();
     if st.freed {
         return Ok(false);
     }
@@ -383,7 +417,7 @@ fn migrate_node(fs: &FsInner, nid: Nid, addr: BlkAddr, how: Migration) -> Result
         Err(Error::NotFound) => return Ok(false),
         Err(e) => return Err(e),
     };
-    let mut st = cell.state.lock();
+    let mut st = cell.lock();
     if st.freed || fs.nat.addr(nid) != addr {
         return Ok(false);
     }
@@ -415,23 +449,32 @@ impl FsInner {
         ovp_secs.saturating_sub(self.seg.reserve_sections()).max(2)
     }
 
-    /// Dirty pages allowed before writers write back: the configured cap, but at most what
-    /// half the headroom holds, so that writing them back always fits in the space the
-    /// cleaner keeps free.
+    /// Dirty pages allowed before writers write back: the configured cap, but at most half
+    /// the data floor, so that a checkpoint started at the floor can always write them.
     pub fn dirty_cap_pages(&self) -> u64 {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         (self.opts.dirty_cap_bytes / BS as u64)
-            .min(self.headroom_secs() / 2 * per_sec * 3 / 4)
+            .min(self.seg.reserve_sections() / 2 * per_sec)
             .max(64)
     }
 
-    /// Dirty nodes allowed before a checkpoint is forced (the rest of that half).
+    /// Dirty nodes allowed before a checkpoint is forced (a quarter of the floor).
     pub fn dirty_nodes_cap(&self) -> u64 {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         self.opts
             .dirty_nodes_max
-            .min(self.headroom_secs() / 2 * per_sec / 4)
+            .min(self.seg.reserve_sections() / 4 * per_sec)
             .max(64)
+    }
+
+    /// Free sections a collector must leave: what the next checkpoint needs for everything
+    /// dirty, plus one section per collector working in parallel. Collectors take no new
+    /// victim below it (their writes may use the reserve, the checkpoint must still fit).
+    pub fn gc_floor(&self) -> u64 {
+        let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
+        let dirty =
+            self.dirty_pages.load(Ordering::Relaxed) + self.dirty_nodes.load(Ordering::Relaxed);
+        dirty.div_ceil(per_sec) + self.collector.parallelism() as u64 + 1
     }
 
     /// Free sections wanted before more work proceeds (F2FS `has_not_enough_free_secs`):
@@ -465,7 +508,6 @@ impl FsInner {
                 return Ok(());
             }
             let cleaned = {
-                let _g = fs.oplock.op();
                 fs.check_writable()?;
                 let r = fs.collector.foreground(fs, target);
                 fs.guard(r)?
@@ -484,4 +526,19 @@ impl FsInner {
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         r
     }
+}
+
+/// `owner_index` for other collectors.
+pub(crate) fn owner_index_pub(
+    fs: &FsInner,
+    st: &mut InodeState,
+    nid: Nid,
+    slot: usize,
+) -> Result<Option<u64>> {
+    owner_index(fs, st, nid, slot)
+}
+
+/// Eager node migration for other collectors.
+pub(crate) fn migrate_node_pub(fs: &FsInner, nid: Nid, addr: BlkAddr) -> Result<bool> {
+    migrate_node(fs, nid, addr, Migration::Eager)
 }

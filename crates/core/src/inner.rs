@@ -65,6 +65,11 @@ pub struct FsInner {
     pub last_op_ns: AtomicU64,
     /// `last_op_ns` as of the last checkpoint.
     pub last_cp_ns: AtomicU64,
+    /// Victim protector (ScaleLFS SVP); used by I/O paths when `svp_on`.
+    pub svp: crate::svp::Svp,
+    pub svp_on: bool,
+    /// Inodes whose last link went while cells were locked, freed after the operation.
+    pub deferred_free: Mutex<Vec<Ino>>,
     /// Mount time, the origin of `last_op_ns`.
     pub epoch: std::time::Instant,
 }
@@ -604,6 +609,30 @@ impl FsInner {
             st.nodes.retain(|_, nb| nb.dirty);
         }
         Ok(n)
+    }
+
+    /// Take the victim protector's range `[start, end)` of `ino` for an I/O path that may
+    /// conflict with a migration (only with `gc=scale` and SVP on). Taken before the cell.
+    pub fn protect(&self, ino: Ino, start: u64, end: u64) -> Option<crate::svp::RangeGuard<'_>> {
+        self.svp_on.then(|| self.svp.protect_range(ino, start, end))
+    }
+
+    /// Free the inodes `drop_link` deferred (their range protection first, then the cell).
+    pub fn free_deferred(&self) -> Result<()> {
+        let list = std::mem::take(&mut *self.deferred_free.lock());
+        for ino in list {
+            let _p = self.protect(ino, 0, u64::MAX);
+            let Ok(c) = self.cell(ino) else { continue };
+            let mut st = c.lock();
+            if st.hdr.nlink == 0 && !st.freed && c.open.load(Ordering::Acquire) == 0 {
+                self.free_inode(&mut st)?;
+            }
+            drop(st);
+            if c.open.load(Ordering::Acquire) == 0 {
+                self.orphans.lock().remove(&ino);
+            }
+        }
+        Ok(())
     }
 
     /// Load an inode's cell (from the table or disk).

@@ -22,8 +22,11 @@ pub mod inner;
 pub mod lock;
 pub mod nat;
 pub mod recovery;
+pub mod scale;
 pub mod seg;
 pub mod stats;
+pub mod svp;
+pub mod waits;
 
 pub use checkpoint::{MkfsOptions, MkfsReport};
 pub use config::{AllocMode, GcPolicy, MountOptions};

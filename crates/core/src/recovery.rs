@@ -243,8 +243,9 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
         }
     }
     // Log heads continue in fresh sections so that nothing recovered is overwritten.
-    let specs: Vec<_> = ck
-        .heads
+    let specs: Vec<_> = fs
+        .seg
+        .head_records()
         .iter()
         .map(|h| (h.kind, h.temp, h.mlog, h.stream))
         .collect();
@@ -255,7 +256,7 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
     }
     for &ino in last_fsync.keys() {
         if let Ok(c) = fs.cell(ino) {
-            let mut st = c.state.lock();
+            let mut st = c.lock();
             if st.hdr.nlink == 0 {
                 fs.free_inode(&mut st)?;
             }
@@ -339,7 +340,7 @@ fn reconcile(fs: &FsInner, ino: Ino, old: &Reach, new: &Reach) -> Result<()> {
 fn recover_dentry(fs: &FsInner, ino: Ino) -> Result<()> {
     let c = fs.cell(ino)?;
     let (pino, name, mode, nlink) = {
-        let st = c.state.lock();
+        let st = c.lock();
         (st.hdr.pino, st.hdr.name.clone(), st.hdr.mode, st.hdr.nlink)
     };
     if nlink == 0 || name.is_empty() {
@@ -349,7 +350,7 @@ fn recover_dentry(fs: &FsInner, ino: Ino) -> Result<()> {
         tracing::warn!("roll-forward: parent {pino} of inode {ino} is gone; the file has no name");
         return Ok(());
     };
-    let mut pst = pc.state.lock();
+    let mut pst = pc.lock();
     if !pst.is_dir() {
         return Ok(());
     }
@@ -361,7 +362,7 @@ fn recover_dentry(fs: &FsInner, ino: Ino) -> Result<()> {
         // durable: the fsync'd new file wins (F2FS recover_dentry does the same). Never
         // replace a directory.
         let oc = fs.cell(f.ino)?;
-        let mut ost = oc.state.lock();
+        let mut ost = oc.lock();
         if ost.is_dir() {
             tracing::warn!(
                 "roll-forward: {:?} in {pino} is a directory; inode {ino} stays nameless",

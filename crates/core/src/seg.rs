@@ -132,6 +132,11 @@ pub struct SegManager {
     pub ssr_blocks: AtomicU64,
     /// While a checkpoint writes, data may use the reserve too.
     pub in_checkpoint: AtomicBool,
+    /// Collectors at work: their writes may use the reserve (cleaning is what frees it).
+    pub in_gc: std::sync::atomic::AtomicU32,
+    /// ScaleLFS ablation without LSU: every SIT update takes `sit_lock`.
+    pub lsu_off: AtomicBool,
+    sit_lock: Mutex<()>,
     ssr_cursor: AtomicU64,
 }
 
@@ -160,9 +165,11 @@ impl SegManager {
     ) -> Result<SegManager> {
         let nsegs = geo.main_segments as usize;
         let nsecs = geo.sections();
-        // Data stops allocating new sections this far above empty, so that every log head
-        // can still advance once (nodes and the checkpoint use the rest).
-        let reserve_secs = heads.len().max(geo.log_heads as usize) as u64 + 2;
+        // Data stops allocating new sections this far above empty (half of F2FS's reserved
+        // sections, and at least enough for every log head to advance once): below it only
+        // nodes, collectors and the checkpoint allocate.
+        let reserve_secs =
+            (geo.log_heads as u64 + 2).max(geo.reserved_segments / geo.segs_per_sec as u64 / 2);
         let mut m = SegManager {
             geo: geo.clone(),
             dev: dev.clone(),
@@ -185,6 +192,9 @@ impl SegManager {
             ssr_below_secs: AtomicU64::new((nsecs / 20).max(reserve_secs + 1)),
             ssr_blocks: AtomicU64::new(0),
             in_checkpoint: AtomicBool::new(false),
+            in_gc: std::sync::atomic::AtomicU32::new(0),
+            lsu_off: AtomicBool::new(false),
+            sit_lock: Mutex::new(()),
             ssr_cursor: AtomicU64::new(0),
         };
         let mut buf = vec![0u8; BLOCK_SIZE * 2];
@@ -301,8 +311,16 @@ impl SegManager {
         Some((seg, ((addr - self.geo.main_addr) % BLOCKS_PER_SEG) as usize))
     }
 
+    /// The global SIT lock, only when LSU is switched off (ablation).
+    fn sit_guard(&self) -> Option<parking_lot::MutexGuard<'_, ()>> {
+        self.lsu_off
+            .load(Ordering::Relaxed)
+            .then(|| crate::waits::lock(crate::waits::Point::Sit, &self.sit_lock))
+    }
+
     /// Mark `addr` valid (a node now points at it).
     pub fn set_valid(&self, addr: BlkAddr) {
+        let _sit = self.sit_guard();
         let Some((seg, off)) = self.locate(addr) else {
             return;
         };
@@ -320,6 +338,7 @@ impl SegManager {
 
     /// Mark `addr` invalid (nothing points at it any more).
     pub fn invalidate(&self, addr: BlkAddr) {
+        let _sit = self.sit_guard();
         let Some((seg, off)) = self.locate(addr) else {
             return;
         };
@@ -390,7 +409,7 @@ impl SegManager {
             return Ok(seg + 1);
         }
         let right = kind == LogKind::Data && matches!(temp, Temp::Warm | Temp::Cold | Temp::Gc);
-        Ok(self.claim_section(kind == LogKind::Node, right)? * self.sps())
+        Ok(self.claim_section(self.may_use_reserve(kind, temp), right)? * self.sps())
     }
 
     /// Set up a fresh head table at mkfs / after recovery: every head gets a new section.
@@ -469,6 +488,65 @@ impl SegManager {
         Ok(())
     }
 
+    /// Make the table hold exactly `streams` collector write streams after the `base`
+    /// rows: missing ones get fresh sections; surplus ones (an earlier mount had more
+    /// collectors) are retired, their segments becoming ordinary dirty segments.
+    pub fn set_gc_streams(&mut self, base: usize, streams: usize) -> Result<()> {
+        let have = self.heads.len() - base;
+        if have > streams {
+            let retired: Vec<_> = self
+                .heads
+                .drain(base + streams..)
+                .map(|h| h.into_inner())
+                .collect();
+            self.pending.truncate(base + streams);
+            for mut h in retired {
+                if !h.buf.is_empty() {
+                    self.dev.write(h.buf_start, &h.buf)?;
+                    h.buf.clear();
+                }
+                self.ssa_dirty.lock().insert(h.seg, h.ssa);
+                let sec = self.sec_of(h.seg);
+                self.current.clear(sec);
+                if self.section_valid(sec) == 0 {
+                    self.prefree.lock().insert(sec);
+                }
+            }
+        }
+        for stream in have..streams {
+            let rec = self.fresh_heads(&[(LogKind::Data, Temp::Gc, 0, stream as u16)])?[0];
+            let start = self.geo.seg_start(rec.seg);
+            self.heads.push(Mutex::new(LogHead {
+                kind: rec.kind,
+                temp: rec.temp,
+                mlog: rec.mlog,
+                stream: rec.stream,
+                seg: rec.seg,
+                blkoff: 0,
+                next_seg: NO_SEG,
+                ssa: Box::new(SsaBlock::empty(rec.seg)),
+                buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
+                buf_start: start,
+                ssr: false,
+            }));
+            self.pending
+                .push((AtomicU64::new(start), AtomicU64::new(start)));
+        }
+        Ok(())
+    }
+
+    /// Log kind of the head that last wrote `seg` (collector streams hold data only).
+    pub fn segment_kind(&self, seg: SegNo, base: usize) -> Option<LogKind> {
+        let class = self.segs[seg as usize].class.load(Ordering::Relaxed) as usize;
+        if class == 0xff {
+            return None;
+        }
+        if class >= base {
+            return Some(LogKind::Data);
+        }
+        self.heads.get(class).map(|h| h.lock().kind)
+    }
+
     /// Move every existing head to the position in `recs` (same table shape), from a shared
     /// reference: roll-forward uses it before the volume is in use.
     pub fn install_heads_shared(&self, recs: &[LogHeadRecord]) -> Result<()> {
@@ -533,7 +611,7 @@ impl SegManager {
         fill: impl FnOnce(BlkAddr, BlkAddr, &mut Block),
     ) -> Result<BlkAddr> {
         self.check_poison()?;
-        let mut h = self.heads[hi].lock();
+        let mut h = crate::waits::lock(crate::waits::Point::LogHead, &self.heads[hi]);
         loop {
             if h.ssr {
                 let se = &self.segs[h.seg as usize];
@@ -594,11 +672,12 @@ impl SegManager {
         // An SSR segment is never followed by its neighbour (which belongs to someone else):
         // leaving it is like leaving a section.
         let section_end = h.ssr || (old_seg + 1) % self.sps() == 0;
-        let ssr_seg = if h.kind == LogKind::Data && section_end && self.want_ssr() {
-            self.pick_ssr_segment()
-        } else {
-            None
-        };
+        let ssr_seg =
+            if h.kind == LogKind::Data && h.temp != Temp::Gc && section_end && self.want_ssr() {
+                self.pick_ssr_segment()
+            } else {
+                None
+            };
         let (next, ssr, ssa) = match ssr_seg {
             Some(seg) => (seg, true, self.read_ssa_cold(seg)?),
             None => {
@@ -606,7 +685,7 @@ impl SegManager {
                     h.next_seg
                 } else if h.ssr {
                     let right = matches!(h.temp, Temp::Warm | Temp::Cold | Temp::Gc);
-                    self.claim_section(false, right)? * self.sps()
+                    self.claim_section(self.may_use_reserve(h.kind, h.temp), right)? * self.sps()
                 } else {
                     self.following_segment(h.seg, h.kind, h.temp)?
                 };
@@ -632,6 +711,14 @@ impl SegManager {
             }
         }
         Ok(())
+    }
+
+    /// Nodes, collector streams, and the cold log while a collector works may allocate
+    /// below the data floor.
+    fn may_use_reserve(&self, kind: LogKind, temp: Temp) -> bool {
+        kind == LogKind::Node
+            || temp == Temp::Gc
+            || (temp == Temp::Cold && self.in_gc.load(Ordering::Acquire) > 0)
     }
 
     /// Threaded logging is due: adaptive mode and free sections below the threshold.
@@ -712,6 +799,7 @@ impl SegManager {
 
     /// Block offsets valid in segment `seg` right now.
     pub fn valid_offsets(&self, seg: SegNo) -> Vec<usize> {
+        let _sit = self.sit_guard();
         let se = &self.segs[seg as usize];
         (0..BLOCKS_PER_SEG as usize)
             .filter(|&o| se.is_valid(o))

@@ -19,11 +19,13 @@ fn block(b: u64, v: u32) -> Vec<u8> {
     d
 }
 
-fn opts(mode: AllocMode) -> MountOptions {
+fn opts(mode: AllocMode, gc: GcPolicy) -> MountOptions {
     MountOptions {
         cp_interval: None,
         gc_interval: None,
         alloc_mode: mode,
+        gc,
+        gc_workers: 3,
         ..Default::default()
     }
 }
@@ -41,9 +43,17 @@ fn verify(fs: &Fs, inos: &[u32], per_file: u64, versions: &[u32]) {
 }
 
 fn run(util_pct: u64, mode: AllocMode, seed: u64) {
-    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
+    run_with(util_pct, mode, seed, GcPolicy::F2fs);
+}
+
+fn run_with(util_pct: u64, mode: AllocMode, seed: u64, gc: GcPolicy) {
+    run_sized(util_pct, mode, seed, gc, VOLUME)
+}
+
+fn run_sized(util_pct: u64, mode: AllocMode, seed: u64, gc: GcPolicy, volume: u64) {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(volume / 4096));
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let mut fs = Fs::mount(dev.clone(), opts(mode)).unwrap();
+    let mut fs = Fs::mount(dev.clone(), opts(mode, gc)).unwrap();
     let user = fs.statfs().blocks;
     // Data blocks for the target utilisation, leaving room for the files' nodes.
     let total = user * util_pct / 100 - FILES * 4;
@@ -63,7 +73,7 @@ fn run(util_pct: u64, mode: AllocMode, seed: u64) {
     }
     let mut versions = vec![0u32; total as usize];
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let writes_total = 10 * VOLUME / 4096;
+    let writes_total = 10 * volume / 4096;
     let phases = 5;
     let (mut freed, mut moved, mut ssr, mut dev_blocks, mut app_bytes) = (0, 0, 0, 0, 0);
     for phase in 0..phases {
@@ -78,7 +88,7 @@ fn run(util_pct: u64, mode: AllocMode, seed: u64) {
             ) {
                 Ok(_) => {}
                 Err(e) => panic!(
-                    "util {util_pct}% {mode:?} phase {phase}: write failed: {e} ({:?})",
+                    "{gc:?} util {util_pct}% {mode:?} phase {phase}: write failed: {e} ({:?})",
                     fs.stats()
                 ),
             }
@@ -92,20 +102,23 @@ fn run(util_pct: u64, mode: AllocMode, seed: u64) {
         app_bytes += c.app_write_bytes;
         fs.unmount().unwrap();
         let r = fsck(&*dev).unwrap();
-        assert!(r.is_clean(), "util {util_pct}% {mode:?} phase {phase}: {r}");
-        fs = Fs::mount(dev.clone(), opts(mode)).unwrap();
+        assert!(
+            r.is_clean(),
+            "{gc:?} util {util_pct}% {mode:?} phase {phase}: {r}"
+        );
+        fs = Fs::mount(dev.clone(), opts(mode, gc)).unwrap();
         verify(&fs, &inos, per_file, &versions);
     }
     if util_pct >= 80 {
         assert!(
             freed > 0 || ssr > 0,
-            "util {util_pct}% {mode:?}: the cleaner never ran"
+            "{gc:?} util {util_pct}% {mode:?}: the cleaner never ran"
         );
     }
     if mode == AllocMode::Lfs {
         assert_eq!(ssr, 0, "lfs mode must never thread-log");
     }
-    eprintln!("util {util_pct}% {mode:?}: WAF {:.2}, GC moved {moved} blocks, freed {freed} sections, SSR {ssr} blocks", (dev_blocks * 4096) as f64 / app_bytes as f64);
+    eprintln!("{gc:?} util {util_pct}% {mode:?}: WAF {:.2}, GC moved {moved} blocks, freed {freed} sections, SSR {ssr} blocks", (dev_blocks * 4096) as f64 / app_bytes as f64);
     fs.unmount().unwrap();
 }
 
@@ -131,4 +144,73 @@ fn overwrite_10x_at_90_percent() {
 fn overwrite_10x_at_95_percent() {
     run(95, AllocMode::Adaptive, 7);
     run(95, AllocMode::Lfs, 8);
+}
+
+#[test]
+fn scale_collectors_overwrite_10x_at_90_and_95_percent() {
+    run_sized(90, AllocMode::Adaptive, 9, GcPolicy::Scale, 128 << 20);
+    run_sized(95, AllocMode::Lfs, 10, GcPolicy::Scale, 128 << 20);
+}
+
+#[test]
+fn scale_ablation_configurations_stay_correct() {
+    // Each technique switched off alone, and all off ("simple per-core GC").
+    use flashlog_core::config::ScaleFeatures;
+    let all = ScaleFeatures::ALL;
+    let variants = [
+        ScaleFeatures::NONE,
+        ScaleFeatures { svp: false, ..all },
+        ScaleFeatures { dws: false, ..all },
+        ScaleFeatures { lsu: false, ..all },
+        ScaleFeatures { cvs: false, ..all },
+        ScaleFeatures { dpb: false, ..all },
+    ];
+    for (i, f) in variants.into_iter().enumerate() {
+        let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
+        Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+        let o = MountOptions {
+            scale: f,
+            ..opts(AllocMode::Lfs, GcPolicy::Scale)
+        };
+        let fs = Fs::mount(dev.clone(), o.clone()).unwrap();
+        let per_file = fs.statfs().blocks * 90 / 100 / 2;
+        let mut inos = Vec::new();
+        for f in 0..2u64 {
+            let ino = fs
+                .create(ROOT_INO, format!("f{f}").as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino;
+            for off in 0..per_file {
+                fs.write(ino, off * 4096, &block(f * per_file + off, 0))
+                    .unwrap();
+            }
+            inos.push(ino);
+        }
+        let total = per_file * 2;
+        let mut versions = vec![0u32; total as usize];
+        let mut rng = ChaCha8Rng::seed_from_u64(100 + i as u64);
+        for _ in 0..3 * VOLUME / 4096 {
+            let b = rng.random_range(0..total);
+            versions[b as usize] += 1;
+            fs.write(
+                inos[(b / per_file) as usize],
+                (b % per_file) * 4096,
+                &block(b, versions[b as usize]),
+            )
+            .unwrap();
+        }
+        let moved = fs.stats().gc_moved_blocks;
+        assert!(
+            moved > 0,
+            "variant {i} ({f:?}) never cleaned: {:?}",
+            fs.stats()
+        );
+        verify(&fs, &inos, per_file, &versions);
+        fs.unmount().unwrap();
+        let r = fsck(&*dev).unwrap();
+        assert!(r.is_clean(), "variant {i} ({f:?}): {r}");
+        let fs = Fs::mount(dev.clone(), o).unwrap();
+        verify(&fs, &inos, per_file, &versions);
+        fs.unmount().unwrap();
+    }
 }

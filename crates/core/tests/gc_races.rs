@@ -10,10 +10,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-fn opts() -> MountOptions {
+fn opts_for(gc: GcPolicy) -> MountOptions {
     MountOptions {
         cp_interval: None,
         gc_interval: None,
+        gc,
+        gc_workers: 3,
         ..Default::default()
     }
 }
@@ -22,9 +24,18 @@ fn opts() -> MountOptions {
 /// share segments, so the cleaner constantly moves blocks of files being changed.
 #[test]
 fn cleaner_races_writers_truncates_punches_unlinks() {
+    races(GcPolicy::F2fs);
+}
+
+#[test]
+fn scale_collectors_race_writers_truncates_punches_unlinks() {
+    races(GcPolicy::Scale);
+}
+
+fn races(gc: GcPolicy) {
     let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new((128 << 20) / 4096));
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let fs = Arc::new(Fs::mount(dev.clone(), opts()).unwrap());
+    let fs = Arc::new(Fs::mount(dev.clone(), opts_for(gc)).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let models: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
     let cleaner = {
@@ -125,7 +136,7 @@ fn cleaner_races_writers_truncates_punches_unlinks() {
     fs.unmount().unwrap();
     let r = fsck(&*dev).unwrap();
     assert!(r.is_clean(), "{r}");
-    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts_for(gc)).unwrap();
     check(&fs);
     fs.unmount().unwrap();
 }
@@ -134,13 +145,22 @@ fn cleaner_races_writers_truncates_punches_unlinks() {
 /// fsync'd files hold one of the states they had since their last fsync.
 #[test]
 fn power_cuts_during_cleaning() {
-    for seed in 0..40u64 {
+    power_cuts(GcPolicy::F2fs, 0..40);
+}
+
+#[test]
+fn power_cuts_during_scale_cleaning() {
+    power_cuts(GcPolicy::Scale, 100..130);
+}
+
+fn power_cuts(gc: GcPolicy, seeds: std::ops::Range<u64>) {
+    for seed in seeds {
         let mode = CrashMode::ALL[seed as usize % 3];
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let sim = Arc::new(SimDevice::new((96 << 20) / 4096));
         let dev: Arc<dyn BlockDevice> = sim.clone();
         Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-        let fs = Fs::mount(dev.clone(), opts()).unwrap();
+        let fs = Fs::mount(dev.clone(), opts_for(gc)).unwrap();
         // Fill to about 85 %, in 4 files.
         let per_file = fs.statfs().blocks * 85 / 100 / 4;
         let mut content: Vec<Vec<u8>> = Vec::new();
@@ -198,7 +218,7 @@ fn power_cuts_during_cleaning() {
             r.is_clean(),
             "seed {seed} {mode:?} (cleaned {cleaned}): {r}"
         );
-        let fs = Fs::mount(img.clone(), opts()).unwrap();
+        let fs = Fs::mount(img.clone(), opts_for(gc)).unwrap();
         let mut got = vec![0u8; 4096];
         for f in 0..4 {
             assert_eq!(fs.getattr(inos[f]).unwrap().size, content[f].len() as u64);
