@@ -1,1 +1,99 @@
-fn main() {}
+//! `flashlog`: the command line of the Flashlog file system.
+//!
+//! Owns: argument parsing and the process (exit codes, logging, daemonizing, signals). One
+//! subcommand per module; adding a subcommand is one `Command` variant plus its module.
+//! Invoked as `mount.flashlog` or `mount.fuse.flashlog` (symlinks installed by
+//! scripts/setup.sh), the binary is the mount(8) helper for `mount -t fuse.flashlog` and
+//! fstab lines.
+//!
+//! Exit codes: 0 success; 1 an error (the message says what to do); 2 bad usage (clap);
+//! `fsck` exits with the fsck(8) codes (0 clean, 4 errors left, 8 could not run).
+
+mod device;
+mod fsck_cmd;
+mod inspect;
+mod mkfs;
+mod mount;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "flashlog",
+    version,
+    about = "Flashlog, a log-structured file system for flash (F2FS lineage)",
+    long_about = "Flashlog, a log-structured file system for flash (F2FS lineage).\n\n\
+        Typical use:\n  \
+        flashlog mkfs --size 1G disk.img      # make a volume in an image file\n  \
+        flashlog mount --daemon disk.img /mnt # mount it (FUSE); `umount /mnt` unmounts\n  \
+        flashlog fsck disk.img                # check it (while unmounted)\n  \
+        flashlog inspect disk.img             # superblock, checkpoint, segment usage\n\n\
+        Also installed as mount.fuse.flashlog, so `mount -t fuse.flashlog disk.img /mnt` and fstab lines work.\n\
+        Set RUST_LOG=debug for more log output."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Make a new Flashlog volume on an image file or block device.
+    Mkfs(mkfs::Args),
+    /// Check a volume for consistency (exit 0 clean, 4 errors found, 8 could not check).
+    Fsck(fsck_cmd::Args),
+    /// Mount a volume with FUSE (foreground unless --daemon).
+    Mount(mount::Args),
+    /// Show the superblock, the newest checkpoint and segment usage.
+    Inspect(inspect::Args),
+}
+
+/// Log to stderr; RUST_LOG overrides the default level.
+pub(crate) fn init_logging(default: &str, ansi: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_env_filter(filter)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let name = std::path::Path::new(&argv0)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name.starts_with("mount.flashlog") || name.starts_with("mount.fuse.flashlog") {
+        return report(mount::helper_main(std::env::args().skip(1).collect()));
+    }
+    let cli = Cli::parse();
+    match cli.cmd {
+        Command::Mkfs(a) => {
+            init_logging("warn", false);
+            report(mkfs::run(a))
+        }
+        Command::Fsck(a) => {
+            init_logging("warn", false);
+            fsck_cmd::run(a)
+        }
+        Command::Mount(a) => report(mount::run(a)),
+        Command::Inspect(a) => {
+            init_logging("warn", false);
+            report(inspect::run(a))
+        }
+    }
+}
+
+/// Print an error the way every subcommand does, and pick the exit code.
+fn report(r: anyhow::Result<ExitCode>) -> ExitCode {
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("flashlog: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

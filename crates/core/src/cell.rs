@@ -53,6 +53,21 @@ pub struct InodeState {
 }
 
 impl InodeState {
+    /// State of an inode whose block is `node` (written or about to be).
+    pub fn new(ino: Ino, node: Box<Block>, hdr: InodeHdr, dirty: bool) -> Self {
+        InodeState {
+            ino,
+            node,
+            hdr,
+            dirty,
+            nodes: HashMap::new(),
+            pages: BTreeMap::new(),
+            dirty_pages: 0,
+            freed: false,
+            needs_cp: false,
+        }
+    }
+
     pub fn is_dir(&self) -> bool {
         self.hdr.mode & libc_mode::S_IFMT == libc_mode::S_IFDIR
     }

@@ -262,17 +262,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     fs.nat.set(ROOT_INO, ROOT_INO, 0);
     let mut blk = node::new_node(NodeKind::Inode, ROOT_INO, ROOT_INO, 0);
     hdr.write(&mut blk);
-    let st = InodeState {
-        ino: ROOT_INO,
-        node: blk,
-        hdr,
-        dirty: true,
-        nodes: Default::default(),
-        pages: Default::default(),
-        dirty_pages: 0,
-        freed: false,
-        needs_cp: false,
-    };
+    let st = InodeState::new(ROOT_INO, blk, hdr, true);
     fs.cells.insert(InodeCell::new(st, true));
     fs.alloc_blocks.store(1, Ordering::Relaxed);
     fs.valid_nodes.store(1, Ordering::Relaxed);

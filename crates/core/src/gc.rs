@@ -265,18 +265,8 @@ pub fn clean_section(fs: &FsInner, sec: u64, how: Migration) -> Result<bool> {
         let ssa = fs.seg.read_ssa(seg)?;
         // Phase 1: read every valid block, all requests in flight at once.
         let start = fs.sb.geo.seg_start(seg);
-        let mut data = vec![0u8; offs.len() * BLOCK_SIZE];
-        {
-            let mut reqs: Vec<(u64, &mut [u8])> = offs
-                .iter()
-                .map(|&o| start + o as u64)
-                .zip(data.chunks_exact_mut(BLOCK_SIZE))
-                .collect();
-            fs.dev.read_many(&mut reqs)?;
-        }
-        fs.stats
-            .gc_read_blocks
-            .fetch_add(offs.len() as u64, Ordering::Relaxed);
+        let mut data = Vec::new();
+        read_victim_blocks(fs, start, &offs, &mut data)?;
         // Phase 2: move each block still owned by what the summary says.
         for (k, &off) in offs.iter().enumerate() {
             let addr = start + off as u64;
@@ -300,6 +290,27 @@ pub fn clean_section(fs: &FsInner, sec: u64, how: Migration) -> Result<bool> {
         fs.stats.gc_sections_freed.fetch_add(1, Ordering::Relaxed);
     }
     Ok(empty)
+}
+
+/// Read the valid blocks `offs` of the segment starting at `start` into `buf`, with every
+/// request in flight at once (F2FS submits the reads of a whole victim before moving).
+pub(crate) fn read_victim_blocks(
+    fs: &FsInner,
+    start: BlkAddr,
+    offs: &[usize],
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    buf.resize(offs.len() * BLOCK_SIZE, 0);
+    let mut reqs: Vec<(u64, &mut [u8])> = offs
+        .iter()
+        .map(|&o| start + o as u64)
+        .zip(buf.chunks_exact_mut(BLOCK_SIZE))
+        .collect();
+    fs.dev.read_many(&mut reqs)?;
+    fs.stats
+        .gc_read_blocks
+        .fetch_add(offs.len() as u64, Ordering::Relaxed);
+    Ok(())
 }
 
 /// The cold data log of a file's mlog.

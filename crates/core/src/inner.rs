@@ -649,17 +649,7 @@ impl FsInner {
             return Err(Error::Corrupt(format!("nid {ino} is not an inode")));
         }
         let hdr = node::InodeHdr::read(&blk)?;
-        let st = InodeState {
-            ino,
-            node: blk,
-            hdr,
-            dirty: false,
-            nodes: Default::default(),
-            pages: Default::default(),
-            dirty_pages: 0,
-            freed: false,
-            needs_cp: false,
-        };
+        let st = InodeState::new(ino, blk, hdr, false);
         Ok(self.cells.insert(InodeCell::new(st, false)))
     }
 

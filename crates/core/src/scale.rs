@@ -365,18 +365,7 @@ fn clean_section_scale(
             continue;
         }
         // DPB: the worker's own buffer, every valid block read with all requests in flight.
-        buf.resize(offs.len() * BLOCK_SIZE, 0);
-        {
-            let mut reqs: Vec<(u64, &mut [u8])> = offs
-                .iter()
-                .map(|&o| start + o as u64)
-                .zip(buf.chunks_exact_mut(BLOCK_SIZE))
-                .collect();
-            fs.dev.read_many(&mut reqs)?;
-        }
-        fs.stats
-            .gc_read_blocks
-            .fetch_add(offs.len() as u64, Ordering::Relaxed);
+        crate::gc::read_victim_blocks(fs, start, &offs, buf)?;
         if f.svp {
             for (k, &off) in offs.iter().enumerate() {
                 let blk: &Block = buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]

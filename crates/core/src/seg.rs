@@ -467,24 +467,7 @@ impl SegManager {
         }
         self.heads = new_heads;
         self.pending = pending;
-        for (seg, next) in old {
-            for s in [seg, next] {
-                if s == NO_SEG {
-                    continue;
-                }
-                let sec = self.sec_of(s);
-                if recs.iter().any(|r| {
-                    self.sec_of(r.seg) == sec
-                        || (r.next_seg != NO_SEG && self.sec_of(r.next_seg) == sec)
-                }) {
-                    continue;
-                }
-                self.current.clear(sec);
-                if self.section_valid(sec) == 0 {
-                    self.prefree.lock().insert(sec);
-                }
-            }
-        }
+        self.retire_sections(&old, recs);
         Ok(())
     }
 
@@ -547,6 +530,29 @@ impl SegManager {
         self.heads.get(class).map(|h| h.lock().kind)
     }
 
+    /// Sections the old heads owned (current and next segments) stop being current unless a
+    /// head in `recs` still owns them; empty ones become prefree.
+    fn retire_sections(&self, old: &[(SegNo, SegNo)], recs: &[LogHeadRecord]) {
+        let owned = |sec: u64| {
+            recs.iter().any(|r| {
+                self.sec_of(r.seg) == sec
+                    || (r.next_seg != NO_SEG && self.sec_of(r.next_seg) == sec)
+            })
+        };
+        for &(seg, next) in old {
+            for s in [seg, next] {
+                if s == NO_SEG || owned(self.sec_of(s)) {
+                    continue;
+                }
+                let sec = self.sec_of(s);
+                self.current.clear(sec);
+                if self.section_valid(sec) == 0 {
+                    self.prefree.lock().insert(sec);
+                }
+            }
+        }
+    }
+
     /// Move every existing head to the position in `recs` (same table shape), from a shared
     /// reference: roll-forward uses it before the volume is in use.
     pub fn install_heads_shared(&self, recs: &[LogHeadRecord]) -> Result<()> {
@@ -568,24 +574,7 @@ impl SegManager {
             self.pending[hi].0.store(h.buf_start, Ordering::Release);
             self.pending[hi].1.store(h.buf_start, Ordering::Release);
         }
-        for (seg, next) in old {
-            for s in [seg, next] {
-                if s == NO_SEG {
-                    continue;
-                }
-                let sec = self.sec_of(s);
-                if recs.iter().any(|r| {
-                    self.sec_of(r.seg) == sec
-                        || (r.next_seg != NO_SEG && self.sec_of(r.next_seg) == sec)
-                }) {
-                    continue;
-                }
-                self.current.clear(sec);
-                if self.section_valid(sec) == 0 {
-                    self.prefree.lock().insert(sec);
-                }
-            }
-        }
+        self.retire_sections(&old, recs);
         Ok(())
     }
 

@@ -394,7 +394,11 @@ impl Superblock {
         put_u64(&mut b[..], O_FEATURES, self.features);
         b[O_UUID..O_UUID + 16].copy_from_slice(&self.uuid);
         let label = self.label.as_bytes();
-        let n = label.len().min(LABEL_LEN);
+        // Cut at a character boundary so that the stored label stays valid UTF-8.
+        let n = (0..=label.len().min(LABEL_LEN))
+            .rev()
+            .find(|&i| self.label.is_char_boundary(i))
+            .unwrap_or(0);
         b[O_LABEL..O_LABEL + n].copy_from_slice(&label[..n]);
         seal(&mut b, tag::SUPERBLOCK);
         b
@@ -451,7 +455,11 @@ impl Superblock {
             created_unix: get_u64(b, O_CREATED),
             features: get_u64(b, O_FEATURES),
             uuid,
-            label: String::from_utf8_lossy(&raw[..end]).into_owned(),
+            label: String::from_utf8(raw[..end].to_vec()).map_err(|_| FormatError::BadField {
+                what: "superblock",
+                field: "label (not UTF-8)",
+                value: end as u64,
+            })?,
         })
     }
 }

@@ -1,0 +1,288 @@
+//! The device under a bench run: parsing `--device PRESET:SIZE`, `--image FILE` and
+//! `--dev /dev/X`, making a fresh device per policy, counting the bytes that cross the block
+//! layer, and measuring the raw device's sequential write bandwidth (the 80 % target's
+//! reference).
+//!
+//! Owns: [`DeviceSpec`], [`Counted`] (a `BlockDevice` wrapper with relaxed byte counters, the
+//! "block layer" of ScaleLFS Fig. 9b) and [`BenchDevice`].
+//!
+//! Emulated SSDs default to the wall clock (requests sleep until the model's completion) and
+//! a RAM page store (the file system reads its metadata back).
+
+use anyhow::{anyhow, bail, Context, Result};
+use flashlog_dev::{BlockDevice, Capabilities, Completion, DevResult, FileDevice, RamDevice};
+use flashlog_ssd::{parse_size, ClockKind, SsdConfig, SsdDevice, SsdStats, StoreKind};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Where the volume lives.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum DeviceSpec {
+    /// The SSD emulator: preset, logical size, `key=value` overrides, clock.
+    Ssd {
+        preset: String,
+        bytes: u64,
+        set: Vec<String>,
+        clock: String,
+    },
+    /// A RAM device (no timing model): fast tests and CPU-bound runs.
+    Ram { bytes: u64 },
+    /// An image file (created with `bytes` if missing).
+    Image { path: PathBuf, bytes: u64 },
+    /// A block device (its contents are destroyed).
+    Dev { path: PathBuf },
+}
+
+impl DeviceSpec {
+    /// Build from the command-line options (at most one of image/dev).
+    pub fn from_args(
+        device: &str,
+        image: Option<&PathBuf>,
+        dev: Option<&PathBuf>,
+        set: &[String],
+        clock: &str,
+    ) -> Result<Self> {
+        let (preset, size) = device.split_once(':').unwrap_or((device, "1GiB"));
+        let bytes = parse_size(size).map_err(|e| anyhow!("--device {device:?}: {e}"))?;
+        if bytes < 64 << 20 {
+            bail!("--device {device:?}: the volume must be at least 64 MiB");
+        }
+        if let Some(p) = dev {
+            return Ok(DeviceSpec::Dev { path: p.clone() });
+        }
+        if let Some(p) = image {
+            return Ok(DeviceSpec::Image {
+                path: p.clone(),
+                bytes,
+            });
+        }
+        if preset == "ram" {
+            return Ok(DeviceSpec::Ram { bytes });
+        }
+        ClockKind::parse(clock).map_err(|e| anyhow!("--clock: {e}"))?;
+        let spec = DeviceSpec::Ssd {
+            preset: preset.to_string(),
+            bytes,
+            set: set.to_vec(),
+            clock: clock.to_string(),
+        };
+        spec.ssd_config()?; // validate now, with a clear error
+        Ok(spec)
+    }
+
+    /// The emulator configuration (SSD specs only).
+    pub fn ssd_config(&self) -> Result<SsdConfig> {
+        let DeviceSpec::Ssd {
+            preset,
+            bytes,
+            set,
+            clock,
+        } = self
+        else {
+            bail!("not an emulated SSD");
+        };
+        let mut cfg = SsdConfig::preset(preset)
+            .map_err(|e| anyhow!("--device {preset:?}: {e} (or `ram:SIZE`)"))?;
+        cfg.store = StoreKind::Ram;
+        cfg.clock = ClockKind::parse(clock).map_err(|e| anyhow!("{e}"))?;
+        let mut cfg = cfg
+            .with_capacity(*bytes)
+            .map_err(|e| anyhow!("--device {preset}:{bytes}: {e}"))?;
+        for kv in set {
+            cfg.set_kv(kv)
+                .map_err(|e| anyhow!("--ssd-set {kv:?}: {e}"))?;
+        }
+        cfg.validate().map_err(|e| anyhow!("{e}"))?;
+        Ok(cfg)
+    }
+
+    /// Short description for tables.
+    pub fn describe(&self) -> String {
+        let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+        match self {
+            DeviceSpec::Ssd {
+                preset,
+                bytes,
+                clock,
+                ..
+            } => format!("emulated SSD {preset}, {}, {clock} clock", gib(*bytes)),
+            DeviceSpec::Ram { bytes } => format!("RAM device, {}", gib(*bytes)),
+            DeviceSpec::Image { path, bytes } => {
+                format!("image file {} ({})", path.display(), gib(*bytes))
+            }
+            DeviceSpec::Dev { path } => format!("block device {}", path.display()),
+        }
+    }
+
+    /// Logical size in bytes (block devices: opened to ask).
+    pub fn bytes(&self) -> Result<u64> {
+        Ok(match self {
+            DeviceSpec::Ssd { bytes, .. }
+            | DeviceSpec::Ram { bytes }
+            | DeviceSpec::Image { bytes, .. } => *bytes,
+            DeviceSpec::Dev { path } => {
+                let d = FileDevice::open(path, true)
+                    .map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
+                d.capabilities().block_count * 4096
+            }
+        })
+    }
+
+    /// A fresh device (emulated and RAM devices are new; files and block devices are reused,
+    /// and mkfs overwrites them).
+    pub fn open(&self) -> Result<BenchDevice> {
+        let (inner, ssd): (Arc<dyn BlockDevice>, Option<Arc<SsdDevice>>) = match self {
+            DeviceSpec::Ssd { .. } => {
+                let d = Arc::new(
+                    SsdDevice::new(self.ssd_config()?).map_err(|e| anyhow!("emulator: {e}"))?,
+                );
+                (d.clone(), Some(d))
+            }
+            DeviceSpec::Ram { bytes } => (Arc::new(RamDevice::new(bytes / 4096)), None),
+            DeviceSpec::Image { path, bytes } => {
+                let d = if path.exists() {
+                    FileDevice::open(path, false)
+                } else {
+                    FileDevice::create(path, *bytes)
+                }
+                .map_err(|e| anyhow!("image {}: {e}", path.display()))?;
+                (Arc::new(d), None)
+            }
+            DeviceSpec::Dev { path } => (
+                Arc::new(
+                    FileDevice::open(path, false)
+                        .map_err(|e| anyhow!("device {}: {e}", path.display()))?,
+                ),
+                None,
+            ),
+        };
+        Ok(BenchDevice {
+            dev: Arc::new(Counted::new(inner)),
+            ssd,
+        })
+    }
+}
+
+/// A device of one run: the counted device the file system uses, and the emulator handle.
+pub struct BenchDevice {
+    pub dev: Arc<Counted>,
+    pub ssd: Option<Arc<SsdDevice>>,
+}
+
+impl BenchDevice {
+    pub fn ssd_stats(&self) -> Option<SsdStats> {
+        self.ssd.as_ref().map(|s| s.stats())
+    }
+}
+
+/// Forwards to a device and counts bytes read and written (relaxed atomics).
+pub struct Counted {
+    inner: Arc<dyn BlockDevice>,
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+}
+
+impl Counted {
+    pub fn new(inner: Arc<dyn BlockDevice>) -> Self {
+        Counted {
+            inner,
+            read_bytes: AtomicU64::new(0),
+            write_bytes: AtomicU64::new(0),
+        }
+    }
+    /// (bytes read, bytes written) so far.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.read_bytes.load(Ordering::Relaxed),
+            self.write_bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl BlockDevice for Counted {
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+    fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<Completion> {
+        let r = self.inner.read(addr, buf)?;
+        self.read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(r)
+    }
+    fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        let r = self.inner.write(addr, buf)?;
+        self.write_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(r)
+    }
+    fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
+        self.inner.discard(addr, count)
+    }
+    fn flush(&self) -> DevResult<Completion> {
+        self.inner.flush()
+    }
+    fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Completion> {
+        let n: usize = reqs.iter().map(|r| r.1.len()).sum();
+        let r = self.inner.read_many(reqs)?;
+        self.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(r)
+    }
+}
+
+/// Raw sequential write bandwidth of a fresh device: `threads` writers, 1 MiB requests, each
+/// over its own region, `bytes` in total, then a flush. MiB/s.
+pub fn raw_write_mib_s(spec: &DeviceSpec, bytes: u64, threads: usize) -> Result<f64> {
+    let d = spec.open()?;
+    let dev = d.dev.clone();
+    let blocks = dev.capabilities().block_count;
+    let chunk = 256u64; // blocks per request (1 MiB)
+    let per = (bytes / 4096 / threads as u64).min(blocks / threads as u64) / chunk * chunk;
+    if per == 0 {
+        bail!("device too small for the raw write measurement");
+    }
+    let t0 = Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let dev = dev.clone();
+                s.spawn(move || -> Result<()> {
+                    let buf = vec![0x5au8; (chunk * 4096) as usize];
+                    let base = t as u64 * per;
+                    let mut a = 0;
+                    while a < per {
+                        dev.write(base + a, &buf).context("raw write")?;
+                        a += chunk;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| anyhow!("raw writer panicked"))??;
+        }
+        Ok(())
+    })?;
+    dev.flush().context("raw flush")?;
+    let secs = t0.elapsed().as_secs_f64();
+    Ok((per * threads as u64 * 4096) as f64 / (1u64 << 20) as f64 / secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs() {
+        let s = DeviceSpec::from_args("sata-like:1GiB", None, None, &[], "wall").unwrap();
+        assert_eq!(s.bytes().unwrap(), 1 << 30);
+        let e = DeviceSpec::from_args("nvme9:1GiB", None, None, &[], "wall")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown preset"), "{e}");
+        assert!(DeviceSpec::from_args("ram:1MiB", None, None, &[], "wall").is_err());
+        assert!(DeviceSpec::from_args("test:128MiB", None, None, &[], "sundial").is_err());
+    }
+}

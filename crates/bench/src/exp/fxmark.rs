@@ -1,0 +1,243 @@
+//! `fxmark`: the FxMark tests Max reports (ATC '21 Fig. 6-7), over 1, 2, 4 ... N threads.
+//!
+//! - DWOL: each thread overwrites block 0 of its private file (4 KiB writes, no fsync);
+//! - DWAL: each thread appends 4 KiB blocks to its private file (truncated back to empty when
+//!   it reaches its share of 60 % of the volume, so the test never runs out of space);
+//! - MWCL: each thread creates empty files in its private directory;
+//! - MWUL: each thread unlinks the files it created in MWCL.
+//!
+//! One fresh volume per (policy, thread count); the four tests run on it in that order,
+//! each for at most `--duration`. Reported: operations per second per test and thread count,
+//! latency percentiles, and one plot per test (ops/s against threads, one line per policy).
+//! A 2-vCPU machine cannot show the 72-core curves of the paper: read the numbers as "does
+//! throughput hold up from 1 to 2 threads", not as a scalability result.
+
+use super::{pattern, run_workers, thread_counts, Volume};
+use crate::metrics::LatSummary;
+use crate::plot::{line_plot, Lines};
+use crate::report::{num, Report, Table};
+use crate::Ctx;
+use anyhow::{anyhow, Result};
+use flashlog_core::{Ino, SetAttr, ROOT_INO};
+use std::sync::atomic::Ordering;
+
+pub const TESTS: [&str; 4] = ["DWOL", "DWAL", "MWCL", "MWUL"];
+const BS: u64 = 4096;
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FxResult {
+    pub policy: String,
+    pub test: String,
+    pub threads: usize,
+    pub ops: u64,
+    pub secs: f64,
+    pub ops_s: f64,
+    /// Data tests: MiB/s of 4 KiB operations.
+    pub mib_s: f64,
+    pub latency: LatSummary,
+    pub gc_runs: u64,
+    pub error: Option<String>,
+}
+
+pub fn run(ctx: &Ctx) -> Result<Report> {
+    let counts = thread_counts(ctx.args.threads);
+    let total = (ctx.policies.len() * counts.len() * TESTS.len()) as u64;
+    let bar = ctx.bar(total, "fxmark".into(), false);
+    let mut results = Vec::new();
+    for p in &ctx.policies {
+        for &n in &counts {
+            bar.set_message(format!("{} x{n}", p.label));
+            results.extend(run_one(ctx, p, n, &bar)?);
+        }
+    }
+    bar.finish_and_clear();
+    build_report(ctx, &counts, results)
+}
+
+fn run_one(
+    ctx: &Ctx,
+    p: &crate::policy::PolicySpec,
+    threads: usize,
+    bar: &indicatif::ProgressBar,
+) -> Result<Vec<FxResult>> {
+    let vol = Volume::open(ctx, p)?;
+    let fs = vol.fs.clone();
+    let dur = ctx.duration();
+    let append_cap = (vol.user_bytes() as f64 * 0.6) as u64 / threads as u64 / BS * BS;
+    let files_cap = fs.statfs().files_free * 8 / 10 / threads as u64;
+    let buf = pattern(BS as usize, ctx.args.seed);
+    // Private files and directories.
+    let mut files: Vec<Ino> = Vec::new();
+    let mut dirs: Vec<Ino> = Vec::new();
+    for t in 0..threads {
+        let f = fs
+            .create(ROOT_INO, format!("fx.{t}").as_bytes(), 0o644, 0, 0)
+            .map_err(|e| anyhow!("create: {e}"))?;
+        fs.write(f.ino, 0, &buf)
+            .map_err(|e| anyhow!("write: {e}"))?;
+        files.push(f.ino);
+        let d = fs
+            .mkdir(ROOT_INO, format!("fxdir.{t}").as_bytes(), 0o755, 0, 0)
+            .map_err(|e| anyhow!("mkdir: {e}"))?;
+        dirs.push(d.ino);
+    }
+    let mut out = Vec::new();
+    let created: Vec<std::sync::atomic::AtomicU64> = (0..threads).map(|_| 0.into()).collect();
+    for test in TESTS {
+        let gc0 = fs.stats();
+        let (ops, secs, lat, err) = run_workers(threads, dur, |t, stop, lat| {
+            let mut n = 0u64;
+            match test {
+                "DWOL" => {
+                    while !stop.load(Ordering::Relaxed) {
+                        let t0 = std::time::Instant::now();
+                        fs.write(files[t], 0, &buf)?;
+                        lat.record(t0);
+                        n += 1;
+                    }
+                }
+                "DWAL" => {
+                    let mut off = BS;
+                    while !stop.load(Ordering::Relaxed) {
+                        if off >= append_cap {
+                            let a = SetAttr {
+                                size: Some(0),
+                                ..Default::default()
+                            };
+                            fs.setattr(files[t], &a)?;
+                            off = 0;
+                        }
+                        let t0 = std::time::Instant::now();
+                        fs.write(files[t], off, &buf)?;
+                        lat.record(t0);
+                        off += BS;
+                        n += 1;
+                    }
+                }
+                "MWCL" => {
+                    while !stop.load(Ordering::Relaxed) && n < files_cap {
+                        let name = format!("f{n}");
+                        let t0 = std::time::Instant::now();
+                        fs.create(dirs[t], name.as_bytes(), 0o644, 0, 0)?;
+                        lat.record(t0);
+                        n += 1;
+                    }
+                    created[t].store(n, Ordering::Relaxed);
+                }
+                _ => {
+                    let have = created[t].load(Ordering::Relaxed);
+                    while !stop.load(Ordering::Relaxed) && n < have {
+                        let name = format!("f{n}");
+                        let t0 = std::time::Instant::now();
+                        fs.unlink(dirs[t], name.as_bytes())?;
+                        lat.record(t0);
+                        n += 1;
+                    }
+                }
+            }
+            Ok(n)
+        });
+        let gc1 = fs.stats();
+        let ops_s = ops as f64 / secs.max(1e-9);
+        out.push(FxResult {
+            policy: p.label.clone(),
+            test: test.to_string(),
+            threads,
+            ops,
+            secs,
+            ops_s,
+            mib_s: if test.starts_with('D') {
+                ops_s * BS as f64 / (1u64 << 20) as f64
+            } else {
+                0.0
+            },
+            latency: lat.summary(),
+            gc_runs: (gc1.gc_fg_runs + gc1.gc_bg_runs) - (gc0.gc_fg_runs + gc0.gc_bg_runs),
+            error: err,
+        });
+        bar.inc(1);
+    }
+    drop(fs);
+    let end = vol.finish()?;
+    if let Some(e) = end.unmount_error {
+        if let Some(last) = out.last_mut() {
+            last.error.get_or_insert(e);
+        }
+    }
+    Ok(out)
+}
+
+fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<Report> {
+    let out = &ctx.args.out;
+    let mut rep = Report::new("fxmark", out, ctx.config_json());
+    let mut header: Vec<String> = vec!["test".into(), "policy".into()];
+    for n in counts {
+        header.push(format!("{n} thr ops/s"));
+    }
+    for n in counts {
+        header.push(format!("{n} thr p99 us"));
+    }
+    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
+    let mut t = Table::new(&hdr);
+    for test in TESTS {
+        for p in &ctx.policies {
+            let get = |n: usize| {
+                results
+                    .iter()
+                    .find(|r| r.test == test && r.policy == p.label && r.threads == n)
+            };
+            let mut row = vec![test.to_string(), p.label.clone()];
+            for &n in counts {
+                row.push(get(n).map_or("-".into(), |r| num(r.ops_s)));
+            }
+            for &n in counts {
+                row.push(get(n).map_or("-".into(), |r| num(r.latency.p99_us)));
+            }
+            t.row(row);
+        }
+    }
+    let mut body = t.render();
+    for r in &results {
+        if let Some(e) = &r.error {
+            body += &format!("{} {} x{}: ERROR {e}\n", r.test, r.policy, r.threads);
+        }
+    }
+    rep.section(
+        &format!(
+            "FxMark (ops/s), {} s per test, {}",
+            ctx.args.duration,
+            ctx.device.describe()
+        ),
+        body,
+    );
+    for test in TESTS {
+        let series: Vec<(String, Vec<(f64, f64)>)> = ctx
+            .policies
+            .iter()
+            .map(|p| {
+                (
+                    p.label.clone(),
+                    results
+                        .iter()
+                        .filter(|r| r.test == test && r.policy == p.label)
+                        .map(|r| (r.threads as f64, r.ops_s))
+                        .collect(),
+                )
+            })
+            .collect();
+        rep.plots.extend(line_plot(
+            out,
+            &format!("fxmark_{}", test.to_lowercase()),
+            &Lines {
+                title: &format!("FxMark {test}"),
+                x_desc: "threads",
+                y_desc: "operations/s",
+                series: &series,
+                log_x: false,
+                points: true,
+            },
+        )?);
+    }
+    rep.results = serde_json::to_value(&results)?;
+    Ok(rep)
+}

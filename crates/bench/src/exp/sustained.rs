@@ -1,0 +1,497 @@
+//! `sustained`: the ScaleLFS §5.1 micro-benchmark scaled to this machine (Fig. 1, 9a-c).
+//!
+//! Per policy, on a fresh device: each of N threads creates one file and writes it
+//! sequentially (1 MiB writes, then fsync) so that the files fill `--fill` (~90 %) of the
+//! volume; then every thread overwrites random 4 KiB blocks of its file until the random
+//! writes total `--write-factor` × the volume or `--duration` passes. Cleaning starts soon
+//! after the random phase begins and runs for most of it.
+//!
+//! Reported per policy: application bandwidth before and during cleaning, device bandwidth
+//! (reads + writes at the block layer) during cleaning and its peak, write amplification,
+//! 4 KiB write latency percentiles and CDF, GC runs/time, stall time, CPU time, peak RSS; and
+//! once per run the raw device's sequential write bandwidth, against which the fill phase
+//! (in-process sequential write) is compared for the 80 % target.
+
+use super::{pattern, Ops, Volume, VolumeEnd};
+use crate::device::raw_write_mib_s;
+use crate::metrics::{phases, rates, Lat, LatSummary, Phases, Rate, Rng, Sample};
+use crate::plot::{bar_plot, line_plot, Bars, Lines};
+use crate::policy::PolicySpec;
+use crate::report::{num, Report, Table};
+use crate::Ctx;
+use anyhow::{anyhow, Result};
+use flashlog_core::{Fs, Ino, ROOT_INO};
+use flashlog_dev::BlockDevice;
+use parking_lot::Mutex;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const MIB: f64 = (1u64 << 20) as f64;
+/// Fill write size (FIO lays files out with large sequential writes).
+const FILL_CHUNK: usize = 1 << 20;
+/// Random write size (ScaleLFS §5.1: 4 KiB random writes).
+const RAND_BS: u64 = 4096;
+/// Raw-device reference: bytes written sequentially (capped by the volume).
+const RAW_BYTES: u64 = 256 << 20;
+
+/// One policy's result; the first keys are the ones issue 7 requires.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SustainedResult {
+    pub policy: String,
+    pub app_mib_s_before_gc: f64,
+    pub app_mib_s_during_gc: f64,
+    pub device_mib_s_during_gc: f64,
+    pub device_peak_mib_s: f64,
+    /// Device bytes written / application bytes written (file system view).
+    pub waf: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    pub gc_time_s: f64,
+    pub stall_time_s: f64,
+    pub peak_rss_mib: f64,
+    pub cpu_s: f64,
+    pub gc_fg_runs: u64,
+    pub gc_bg_runs: u64,
+    pub gc_sections_freed: u64,
+    pub gc_moved_blocks: u64,
+    pub ssr_blocks: u64,
+    pub fs_waf: f64,
+    /// Seconds from the start of the run until cleaning first ran.
+    pub gc_start_s: Option<f64>,
+    pub fill_bytes: u64,
+    pub fill_s: f64,
+    /// In-process sequential write bandwidth of the fill (including its fsync).
+    pub fill_mib_s: f64,
+    pub random_bytes: u64,
+    pub random_s: f64,
+    pub random_mib_s: f64,
+    pub random_iops: f64,
+    pub phases: Phases,
+    pub latency: LatSummary,
+    pub end: Option<VolumeEnd>,
+    pub error: Option<String>,
+    pub series: Vec<Rate>,
+    pub latency_cdf: Vec<(f64, f64)>,
+}
+
+/// Run the experiment for every policy and build the report.
+pub fn run(ctx: &Ctx) -> Result<Report> {
+    let threads = ctx.args.threads;
+    let vol_bytes = ctx.device.bytes()?;
+    let raw = raw_write_mib_s(&ctx.device, RAW_BYTES.min(vol_bytes / 2), threads)?;
+    ctx.say(&format!(
+        "raw device sequential write ({threads} threads, 1 MiB): {raw:.0} MiB/s"
+    ));
+    let mut results = Vec::new();
+    for p in &ctx.policies {
+        let r = run_policy(ctx, p)?;
+        if let Some(e) = &r.error {
+            ctx.say(&format!("{}: {e}", p.label));
+        }
+        results.push(r);
+    }
+    build_report(ctx, results, raw)
+}
+
+/// Fill then random-overwrite one fresh volume.
+pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
+    let threads = ctx.args.threads;
+    let vol = Volume::open(ctx, p)?;
+    let user = vol.user_bytes();
+    let per_file = ((user as f64 * ctx.args.fill) as u64 / threads as u64) / RAND_BS * RAND_BS;
+    if per_file < RAND_BS {
+        return Err(anyhow!("volume too small for {threads} files"));
+    }
+    let fill_bytes = per_file * threads as u64;
+    let rand_target =
+        (vol.bd.dev.capabilities().block_count as f64 * 4096.0 * ctx.args.write_factor) as u64;
+    let ops = Ops::new(threads);
+    let bar = ctx.bar(fill_bytes + rand_target, p.label.clone(), true);
+    let sampler = vol.sampler(ctx, ops.clone(), bar.clone(), false);
+    let err: Mutex<Option<String>> = Mutex::new(None);
+    let fail = |e: String| {
+        err.lock().get_or_insert(e);
+    };
+
+    // Fill: one file per thread, sequential, then fsync.
+    let t_fill = Instant::now();
+    let inos: Vec<Option<Ino>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let fs = vol.fs.clone();
+                let fail = &fail;
+                let ops = &ops;
+                let seed = ctx.args.seed;
+                s.spawn(move || match fill_file(&fs, t, per_file, seed, ops) {
+                    Ok(i) => Some(i),
+                    Err(e) => {
+                        fail(format!("fill (thread {t}): {e}"));
+                        None
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().ok().flatten()).collect()
+    });
+    let fill_s = t_fill.elapsed().as_secs_f64();
+
+    // Random 4 KiB overwrites until the byte target or the deadline.
+    let stop = AtomicBool::new(false);
+    let t_rand = Instant::now();
+    let deadline = t_rand + ctx.duration();
+    let per_thread = rand_target / threads as u64 / RAND_BS;
+    let mut lat = Lat::default();
+    let mut random_bytes = 0;
+    if err.lock().is_none() {
+        let outs: Vec<(Lat, u64)> = std::thread::scope(|s| {
+            let hs: Vec<_> = inos
+                .iter()
+                .enumerate()
+                .map(|(t, ino)| {
+                    let fs = vol.fs.clone();
+                    let (stop, fail, ops) = (&stop, &fail, &ops);
+                    let ino = ino.unwrap_or(0);
+                    let seed = ctx.args.seed;
+                    s.spawn(move || {
+                        let mut lat = Lat::default();
+                        let mut rng = Rng::new(seed, t as u64 + 1000);
+                        let buf = pattern(RAND_BS as usize, seed + t as u64);
+                        let blocks = per_file / RAND_BS;
+                        let mut n = 0u64;
+                        while n < per_thread && !stop.load(Ordering::Relaxed) {
+                            let off = rng.below(blocks) * RAND_BS;
+                            let t0 = Instant::now();
+                            if let Err(e) = fs.write(ino, off, &buf) {
+                                fail(format!("random write (thread {t}, offset {off}): {e}"));
+                                stop.store(true, Ordering::Relaxed);
+                                break;
+                            }
+                            lat.record(t0);
+                            n += 1;
+                            ops.add(t, 1);
+                        }
+                        (lat, n * RAND_BS)
+                    })
+                })
+                .collect();
+            // The deadline watcher: this thread sleeps until the deadline or until all
+            // workers are done.
+            while Instant::now() < deadline && !hs.iter().all(|h| h.is_finished()) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop.store(true, Ordering::Relaxed);
+            hs.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        for (l, b) in outs {
+            lat.merge(&l);
+            random_bytes += b;
+        }
+    }
+    let random_s = t_rand.elapsed().as_secs_f64();
+    let samples = sampler.finish();
+    bar.finish_and_clear();
+    let end = vol.finish();
+    let mut r = summarize(
+        p,
+        &samples,
+        &lat,
+        end,
+        fill_bytes,
+        fill_s,
+        random_bytes,
+        random_s,
+    );
+    if let Some(e) = err.into_inner() {
+        r.error = Some(e);
+    }
+    Ok(r)
+}
+
+fn fill_file(fs: &Fs, t: usize, bytes: u64, seed: u64, ops: &Ops) -> Result<Ino> {
+    let name = format!("sustained.{t}");
+    let a = fs
+        .create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
+        .map_err(|e| anyhow!("create {name}: {e}"))?;
+    let buf = pattern(FILL_CHUNK, seed ^ t as u64);
+    let mut off = 0;
+    while off < bytes {
+        let n = (bytes - off).min(FILL_CHUNK as u64) as usize;
+        fs.write(a.ino, off, &buf[..n])
+            .map_err(|e| anyhow!("write {name} at {off}: {e}"))?;
+        off += n as u64;
+        ops.add(t, 1);
+    }
+    fs.fsync(a.ino, false)
+        .map_err(|e| anyhow!("fsync {name}: {e}"))?;
+    Ok(a.ino)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    p: &PolicySpec,
+    samples: &[Sample],
+    lat: &Lat,
+    end: Result<VolumeEnd>,
+    fill_bytes: u64,
+    fill_s: f64,
+    random_bytes: u64,
+    random_s: f64,
+) -> SustainedResult {
+    let ph = phases(samples);
+    let ls = lat.summary();
+    let mut r = SustainedResult {
+        policy: p.label.clone(),
+        app_mib_s_before_gc: ph.app_mib_s_before_gc,
+        app_mib_s_during_gc: ph.app_mib_s_during_gc,
+        device_mib_s_during_gc: ph.device_mib_s_during_gc,
+        device_peak_mib_s: ph.device_peak_mib_s,
+        p50_us: ls.p50_us,
+        p99_us: ls.p99_us,
+        p999_us: ls.p999_us,
+        max_us: ls.max_us,
+        gc_start_s: ph.gc_start_s,
+        fill_bytes,
+        fill_s,
+        fill_mib_s: fill_bytes as f64 / MIB / fill_s.max(1e-9),
+        random_bytes,
+        random_s,
+        random_mib_s: random_bytes as f64 / MIB / random_s.max(1e-9),
+        random_iops: (random_bytes / RAND_BS) as f64 / random_s.max(1e-9),
+        phases: ph,
+        latency: ls,
+        series: rates(samples),
+        latency_cdf: lat.cdf(),
+        ..Default::default()
+    };
+    match end {
+        Ok(e) => {
+            let c = &e.counters;
+            r.waf = c.write_amplification;
+            r.fs_waf = c.fs_write_amplification;
+            r.gc_time_s = c.gc_time_s;
+            r.stall_time_s = c.stall_time_s;
+            r.gc_fg_runs = c.gc_fg_runs;
+            r.gc_bg_runs = c.gc_bg_runs;
+            r.gc_sections_freed = c.gc_sections_freed;
+            r.gc_moved_blocks = c.gc_moved_blocks;
+            r.ssr_blocks = c.ssr_blocks;
+            r.peak_rss_mib = e.peak_rss_mib;
+            r.cpu_s = e.cpu_s;
+            r.error = e.unmount_error.clone();
+            r.end = Some(e);
+        }
+        Err(e) => r.error = Some(format!("{e:#}")),
+    }
+    r
+}
+
+fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Report> {
+    let out = &ctx.args.out;
+    let mut rep = Report::new("sustained", out, ctx.config_json());
+    let mut t = Table::new(&[
+        "policy",
+        "before GC MiB/s",
+        "during GC MiB/s",
+        "dev MiB/s (GC)",
+        "dev peak",
+        "WAF",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "max us",
+        "GC fg/bg",
+        "GC s",
+        "stall s",
+        "CPU s",
+        "RSS MiB",
+    ]);
+    for r in &results {
+        t.row(vec![
+            r.policy.clone(),
+            num(r.app_mib_s_before_gc),
+            if r.gc_start_s.is_some() {
+                num(r.app_mib_s_during_gc)
+            } else {
+                "no GC".into()
+            },
+            num(r.device_mib_s_during_gc),
+            num(r.device_peak_mib_s),
+            num(r.waf),
+            num(r.p50_us),
+            num(r.p99_us),
+            num(r.p999_us),
+            num(r.max_us),
+            format!("{}/{}", r.gc_fg_runs, r.gc_bg_runs),
+            num(r.gc_time_s),
+            num(r.stall_time_s),
+            num(r.cpu_s),
+            num(r.peak_rss_mib),
+        ]);
+    }
+    rep.section(
+        &format!(
+            "sustained random write, {} threads, {}",
+            ctx.args.threads,
+            ctx.device.describe()
+        ),
+        t.render(),
+    );
+    let mut t2 = Table::new(&[
+        "policy",
+        "fill MiB",
+        "fill MiB/s",
+        "vs raw",
+        "random MiB",
+        "random s",
+        "rand MiB/s",
+        "IOPS",
+        "GC starts s",
+        "sections freed",
+        "moved blocks",
+        "SSR blocks",
+        "NAND WAF",
+    ]);
+    for r in &results {
+        t2.row(vec![
+            r.policy.clone(),
+            num(r.fill_bytes as f64 / MIB),
+            num(r.fill_mib_s),
+            format!("{:.0}%", 100.0 * r.fill_mib_s / raw.max(1e-9)),
+            num(r.random_bytes as f64 / MIB),
+            num(r.random_s),
+            num(r.random_mib_s),
+            num(r.random_iops),
+            r.gc_start_s.map_or("-".into(), num),
+            r.gc_sections_freed.to_string(),
+            r.gc_moved_blocks.to_string(),
+            r.ssr_blocks.to_string(),
+            r.end
+                .as_ref()
+                .and_then(|e| e.ssd.as_ref())
+                .map_or("-".into(), |s| num(s.nand_waf)),
+        ]);
+    }
+    let mut body = t2.render();
+    body += &format!(
+        "raw device sequential write: {raw:.0} MiB/s; target: in-process sequential write (fill) >= 80 % of it\n"
+    );
+    for r in &results {
+        if let Some(e) = &r.error {
+            body += &format!("{}: ERROR {e}\n", r.policy);
+        }
+    }
+    rep.section("phases", body);
+
+    // Plots.
+    let series = |f: fn(&Rate) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
+        results
+            .iter()
+            .map(|r| {
+                (
+                    r.policy.clone(),
+                    r.series.iter().map(|x| (x.t_s, f(x))).collect(),
+                )
+            })
+            .collect()
+    };
+    let title = format!(
+        "sustained 4 KiB random write, {} thr, {}",
+        ctx.args.threads,
+        ctx.device.describe()
+    );
+    rep.plots.extend(line_plot(
+        out,
+        "bandwidth_app",
+        &Lines {
+            title: &format!("{title}: application"),
+            x_desc: "time (s)",
+            y_desc: "application write MiB/s",
+            series: &series(|r| r.app_write_mib_s),
+            log_x: false,
+            points: false,
+        },
+    )?);
+    rep.plots.extend(line_plot(
+        out,
+        "bandwidth_device",
+        &Lines {
+            title: &format!("{title}: device (read + write)"),
+            x_desc: "time (s)",
+            y_desc: "device MiB/s",
+            series: &series(|r| r.dev_read_mib_s + r.dev_write_mib_s),
+            log_x: false,
+            points: false,
+        },
+    )?);
+    let cdf: Vec<(String, Vec<(f64, f64)>)> = results
+        .iter()
+        .map(|r| (r.policy.clone(), r.latency_cdf.clone()))
+        .collect();
+    rep.plots.extend(line_plot(
+        out,
+        "latency_cdf",
+        &Lines {
+            title: "4 KiB random write latency CDF",
+            x_desc: "latency (us, log)",
+            y_desc: "cumulative fraction",
+            series: &cdf,
+            log_x: true,
+            points: false,
+        },
+    )?);
+    let groups = vec!["file system WAF".to_string(), "NAND WAF".to_string()];
+    let waf: Vec<(String, Vec<f64>)> = results
+        .iter()
+        .map(|r| {
+            let nand = r
+                .end
+                .as_ref()
+                .and_then(|e| e.ssd.as_ref())
+                .map_or(0.0, |s| s.nand_waf);
+            (r.policy.clone(), vec![r.waf, nand])
+        })
+        .collect();
+    rep.plots.extend(bar_plot(
+        out,
+        "waf",
+        &Bars {
+            title: "write amplification",
+            y_desc: "bytes written / bytes asked",
+            groups: &groups,
+            series: &waf,
+        },
+    )?);
+    let groups = vec!["GC time".to_string(), "application stall".to_string()];
+    let gct: Vec<(String, Vec<f64>)> = results
+        .iter()
+        .map(|r| (r.policy.clone(), vec![r.gc_time_s, r.stall_time_s]))
+        .collect();
+    rep.plots.extend(bar_plot(
+        out,
+        "gc_time",
+        &Bars {
+            title: "cleaning time and application stall time",
+            y_desc: "seconds",
+            groups: &groups,
+            series: &gct,
+        },
+    )?);
+    rep.extra
+        .insert("raw_device_write_mib_s".into(), json!(raw));
+    rep.extra.insert(
+        "targets".into(),
+        json!(results
+            .iter()
+            .map(|r| json!({
+                "policy": r.policy,
+                "inproc_seq_write_vs_raw": r.fill_mib_s / raw.max(1e-9),
+                "inproc_seq_write_target_met": r.fill_mib_s >= 0.8 * raw,
+            }))
+            .collect::<Vec<_>>()),
+    );
+    rep.results = serde_json::to_value(&results)?;
+    Ok(rep)
+}

@@ -1,0 +1,449 @@
+//! `flashlog bench`: the papers' experiments, run side by side for each GC policy in one run,
+//! with a table, a JSON report and plots (SVG and PNG) in `--out DIR`.
+//!
+//! Experiments (in-process through the library API unless noted; see docs/BENCHMARKS.md):
+//! - `sustained`: ScaleLFS §5.1 (Fig. 1, 9a-c): fill ~90 % with one file per thread, then
+//!   random 4 KiB overwrites until cleaning dominates; bandwidth over time, latency CDF;
+//! - `fxmark`: Max Fig. 6-7: DWOL, DWAL, MWCL, MWUL over 1..N threads;
+//! - `filebench`: fileserver, varmail, OLTP (ScaleLFS Table 2, scaled) above 90 % full;
+//! - `ycsb`: key-value records in files, workloads A, B, F and update-only;
+//! - `fio`: through the FUSE mount (`flashlog mount --daemon`), against the libfuse
+//!   passthrough example and kernel ext4 on a loop device; plus in-process sequential write
+//!   against the raw device.
+//!
+//! Module map: `policy` (policy specs as data), `device` (device specs, byte counting),
+//! `metrics` (histograms, sampler, CPU/RSS), `report` (table, JSON), `plot` (plotters),
+//! `exp::*` (one module per experiment, sharing `exp::Volume`).
+//!
+//! Targets are measured and reported here, never asserted in tests.
+
+pub mod device;
+pub mod exp;
+pub mod metrics;
+pub mod plot;
+pub mod policy;
+pub mod report;
+
+use anyhow::{bail, Context, Result};
+use device::DeviceSpec;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use policy::PolicySpec;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The experiments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Experiment {
+    /// ScaleLFS §5.1: fill ~90 %, then random 4 KiB overwrites while cleaning runs.
+    Sustained,
+    /// Max/FxMark: DWOL, DWAL, MWCL, MWUL over 1..N threads.
+    Fxmark,
+    /// fileserver, varmail and OLTP personalities above 90 % utilization.
+    Filebench,
+    /// Key-value records in files: YCSB A, B, F and update-only.
+    Ycsb,
+    /// The same jobs through the FUSE mount, against libfuse passthrough and ext4.
+    Fio,
+}
+
+impl Experiment {
+    pub fn name(self) -> &'static str {
+        match self {
+            Experiment::Sustained => "sustained",
+            Experiment::Fxmark => "fxmark",
+            Experiment::Filebench => "filebench",
+            Experiment::Ycsb => "ycsb",
+            Experiment::Fio => "fio",
+        }
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// Options of `flashlog bench`.
+#[derive(clap::Args, Debug, Clone, serde::Serialize)]
+pub struct BenchArgs {
+    /// Experiment to run.
+    #[arg(value_enum, default_value_t = Experiment::Sustained)]
+    pub experiment: Experiment,
+    /// Emulated SSD as PRESET:SIZE (presets: 970pro-like, sata-like, test, tiny), or
+    /// ram:SIZE for a RAM device without timing. A fresh device per policy.
+    #[arg(long, default_value = "970pro-like:1GiB")]
+    pub device: String,
+    /// Use an image file instead (created with the --device SIZE if missing; overwritten).
+    #[arg(long, conflicts_with = "dev")]
+    pub image: Option<PathBuf>,
+    /// Use a block device instead (its contents are destroyed).
+    #[arg(long)]
+    pub dev: Option<PathBuf>,
+    /// Emulator parameter override, repeatable (see docs/EMULATOR.md), e.g. op=0.15.
+    #[arg(long = "ssd-set", value_name = "KEY=VALUE")]
+    pub ssd_set: Vec<String>,
+    /// Emulator clock: wall (requests take real time; use for time-based experiments) or
+    /// virtual.
+    #[arg(long, default_value = "wall")]
+    pub clock: String,
+    /// Comma-separated policies: f2fs, f2fs-lfs, scale, scale:N (N GC workers). Default:
+    /// every policy the core implements.
+    #[arg(long)]
+    pub policies: Option<String>,
+    /// Application threads (fxmark: the largest thread count).
+    #[arg(long, default_value_t = default_threads())]
+    pub threads: usize,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Output directory.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Time limit in seconds of each measured phase per policy (sustained: the random-write
+    /// phase; fxmark: each test; filebench/ycsb: each workload; fio: each job).
+    #[arg(long, default_value_t = 25.0)]
+    pub duration: f64,
+    /// Fraction of the volume the sustained fill writes (filebench: utilization at start).
+    #[arg(long, default_value_t = 0.9)]
+    pub fill: f64,
+    /// Sustained: random writes in total, as a multiple of the volume size (the run stops
+    /// at this or at --duration, whichever comes first).
+    #[arg(long, default_value_t = 3.0)]
+    pub write_factor: f64,
+    /// Sampling period of the over-time series, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub sample_ms: u64,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+    /// fio: the flashlog binary (default: next to this executable, then target/release,
+    /// then PATH).
+    #[arg(long)]
+    pub flashlog_bin: Option<PathBuf>,
+    /// fio: skip the libfuse passthrough and ext4 peers.
+    #[arg(long)]
+    pub no_peers: bool,
+}
+
+/// The README's main job: a short sustained run on an emulated SSD with every policy,
+/// printing the table and writing the bandwidth-over-time plot (≤ 2 minutes on 2 cores).
+pub fn default_main_job() -> BenchArgs {
+    BenchArgs {
+        experiment: Experiment::Sustained,
+        device: "970pro-like:1GiB".into(),
+        image: None,
+        dev: None,
+        ssd_set: Vec::new(),
+        clock: "wall".into(),
+        policies: None,
+        threads: default_threads(),
+        seed: 42,
+        out: PathBuf::from("bench-out"),
+        duration: 25.0,
+        fill: 0.9,
+        write_factor: 3.0,
+        sample_ms: 200,
+        quiet: false,
+        flashlog_bin: None,
+        no_peers: false,
+    }
+}
+
+impl BenchArgs {
+    /// The command line that repeats this run.
+    pub fn command(&self) -> String {
+        let mut s = format!("flashlog bench {}", self.experiment.name());
+        match (&self.image, &self.dev) {
+            (_, Some(d)) => s += &format!(" --dev {}", d.display()),
+            (Some(i), _) => s += &format!(" --image {} --device {}", i.display(), self.device),
+            _ => s += &format!(" --device {} --clock {}", self.device, self.clock),
+        }
+        for kv in &self.ssd_set {
+            s += &format!(" --ssd-set {kv}");
+        }
+        if let Some(p) = &self.policies {
+            s += &format!(" --policies {p}");
+        }
+        s += &format!(
+            " --threads {} --seed {} --duration {} --fill {} --write-factor {} --sample-ms {} --out {}",
+            self.threads,
+            self.seed,
+            self.duration,
+            self.fill,
+            self.write_factor,
+            self.sample_ms,
+            self.out.display()
+        );
+        if self.no_peers {
+            s += " --no-peers";
+        }
+        s
+    }
+}
+
+/// What every experiment gets: the checked options, the policies, the device and the
+/// progress display.
+pub struct Ctx {
+    pub args: BenchArgs,
+    pub policies: Vec<PolicySpec>,
+    pub device: DeviceSpec,
+    pub progress: MultiProgress,
+}
+
+impl Ctx {
+    pub fn new(args: &BenchArgs) -> Result<Ctx> {
+        if args.threads == 0 || args.threads > 256 {
+            bail!("--threads must be between 1 and 256 (got {})", args.threads);
+        }
+        if !(args.duration > 0.0 && args.duration.is_finite()) {
+            bail!("--duration must be a positive number of seconds");
+        }
+        if !(0.05..=0.97).contains(&args.fill) {
+            bail!("--fill must be between 0.05 and 0.97 (got {})", args.fill);
+        }
+        if !(args.write_factor >= 0.0 && args.write_factor.is_finite()) {
+            bail!("--write-factor must be >= 0");
+        }
+        if args.sample_ms < 10 {
+            bail!("--sample-ms must be at least 10");
+        }
+        let device = DeviceSpec::from_args(
+            &args.device,
+            args.image.as_ref(),
+            args.dev.as_ref(),
+            &args.ssd_set,
+            &args.clock,
+        )?;
+        let policies = policy::resolve(args.policies.as_deref())?;
+        if policies.is_empty() {
+            bail!("no GC policy could be mounted");
+        }
+        let progress = if args.quiet {
+            MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
+        } else {
+            MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4))
+        };
+        Ok(Ctx {
+            args: args.clone(),
+            policies,
+            device,
+            progress,
+        })
+    }
+
+    pub fn sample_interval(&self) -> Duration {
+        Duration::from_millis(self.args.sample_ms)
+    }
+
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.args.duration)
+    }
+
+    /// A progress bar of `len` units with a prefix.
+    pub fn bar(&self, len: u64, prefix: String, bytes: bool) -> ProgressBar {
+        let tpl = if bytes {
+            "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {bytes}/{total_bytes} {msg}"
+        } else {
+            "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {pos}/{len} {msg}"
+        };
+        let pb = self.progress.add(ProgressBar::new(len));
+        pb.set_style(
+            ProgressStyle::with_template(tpl)
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        pb.set_prefix(prefix);
+        pb
+    }
+
+    /// Print a line above the progress bars.
+    pub fn say(&self, msg: &str) {
+        if self.args.quiet {
+            eprintln!("{msg}");
+        } else {
+            let _ = self.progress.println(msg);
+        }
+    }
+
+    /// The configuration echoed in the report.
+    pub fn config_json(&self) -> serde_json::Value {
+        let ssd = self
+            .device
+            .ssd_config()
+            .ok()
+            .and_then(|c| serde_json::to_value(c).ok());
+        serde_json::json!({
+            "command": self.args.command(),
+            "args": self.args,
+            "policies": self.policies.iter().map(|p| serde_json::json!({
+                "label": p.label, "description": p.description(), "workers": p.workers,
+            })).collect::<Vec<_>>(),
+            "device": self.device,
+            "device_description": self.device.describe(),
+            "ssd_config": ssd,
+        })
+    }
+}
+
+/// Run `flashlog bench`.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let ctx = Ctx::new(args)?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create --out {}", args.out.display()))?;
+    if !plot::font_ready() {
+        eprintln!(
+            "bench: /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf not found: no plots (install fonts-dejavu-core)"
+        );
+    }
+    let labels: Vec<&str> = ctx.policies.iter().map(|p| p.label.as_str()).collect();
+    ctx.say(&format!(
+        "flashlog bench {}: policies {}, {} thread(s), {}; writing to {}",
+        args.experiment.name(),
+        labels.join(","),
+        args.threads,
+        ctx.device.describe(),
+        args.out.display()
+    ));
+    let report = match args.experiment {
+        Experiment::Sustained => exp::sustained::run(&ctx)?,
+        Experiment::Fxmark => exp::fxmark::run(&ctx)?,
+        Experiment::Filebench => exp::filebench::run(&ctx)?,
+        Experiment::Ycsb => exp::ycsb::run(&ctx)?,
+        Experiment::Fio => exp::fio::run(&ctx)?,
+    };
+    let _ = ctx.progress.clear();
+    report.write()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn tmp_out(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("flashlog-bench-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn bad_options_are_clear_errors() {
+        assert!(Cli::try_parse_from(["b", "nosuch"]).is_err());
+        let mut a = default_main_job();
+        a.policies = Some("f2fs,zfs".into());
+        let e = Ctx::new(&a)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("unknown policy"), "{e}");
+        let mut a = default_main_job();
+        a.device = "floppy:1GiB".into();
+        let e = Ctx::new(&a)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("unknown preset"), "{e}");
+        let cli = Cli::try_parse_from(["b", "fxmark", "--threads", "4", "--policies", "f2fs"]);
+        assert_eq!(cli.map(|c| c.args.threads).ok(), Some(4));
+    }
+
+    /// A tiny sustained run on a RAM device: completes, and the JSON carries the keys
+    /// issue 7 requires for every policy, and the plots are written.
+    #[test]
+    fn tiny_sustained_run_writes_report_and_plots() {
+        let out = tmp_out("sustained");
+        let mut a = default_main_job();
+        a.device = "ram:96MiB".into();
+        a.threads = 2;
+        a.duration = 1.0;
+        a.fill = 0.8;
+        a.write_factor = 0.3;
+        a.sample_ms = 50;
+        a.quiet = true;
+        a.out = out.clone();
+        run(&a).expect("sustained run");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        assert_eq!(v["experiment"], "sustained");
+        assert!(v["config"]["command"]
+            .as_str()
+            .unwrap()
+            .contains("--device ram:96MiB"));
+        let res = v["results"].as_array().unwrap();
+        assert_eq!(res.len(), policy::implemented().len());
+        for r in res {
+            for k in [
+                "policy",
+                "app_mib_s_before_gc",
+                "app_mib_s_during_gc",
+                "device_mib_s_during_gc",
+                "device_peak_mib_s",
+                "waf",
+                "p99_us",
+                "gc_time_s",
+                "stall_time_s",
+                "peak_rss_mib",
+            ] {
+                assert!(r.get(k).is_some_and(|x| !x.is_null()), "missing {k} in {r}");
+            }
+        }
+        assert!(std::fs::read_to_string(out.join("report.txt"))
+            .unwrap()
+            .contains("before GC MiB/s"));
+        if plot::font_ready() {
+            for f in [
+                "bandwidth_app.svg",
+                "bandwidth_app.png",
+                "latency_cdf.svg",
+                "waf.png",
+            ] {
+                let md = std::fs::metadata(out.join(f)).expect(f);
+                assert!(md.len() > 1000, "{f} is too small");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn plots_are_written() {
+        let out = tmp_out("plots");
+        std::fs::create_dir_all(&out).unwrap();
+        let s = vec![("a".to_string(), vec![(1.0, 2.0), (2.0, 3.0)])];
+        let files = plot::line_plot(
+            &out,
+            "x",
+            &plot::Lines {
+                title: "t",
+                x_desc: "x",
+                y_desc: "y",
+                series: &s,
+                log_x: true,
+                points: true,
+            },
+        )
+        .unwrap();
+        let b = plot::bar_plot(
+            &out,
+            "b",
+            &plot::Bars {
+                title: "t",
+                y_desc: "y",
+                groups: &["g".to_string()],
+                series: &[("a".to_string(), vec![1.0])],
+            },
+        )
+        .unwrap();
+        if plot::font_ready() {
+            assert_eq!(files.len() + b.len(), 4);
+            assert!(files.iter().chain(&b).all(|f| f.exists()));
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}

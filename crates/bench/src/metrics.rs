@@ -1,0 +1,354 @@
+//! Measurement machinery, kept cheap so the harness does not compete with the file system
+//! for the CPU: per-thread latency histograms merged at the end, one sampler thread reading
+//! counters every `--sample-ms`, process CPU time (getrusage) and peak RSS (VmHWM, reset per
+//! policy through /proc/self/clear_refs).
+//!
+//! Owns: [`Lat`], [`Sample`]/[`Sampler`], [`Phases`] (the before/during-cleaning split),
+//! [`ProcUsage`].
+
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const MIB: f64 = (1u64 << 20) as f64;
+/// Largest latency recorded: one hour (in ns).
+const LAT_MAX_NS: u64 = 3_600_000_000_000;
+
+/// A latency histogram in nanoseconds.
+#[derive(Clone)]
+pub struct Lat(pub Histogram<u64>);
+
+impl Default for Lat {
+    fn default() -> Self {
+        Lat(Histogram::new_with_bounds(1, LAT_MAX_NS, 3).expect("valid histogram bounds"))
+    }
+}
+
+/// Percentiles of one histogram, in microseconds.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct LatSummary {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+}
+
+impl Lat {
+    #[inline]
+    pub fn record(&mut self, since: Instant) {
+        self.0
+            .saturating_record(since.elapsed().as_nanos().min(LAT_MAX_NS as u128) as u64);
+    }
+    pub fn merge(&mut self, o: &Lat) {
+        // Same bounds everywhere, so add() cannot fail.
+        let _ = self.0.add(&o.0);
+    }
+    pub fn summary(&self) -> LatSummary {
+        let h = &self.0;
+        if h.is_empty() {
+            return LatSummary::default();
+        }
+        let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+        LatSummary {
+            count: h.len(),
+            mean_us: h.mean() / 1e3,
+            p50_us: us(0.5),
+            p99_us: us(0.99),
+            p999_us: us(0.999),
+            max_us: h.max() as f64 / 1e3,
+        }
+    }
+    /// (latency µs, cumulative fraction) points for a CDF plot.
+    pub fn cdf(&self) -> Vec<(f64, f64)> {
+        let h = &self.0;
+        if h.is_empty() {
+            return Vec::new();
+        }
+        let mut qs: Vec<f64> = (1..100).map(|i| i as f64 / 100.0).collect();
+        qs.extend([0.995, 0.999, 0.9995, 0.9999, 1.0]);
+        qs.iter()
+            .map(|&q| (h.value_at_quantile(q).max(1) as f64 / 1e3, q))
+            .collect()
+    }
+}
+
+/// Cumulative counters at one instant.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Sample {
+    pub t_s: f64,
+    pub app_write_bytes: u64,
+    pub app_read_bytes: u64,
+    pub dev_read_bytes: u64,
+    pub dev_write_bytes: u64,
+    /// Foreground + background cleaning runs.
+    pub gc_runs: u64,
+    pub gc_sections_freed: u64,
+    /// Workload operations completed (experiments that count ops).
+    pub ops: u64,
+}
+
+/// One point of a rate series.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Rate {
+    pub t_s: f64,
+    pub app_write_mib_s: f64,
+    pub app_read_mib_s: f64,
+    pub dev_read_mib_s: f64,
+    pub dev_write_mib_s: f64,
+    pub ops_s: f64,
+    pub gc_active: bool,
+}
+
+/// Rates between consecutive samples.
+pub fn rates(s: &[Sample]) -> Vec<Rate> {
+    s.windows(2)
+        .filter(|w| w[1].t_s > w[0].t_s)
+        .map(|w| {
+            let dt = w[1].t_s - w[0].t_s;
+            let r = |a: u64, b: u64| b.saturating_sub(a) as f64 / MIB / dt;
+            Rate {
+                t_s: w[1].t_s,
+                app_write_mib_s: r(w[0].app_write_bytes, w[1].app_write_bytes),
+                app_read_mib_s: r(w[0].app_read_bytes, w[1].app_read_bytes),
+                dev_read_mib_s: r(w[0].dev_read_bytes, w[1].dev_read_bytes),
+                dev_write_mib_s: r(w[0].dev_write_bytes, w[1].dev_write_bytes),
+                ops_s: w[1].ops.saturating_sub(w[0].ops) as f64 / dt,
+                gc_active: w[1].gc_runs > w[0].gc_runs
+                    || w[1].gc_sections_freed > w[0].gc_sections_freed,
+            }
+        })
+        .collect()
+}
+
+/// Throughput before and after cleaning first ran.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Phases {
+    /// Seconds from the start until the first sample that saw a GC run (None: never).
+    pub gc_start_s: Option<f64>,
+    pub app_mib_s_before_gc: f64,
+    pub app_mib_s_during_gc: f64,
+    pub device_mib_s_before_gc: f64,
+    /// Device reads + writes (ScaleLFS Fig. 9b counts both) after cleaning started.
+    pub device_mib_s_during_gc: f64,
+    /// Largest device read + write bandwidth over one sample interval.
+    pub device_peak_mib_s: f64,
+    pub ops_s_before_gc: f64,
+    pub ops_s_during_gc: f64,
+}
+
+pub fn phases(s: &[Sample]) -> Phases {
+    let mut p = Phases::default();
+    let (Some(first), Some(last)) = (s.first(), s.last()) else {
+        return p;
+    };
+    let gc_idx = s
+        .iter()
+        .position(|x| x.gc_runs > first.gc_runs || x.gc_sections_freed > first.gc_sections_freed);
+    let rate = |a: &Sample, b: &Sample| {
+        let dt = b.t_s - a.t_s;
+        if dt <= 0.0 {
+            return (0.0, 0.0, 0.0);
+        }
+        (
+            b.app_write_bytes.saturating_sub(a.app_write_bytes) as f64 / MIB / dt,
+            (b.dev_read_bytes + b.dev_write_bytes)
+                .saturating_sub(a.dev_read_bytes + a.dev_write_bytes) as f64
+                / MIB
+                / dt,
+            b.ops.saturating_sub(a.ops) as f64 / dt,
+        )
+    };
+    let mid = gc_idx.map_or(last, |i| &s[i]);
+    let before = rate(first, mid);
+    p.app_mib_s_before_gc = before.0;
+    p.device_mib_s_before_gc = before.1;
+    p.ops_s_before_gc = before.2;
+    if let Some(i) = gc_idx {
+        p.gc_start_s = Some(s[i].t_s - first.t_s);
+        let during = rate(&s[i], last);
+        p.app_mib_s_during_gc = during.0;
+        p.device_mib_s_during_gc = during.1;
+        p.ops_s_during_gc = during.2;
+    }
+    p.device_peak_mib_s = rates(s)
+        .iter()
+        .map(|r| r.dev_read_mib_s + r.dev_write_mib_s)
+        .fold(0.0, f64::max);
+    p
+}
+
+/// A thread that calls `probe` every `interval` and keeps the samples; `tick` gets each
+/// sample (progress bars).
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+}
+
+impl Sampler {
+    pub fn start<P, T>(interval: Duration, probe: P, mut tick: T) -> Sampler
+    where
+        P: Fn() -> Sample + Send + 'static,
+        T: FnMut(&Sample) + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::with_capacity(4096)));
+        let t0 = Instant::now();
+        let take = move || {
+            let mut s = probe();
+            s.t_s = t0.elapsed().as_secs_f64();
+            s
+        };
+        samples.lock().push(take());
+        let (st, sm) = (stop.clone(), samples.clone());
+        let handle = std::thread::Builder::new()
+            .name("bench-sampler".into())
+            .spawn(move || {
+                let mut next = Instant::now() + interval;
+                loop {
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep((next - now).min(Duration::from_millis(20)));
+                    }
+                    let stopping = st.load(Ordering::Acquire);
+                    if Instant::now() >= next || stopping {
+                        let s = take();
+                        tick(&s);
+                        sm.lock().push(s);
+                        next += interval;
+                    }
+                    if stopping {
+                        break;
+                    }
+                }
+            })
+            .expect("spawn sampler");
+        Sampler {
+            stop,
+            handle: Some(handle),
+            samples,
+        }
+    }
+
+    /// Take a final sample and return them all.
+    pub fn finish(mut self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        std::mem::take(&mut *self.samples.lock())
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Process CPU time and peak RSS.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct ProcUsage {
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+}
+
+impl ProcUsage {
+    pub fn now() -> ProcUsage {
+        // SAFETY: getrusage writes a plain struct we own; RUSAGE_SELF is always valid.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        if rc != 0 {
+            return ProcUsage::default();
+        }
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        ProcUsage {
+            cpu_user_s: tv(ru.ru_utime),
+            cpu_sys_s: tv(ru.ru_stime),
+        }
+    }
+    /// CPU seconds (user + system) since `earlier`.
+    pub fn cpu_since(&self, earlier: &ProcUsage) -> f64 {
+        (self.cpu_user_s + self.cpu_sys_s) - (earlier.cpu_user_s + earlier.cpu_sys_s)
+    }
+}
+
+/// Reset the peak RSS (VmHWM) so the next reading covers only what follows (Linux >= 4.0).
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident set size (VmHWM) in MiB.
+pub fn peak_rss_mib() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// A tiny fast PRNG (SplitMix64): deterministic per seed and thread, no dependencies.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64, stream: u64) -> Rng {
+        Rng(seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03)
+    }
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in 0..n (n > 0).
+    #[inline]
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+    /// Uniform in [0, 1).
+    #[inline]
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_split() {
+        let mk = |t: f64, app: u64, gc: u64| Sample {
+            t_s: t,
+            app_write_bytes: app << 20,
+            dev_write_bytes: app << 20,
+            gc_runs: gc,
+            ..Default::default()
+        };
+        let s = vec![
+            mk(0.0, 0, 0),
+            mk(1.0, 100, 0),
+            mk(2.0, 200, 1),
+            mk(4.0, 220, 5),
+        ];
+        let p = phases(&s);
+        assert_eq!(p.gc_start_s, Some(2.0));
+        assert!((p.app_mib_s_before_gc - 100.0).abs() < 1e-9);
+        assert!((p.app_mib_s_during_gc - 10.0).abs() < 1e-9);
+        assert!((p.device_peak_mib_s - 100.0).abs() < 1e-9);
+        assert!(peak_rss_mib() > 0.0);
+        let mut r = Rng::new(1, 2);
+        assert!((0..1000).all(|_| r.below(10) < 10));
+    }
+}

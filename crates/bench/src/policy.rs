@@ -1,0 +1,187 @@
+//! GC policy specs: the list of designs a bench run compares, as data.
+//!
+//! Owns: [`PolicySpec`] (parsed from `f2fs`, `f2fs-lfs`, `scale`, `scale:N`), the candidate
+//! list [`CANDIDATES`], and the probe that finds which candidates the core implements.
+//!
+//! Adding a policy is one row of [`TABLE`]. The default set is every row marked `default`
+//! whose GC policy is in `GcPolicy::implemented()`; an explicit `--policies` list is checked
+//! by a probe mount on a small RAM device so that an unimplemented policy fails up front with
+//! the core's own message.
+
+use anyhow::{bail, Result};
+use flashlog_core::{AllocMode, Fs, GcPolicy, MkfsOptions, MountOptions};
+use flashlog_dev::{BlockDevice, RamDevice};
+use std::sync::Arc;
+
+/// One row per policy name: (name, GC policy, allocation mode, takes a worker count, in the
+/// default set, what it is).
+type Row = (&'static str, GcPolicy, AllocMode, bool, bool, &'static str);
+const TABLE: &[Row] = &[
+    (
+        "f2fs",
+        GcPolicy::F2fs,
+        AllocMode::Adaptive,
+        false,
+        true,
+        "F2FS default mode: one collector, SSR when space runs short",
+    ),
+    (
+        "f2fs-lfs",
+        GcPolicy::F2fs,
+        AllocMode::Lfs,
+        false,
+        true,
+        "F2FS mode=lfs (F2FS-L): one collector, never writes into holes",
+    ),
+    (
+        "scale",
+        GcPolicy::Scale,
+        AllocMode::Lfs,
+        true,
+        true,
+        "ScaleLFS: dedicated per-core collectors (scale:N = N workers)",
+    ),
+    (
+        "none",
+        GcPolicy::None,
+        AllocMode::Lfs,
+        false,
+        false,
+        "no cleaning (IPLFS-style; only for infinite-space devices)",
+    ),
+];
+
+/// A policy to run: a name from the table and its parameters.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PolicySpec {
+    /// The spec as given (`scale:4`), used as the label in tables and plots.
+    pub label: String,
+    pub name: String,
+    #[serde(skip)]
+    pub gc: GcPolicy,
+    #[serde(skip)]
+    pub alloc_mode: AllocMode,
+    /// GC workers (`scale:N`); None = the policy's default.
+    pub workers: Option<usize>,
+}
+
+impl PolicySpec {
+    /// Parse `NAME` or `NAME:N`.
+    pub fn parse(s: &str) -> Result<Self> {
+        let s = s.trim();
+        let (name, arg) = match s.split_once(':') {
+            Some((n, a)) => (n, Some(a)),
+            None => (s, None),
+        };
+        let Some(row) = TABLE.iter().find(|r| r.0 == name) else {
+            let known: Vec<&str> = TABLE.iter().map(|r| r.0).collect();
+            bail!(
+                "unknown policy {s:?} (known: {}; `scale:N` sets N GC workers)",
+                known.join(", ")
+            );
+        };
+        let workers = match arg {
+            None => None,
+            Some(a) if row.3 => match a.parse::<usize>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => bail!("policy {s:?}: worker count must be a positive integer"),
+            },
+            Some(_) => bail!("policy {name:?} takes no parameter (got {s:?})"),
+        };
+        Ok(PolicySpec {
+            label: s.to_string(),
+            name: name.to_string(),
+            gc: row.1,
+            alloc_mode: row.2,
+            workers,
+        })
+    }
+
+    /// Mount options for this policy on top of `base`.
+    pub fn mount_options(&self, base: &MountOptions) -> MountOptions {
+        let mut o = base.clone();
+        o.gc = self.gc;
+        o.alloc_mode = self.alloc_mode;
+        if let Some(n) = self.workers {
+            o.gc_workers = n;
+        }
+        o
+    }
+
+    pub fn description(&self) -> &'static str {
+        TABLE.iter().find(|r| r.0 == self.name).map_or("", |r| r.5)
+    }
+}
+
+/// Parse a comma-separated list, or probe the candidates when `list` is None.
+pub fn resolve(list: Option<&str>) -> Result<Vec<PolicySpec>> {
+    match list {
+        Some(l) => {
+            let v: Vec<PolicySpec> = l
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(PolicySpec::parse)
+                .collect::<Result<_>>()?;
+            if v.is_empty() {
+                bail!("--policies is empty");
+            }
+            for p in &v {
+                if let Err(e) = probe(p) {
+                    bail!("policy {}: {e}", p.label);
+                }
+            }
+            Ok(v)
+        }
+        None => Ok(implemented()),
+    }
+}
+
+/// The default set: rows marked default whose policy the core implements.
+pub fn implemented() -> Vec<PolicySpec> {
+    TABLE
+        .iter()
+        .filter(|r| r.4 && GcPolicy::implemented().contains(&r.1))
+        .filter_map(|r| PolicySpec::parse(r.0).ok())
+        .collect()
+}
+
+/// Mount the policy on a 64 MiB RAM volume and unmount it.
+fn probe(p: &PolicySpec) -> Result<()> {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(16384));
+    Fs::mkfs(
+        dev.clone(),
+        &MkfsOptions {
+            force: true,
+            ..Default::default()
+        },
+    )?;
+    let mut o = p.mount_options(&MountOptions::default());
+    o.cp_interval = None;
+    o.gc_interval = None;
+    let fs = Fs::mount(dev, o)?;
+    fs.unmount()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_specs() {
+        assert_eq!(
+            PolicySpec::parse("f2fs").unwrap().alloc_mode,
+            AllocMode::Adaptive
+        );
+        assert_eq!(
+            PolicySpec::parse("f2fs-lfs").unwrap().alloc_mode,
+            AllocMode::Lfs
+        );
+        assert_eq!(PolicySpec::parse("scale:4").unwrap().workers, Some(4));
+        assert!(PolicySpec::parse("scale:0").is_err());
+        assert!(PolicySpec::parse("f2fs:2").is_err());
+        let e = PolicySpec::parse("btrfs").unwrap_err().to_string();
+        assert!(e.contains("unknown policy"), "{e}");
+        assert!(implemented().iter().any(|p| p.name == "f2fs"));
+    }
+}

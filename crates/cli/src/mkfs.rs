@@ -1,0 +1,97 @@
+//! `flashlog mkfs`: lay out a new volume, creating or resizing an image file on request.
+
+use crate::device::{self, Access};
+use anyhow::{bail, Context, Result};
+use flashlog_core::{Fs, MkfsOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  flashlog mkfs --size 1G disk.img\n  flashlog mkfs --force --label data /dev/nvme0n1p3"
+)]
+pub struct Args {
+    /// Image file or block device. A missing image file is created when --size is given.
+    target: PathBuf,
+    /// Size of the image file: create it, or resize an existing one (e.g. 64M, 512MiB, 1G;
+    /// at least 64M). Not for block devices.
+    #[arg(long, value_name = "SIZE")]
+    size: Option<String>,
+    /// Overwrite an existing file system (Flashlog or another one).
+    #[arg(long, short = 'f')]
+    force: bool,
+    /// Volume label (up to 64 bytes).
+    #[arg(long, short = 'l', default_value = "")]
+    label: String,
+    /// Segments (2 MiB each) per section, the unit of cleaning.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    segs_per_sec: u32,
+    /// Independent log partitions (6 log heads each).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    mlogs: u32,
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    if a.label.len() > flashlog_format::sb::LABEL_LEN {
+        bail!(
+            "label is {} bytes; the limit is {}",
+            a.label.len(),
+            flashlog_format::sb::LABEL_LEN
+        );
+    }
+    let exists = a.target.exists();
+    if let Some(size) = &a.size {
+        let bytes = flashlog_fuse::parse_size(size).map_err(anyhow::Error::msg)?;
+        if bytes < flashlog_format::sb::MIN_VOLUME_BYTES {
+            bail!("--size {size} is too small: a volume needs at least 64M");
+        }
+        if exists {
+            device::check_target(&a.target)?;
+            let md = std::fs::metadata(&a.target)?;
+            if !md.file_type().is_file() {
+                bail!(
+                    "--size only applies to image files; {} is a block device (leave --size out)",
+                    a.target.display()
+                );
+            }
+            let _lock = device::lock(&a.target, Access::Exclusive)?;
+            if !a.force {
+                // Refuse before resizing, so that a volume is never truncated by mistake.
+                let dev = device::open(&a.target, true)?;
+                if let Some(sig) = flashlog_core::checkpoint::detect_signature(&*dev)
+                    .map_err(|e| device::explain(&a.target, e))?
+                {
+                    bail!(
+                        "{} already holds a {sig} file system; add --force to overwrite it",
+                        a.target.display()
+                    );
+                }
+            }
+            let f = std::fs::OpenOptions::new().write(true).open(&a.target)?;
+            f.set_len(bytes)
+                .with_context(|| format!("cannot resize {}", a.target.display()))?;
+        } else {
+            flashlog_dev::FileDevice::create(&a.target, bytes)
+                .with_context(|| format!("cannot create {}", a.target.display()))?;
+        }
+    } else if !exists {
+        bail!(
+            "{} does not exist; add --size SIZE (e.g. --size 1G) to create an image file",
+            a.target.display()
+        );
+    }
+    let _lock = device::lock(&a.target, Access::Exclusive)?;
+    let dev = device::open(&a.target, false)?;
+    let opts = MkfsOptions {
+        label: a.label,
+        segs_per_sec: a.segs_per_sec,
+        mlogs: a.mlogs,
+        force: a.force,
+    };
+    let report = Fs::mkfs(dev, &opts).map_err(|e| match e {
+        flashlog_core::Error::Invalid(why) => anyhow::anyhow!("{}: {why}", a.target.display()),
+        e => device::explain(&a.target, e),
+    })?;
+    println!("{report}");
+    Ok(ExitCode::SUCCESS)
+}

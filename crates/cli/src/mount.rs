@@ -1,0 +1,465 @@
+//! `flashlog mount` and the mount(8) helper `mount.fuse.flashlog`: mount a volume with FUSE
+//! and serve it until it is unmounted, then write the final checkpoint.
+//!
+//! Process model:
+//! - Foreground (default): this process mounts, serves and unmounts.
+//! - `--daemon` (always for the mount(8) helper): fork before any thread exists; the parent
+//!   waits on a pipe and returns only once the child reports the mount live (exit 0) or
+//!   failed (exit 1, with the child's error). The child starts a new session, logs to a file
+//!   and serves.
+//!
+//! Ways a mount ends, all finishing with `Fs::unmount()` (the final checkpoint):
+//! - `umount DIR` / `fusermount3 -u DIR`: the kernel ends the connection, the request
+//!   threads see ENODEV and `Session::run` returns;
+//! - SIGINT, SIGTERM, SIGHUP: blocked in every thread, taken by one signal thread with
+//!   sigwait, which unmounts (lazily if the mount is busy) and so reaches the case above.
+//!
+//! Invariant: signals are blocked before the first thread is spawned (the core's checkpoint
+//! thread, fuser's request threads), so no thread but the signal thread ever takes them.
+
+use crate::device::{self, Access};
+use anyhow::{anyhow, bail, Context, Result};
+use flashlog_core::Fs;
+use flashlog_fuse::MountConfig;
+use nix::sys::signal::{SigSet, Signal};
+use std::fs::File;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
+  ro | rw                   read-only or read-write (default rw)
+  gc=f2fs|scale|device|none garbage-collection policy (default f2fs)
+  mode=lfs|adaptive         allocation mode (default adaptive)
+  allow_other|noallow_other let every user use the mount (default: on when mounted by root)
+  default_permissions|nodefault_permissions
+                            the kernel checks permissions from the mode bits (default on)
+  inline|noinline           small files and directories inside the inode (default inline)
+  writeback|nowriteback     kernel write-back cache (default writeback)
+  threads=N                 FUSE request threads (default: one per core)
+  cp_interval=SECONDS       checkpoint timer, 0 = off (default 30)
+  dirty_cap=SIZE            dirty data cached before write-back (default 64M)
+  dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync: as mount(8)
+  defaults, auto, noauto, user, nouser, _netdev, nofail, x-*: accepted for fstab
+Unknown options are an error.
+
+Unmount with `umount DIR` or `fusermount3 -u DIR`, or stop a foreground mount with Ctrl-C;
+every way writes a final checkpoint.
+
+Examples:
+  flashlog mount disk.img /mnt/flash                  # foreground, Ctrl-C unmounts
+  flashlog mount --daemon -o gc=none disk.img /mnt/flash
+  mount -t fuse.flashlog disk.img /mnt/flash           # via the mount(8) helper
+  fstab: /srv/disk.img  /mnt/flash  fuse.flashlog  defaults,nofail  0  0")]
+pub struct Args {
+    /// Image file or block device holding the volume.
+    source: PathBuf,
+    /// Directory to mount on.
+    mountpoint: PathBuf,
+    /// Mount options, comma separated (may be repeated); see below.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// Return as soon as the mount is live and keep serving in the background.
+    #[arg(long)]
+    daemon: bool,
+    /// Log file of the background process (default /run/flashlog/<mountpoint>.log, or
+    /// the temporary directory when /run/flashlog cannot be created).
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// Write the id of the serving process to FILE (removed at unmount).
+    #[arg(long, value_name = "FILE")]
+    pid_file: Option<PathBuf>,
+}
+
+/// `mount.fuse.flashlog SOURCE DIR [-o OPTS] [-n] [-f] [-v] [-s] [-t TYPE]`, as mount(8)
+/// runs helpers. Always daemonizes: mount(8) waits for the helper to return.
+pub fn helper_main(argv: Vec<String>) -> Result<ExitCode> {
+    let usage = "usage: mount.fuse.flashlog SOURCE MOUNTPOINT [-o OPTIONS] [-n] [-f] [-v] [-s]";
+    let mut pos = Vec::new();
+    let mut options = Vec::new();
+    let (mut fake, mut sloppy) = (false, false);
+    let mut it = argv.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => options.push(
+                it.next()
+                    .ok_or_else(|| anyhow!("-o needs a value; {usage}"))?,
+            ),
+            s if s.starts_with("-o") => options.push(s[2..].to_string()),
+            "-t" => {
+                it.next();
+            }
+            "-n" | "-v" => {}
+            "-f" => fake = true,
+            "-s" => sloppy = true,
+            "-r" => options.push("ro".into()),
+            "-w" => options.push("rw".into()),
+            "-h" | "--help" => {
+                println!("{usage}\nSee `flashlog mount --help` for the options.");
+                return Ok(ExitCode::SUCCESS);
+            }
+            s if s.starts_with('-') && s.len() > 1 => bail!("unknown flag {s:?}; {usage}"),
+            _ => pos.push(a),
+        }
+    }
+    let [source, mountpoint] = <[String; 2]>::try_from(pos).map_err(|_| anyhow!("{usage}"))?;
+    // Old fuse fstab syntax: "flashlog#SOURCE".
+    let source = source
+        .strip_prefix("flashlog#")
+        .unwrap_or(&source)
+        .to_string();
+    if sloppy {
+        // mount -s: drop options we do not know instead of failing.
+        let mut probe = MountConfig::defaults(true);
+        options = options
+            .iter()
+            .flat_map(|o| o.split(',').map(str::to_string).collect::<Vec<_>>())
+            .filter(|o| probe.apply(std::slice::from_ref(o)).is_ok())
+            .collect();
+    }
+    let args = Args {
+        source: source.into(),
+        mountpoint: mountpoint.into(),
+        options,
+        daemon: true,
+        log: None,
+        pid_file: None,
+    };
+    if fake {
+        prepare(&args)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    run(args)
+}
+
+/// Checked, absolute paths and the parsed options.
+struct Prepared {
+    source: PathBuf,
+    mountpoint: PathBuf,
+    cfg: MountConfig,
+}
+
+fn prepare(a: &Args) -> Result<Prepared> {
+    let is_root = nix::unistd::geteuid().is_root();
+    let mut cfg = MountConfig::defaults(is_root);
+    cfg.apply(&a.options).map_err(anyhow::Error::msg)?;
+    device::check_target(&a.source)?;
+    let source = a
+        .source
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", a.source.display()))?;
+    let md = std::fs::metadata(&a.mountpoint).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => anyhow!("mountpoint {} does not exist (create it with `mkdir -p {}`)", a.mountpoint.display(), a.mountpoint.display()),
+        std::io::ErrorKind::NotConnected => anyhow!(
+            "mountpoint {} is a dead FUSE mount (its daemon died); clear it with `fusermount3 -u {}` and mount again",
+            a.mountpoint.display(),
+            a.mountpoint.display()
+        ),
+        _ => anyhow!("cannot use mountpoint {}: {e}", a.mountpoint.display()),
+    })?;
+    if !md.is_dir() {
+        bail!("mountpoint {} is not a directory", a.mountpoint.display());
+    }
+    let mountpoint = a.mountpoint.canonicalize()?;
+    if !Path::new("/dev/fuse").exists() {
+        bail!(
+            "/dev/fuse is missing: load the FUSE module (`modprobe fuse`) or run scripts/setup.sh"
+        );
+    }
+    if !is_root && which("fusermount3").is_none() {
+        bail!("fusermount3 is not installed, and mounting as a normal user needs it: run scripts/setup.sh (or `apt-get install fuse3`)");
+    }
+    if cfg.allow_other && !is_root {
+        let conf = std::fs::read_to_string("/etc/fuse.conf").unwrap_or_default();
+        if !conf.lines().any(|l| l.trim() == "user_allow_other") {
+            bail!("allow_other as a normal user needs `user_allow_other` in /etc/fuse.conf (or mount as root)");
+        }
+    }
+    Ok(Prepared {
+        source,
+        mountpoint,
+        cfg,
+    })
+}
+
+fn which(cmd: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let p = prepare(&a)?;
+    let mut ready = None;
+    if a.daemon {
+        let log = match &a.log {
+            Some(l) => l.clone(),
+            None => default_log(&p.mountpoint),
+        };
+        ready = Some(daemonize(&log, &p)?);
+        crate::init_logging("info,fuser=error", false);
+    } else {
+        crate::init_logging("info,fuser=error", std::io::stderr().is_terminal());
+    }
+    let pid_file = a
+        .pid_file
+        .as_ref()
+        .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.clone()));
+    let r = serve(&p, &mut ready, pid_file.as_deref());
+    if let Some(f) = &pid_file {
+        let _ = std::fs::remove_file(f);
+    }
+    match (r, ready) {
+        (Err(e), Some(mut rd)) if rd.pending() => {
+            rd.fail(&format!("{e:#}"));
+            Err(e)
+        }
+        (r, _) => r,
+    }
+}
+
+fn default_log(mountpoint: &Path) -> PathBuf {
+    let name: String = mountpoint
+        .to_string_lossy()
+        .trim_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = if name.is_empty() {
+        "root".to_string()
+    } else {
+        name
+    };
+    let run = Path::new("/run/flashlog");
+    if std::fs::create_dir_all(run).is_ok()
+        && nix::unistd::access(run, nix::unistd::AccessFlags::W_OK).is_ok()
+    {
+        return run.join(format!("{name}.log"));
+    }
+    std::env::temp_dir().join(format!("flashlog-{}-{name}.log", nix::unistd::geteuid()))
+}
+
+/// The child's end of the readiness pipe of `--daemon`.
+struct Ready {
+    pipe: Option<File>,
+}
+
+impl Ready {
+    fn pending(&self) -> bool {
+        self.pipe.is_some()
+    }
+    fn send(&mut self, msg: &str) {
+        if let Some(mut f) = self.pipe.take() {
+            let _ = f.write_all(msg.as_bytes());
+        }
+    }
+    fn ok(&mut self, msg: &str) {
+        self.send(&format!("OK {msg}"));
+    }
+    fn fail(&mut self, msg: &str) {
+        self.send(&format!("ERR {msg}"));
+    }
+}
+
+/// Fork. The parent waits for the child's report and exits; the child returns.
+fn daemonize(log: &Path, p: &Prepared) -> Result<Ready> {
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("cannot open the log file {}", log.display()))?;
+    let (rd, wr) = nix::unistd::pipe().context("pipe")?;
+    // SAFETY: no thread has been started yet (daemonize runs before the volume is opened and
+    // before logging or FUSE start threads), so the child is a complete copy of this process.
+    match unsafe { nix::unistd::fork() }.context("fork")? {
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(wr);
+            let mut msg = String::new();
+            let _ = File::from(rd).read_to_string(&mut msg);
+            if let Some(ok) = msg.strip_prefix("OK ") {
+                println!("{ok}");
+                std::process::exit(0);
+            }
+            match msg.strip_prefix("ERR ") {
+                Some(err) => eprintln!("flashlog: error: {err}"),
+                None => eprintln!("flashlog: error: the background process {child} exited before the mount of {} was ready; see {}", p.mountpoint.display(), log.display()),
+            }
+            std::process::exit(1);
+        }
+        nix::unistd::ForkResult::Child => {
+            drop(rd);
+            let _ = nix::unistd::setsid();
+            if let Ok(null) = File::open("/dev/null") {
+                let _ = nix::unistd::dup2_stdin(&null);
+            }
+            let _ = nix::unistd::dup2_stdout(&log_file);
+            let _ = nix::unistd::dup2_stderr(&log_file);
+            let _ = std::env::set_current_dir("/");
+            eprintln!(
+                "--- flashlog {} mount of {} on {} (pid {})",
+                env!("CARGO_PKG_VERSION"),
+                p.source.display(),
+                p.mountpoint.display(),
+                std::process::id()
+            );
+            let _ = log; // the path was reported by the parent's message
+            Ok(Ready {
+                pipe: Some(File::from(wr)),
+            })
+        }
+    }
+}
+
+fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Result<ExitCode> {
+    // Before any thread exists: every thread inherits this mask.
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        // A shell starts background jobs with SIGINT ignored, and an ignored signal is
+        // discarded before sigwait could take it: restore the default disposition (never
+        // acted on, since the signal is blocked below).
+        // SAFETY: installs SIG_DFL, no handler code; no other thread exists yet.
+        let _ = unsafe { nix::sys::signal::signal(s, nix::sys::signal::SigHandler::SigDfl) };
+        signals.add(s);
+    }
+    signals.thread_block().context("blocking signals")?;
+
+    let _lock = device::lock(&p.source, Access::Exclusive)?;
+    let dev = device::open(&p.source, p.cfg.core.read_only)?;
+    let fs = Fs::mount(dev, p.cfg.core.clone()).map_err(|e| device::explain(&p.source, e))?;
+    let fs = Arc::new(fs);
+    let source = p.source.to_string_lossy().into_owned();
+    let mut session = match flashlog_fuse::mount(fs.clone(), &source, &p.mountpoint, &p.cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            finish(fs, p);
+            return Err(anyhow!(
+                "cannot mount {} on {}: {e}",
+                p.source.display(),
+                p.mountpoint.display()
+            ));
+        }
+    };
+    let pid = std::process::id();
+    if let Some(f) = pid_file {
+        std::fs::write(f, format!("{pid}\n"))
+            .with_context(|| format!("cannot write the pid file {}", f.display()))?;
+    }
+    let how = format!("unmount with `umount {}`", p.mountpoint.display());
+    tracing::info!(
+        "mounted {} on {} ({}); {how}",
+        p.source.display(),
+        p.mountpoint.display(),
+        p.cfg.summary()
+    );
+    match ready {
+        Some(r) => {
+            let log = std::fs::read_link("/proc/self/fd/2")
+                .map(|l| l.display().to_string())
+                .unwrap_or_else(|_| "?".into());
+            r.ok(&format!(
+                "flashlog: mounted {} on {} (pid {pid}, log {log}); {how}",
+                p.source.display(),
+                p.mountpoint.display()
+            ));
+        }
+        None => eprintln!(
+            "flashlog: mounted {} on {}; Ctrl-C or `umount {}` unmounts",
+            p.source.display(),
+            p.mountpoint.display(),
+            p.mountpoint.display()
+        ),
+    }
+    spawn_signal_thread(signals, session.unmount_callable(), p.mountpoint.clone())?;
+    let served = session.run();
+    if let Err(e) = &served {
+        tracing::error!("FUSE session ended with an error: {e}");
+    }
+    Ok(finish(fs, p))
+}
+
+/// The final checkpoint. Every other holder of the `Fs` is gone once the session returned.
+fn finish(fs: Arc<Fs>, p: &Prepared) -> ExitCode {
+    let stats = fs.stats();
+    let r = match Arc::try_unwrap(fs) {
+        Ok(fs) => fs.unmount(),
+        Err(fs) => {
+            tracing::warn!(
+                "the volume is still referenced; writing a checkpoint without unmounting"
+            );
+            fs.sync()
+        }
+    };
+    match r {
+        Ok(()) => {
+            let msg = format!(
+                "unmounted {} from {} cleanly: final checkpoint written (app wrote {:.1} MiB, device wrote {:.1} MiB, {} checkpoints before the final one, {} fsyncs)",
+                p.source.display(),
+                p.mountpoint.display(),
+                stats.app_write_bytes as f64 / (1 << 20) as f64,
+                stats.dev_write_blocks as f64 * 4096.0 / (1 << 20) as f64,
+                stats.checkpoints,
+                stats.fsyncs
+            );
+            tracing::info!("{msg}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(
+                "final checkpoint of {} failed: {e}; the next mount recovers the last good checkpoint and fsync'd data; run `flashlog fsck {}`",
+                p.source.display(),
+                p.source.display()
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn spawn_signal_thread(
+    signals: SigSet,
+    mut unmounter: fuser::SessionUnmounter,
+    mountpoint: PathBuf,
+) -> Result<()> {
+    std::thread::Builder::new()
+        .name("flashlog-signals".into())
+        .spawn(move || {
+            let mut first = true;
+            while let Ok(sig) = signals.wait() {
+                tracing::info!("{sig}: unmounting {}", mountpoint.display());
+                let r = if first {
+                    unmounter.unmount().map_err(|e| e.to_string())
+                } else {
+                    Err("a second signal".to_string())
+                };
+                first = false;
+                if let Err(why) = r {
+                    // Busy (a process has a file open or its cwd inside): detach now, the
+                    // kernel ends the connection when the last user leaves.
+                    tracing::warn!(
+                        "unmount of {} did not complete ({why}); detaching it lazily",
+                        mountpoint.display()
+                    );
+                    if let Err(e) =
+                        nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
+                    {
+                        tracing::error!(
+                            "lazy unmount of {} failed: {e}; use `fusermount3 -uz {}`",
+                            mountpoint.display(),
+                            mountpoint.display()
+                        );
+                    }
+                }
+            }
+        })
+        .context("spawning the signal thread")?;
+    Ok(())
+}

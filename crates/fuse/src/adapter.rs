@@ -1,0 +1,952 @@
+//! The `fuser::Filesystem` implementation: every FUSE request becomes one call into
+//! `flashlog_core::Fs`, and every core error becomes an errno through [`errno_of`].
+//!
+//! Owns: inode-number translation, the FUSE-specific choices (TTLs, open flags, INIT
+//! capabilities) and the kernel pins (below). The core does all other locking; the adapter's
+//! one lock (`pins`) is a leaf, never held across a call into the core, so it adds nothing
+//! to the core's lock order, and any number of request threads may call in at once.
+//!
+//! Kernel pins. The kernel may keep an inode after its last name is gone and still send
+//! requests for it (with the write-back cache it flushes dirty times with SETATTR at the
+//! next syncfs), until it evicts the inode and sends FORGET. So the core must neither free
+//! the inode nor reuse its number before that FORGET. When an unlink, rmdir or rename is
+//! about to remove the last link, the adapter opens the victim in the core (the same count
+//! that keeps unlinked open files alive), and releases it on FORGET, or at unmount for the
+//! inodes the kernel never forgot (the core then frees them).
+//!
+//! Inode numbers: FUSE's root is 1, the core's is `ROOT_INO` (3). The adapter swaps 1 and 3
+//! and passes every other number through, a bijection (core nids 1 and 2 are never used).
+//!
+//! How each request is answered:
+//! - lookup, getattr, setattr, readlink, mknod, mkdir, unlink, rmdir, symlink, rename
+//!   (flags NOREPLACE and EXCHANGE; WHITEOUT is EINVAL), link, open, read, write, release,
+//!   fsync, readdir, fsyncdir, statfs, set/get/list/removexattr, create, fallocate (modes
+//!   0, KEEP_SIZE and PUNCH_HOLE|KEEP_SIZE; others EOPNOTSUPP): by the core.
+//! - flush: nothing to do (data reaches the core on write; durability is fsync's job).
+//! - forget / batch_forget: drop the kernel pin of an unlinked inode, if any (the core does
+//!   not count kernel lookups otherwise).
+//! - opendir / releasedir: nothing to do (directories are not open-counted).
+//! - access: only sent without default_permissions; answered from the mode bits.
+//! - getlk / setlk / flock: never sent, since POSIX_LOCKS and FLOCK_LOCKS are not
+//!   negotiated: the kernel keeps locks itself, which is right for a local file system.
+//! - lseek, copy_file_range, ioctl, bmap, poll: ENOSYS, after which the kernel uses its own
+//!   generic implementation (lseek over i_size, copy by read/write, ENOTTY for ioctl,
+//!   the default poll mask). SEEK_DATA/SEEK_HOLE thus report the whole file as data, which
+//!   POSIX allows.
+
+use crate::errno::errno_of;
+use crate::options::MountConfig;
+use flashlog_core::{
+    Attr, Error, FallocMode, Fs, Ino, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode, ROOT_INO,
+};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the kernel may cache attributes and names. The adapter is the only writer, so
+/// the kernel's own changes keep its cache right; the TTL only bounds how stale a view can
+/// get if that ever changes.
+pub const TTL: Duration = Duration::from_secs(1);
+/// Largest WRITE request: 1 MiB (256 pages, the kernel's default `max_pages_limit`).
+pub const MAX_WRITE_BYTES: u32 = 1 << 20;
+/// Asynchronous requests (readahead, write-back, async direct I/O) the kernel keeps in
+/// flight before throttling (dependencies.md §2: 64-256; the kernel default is 12).
+pub const MAX_BACKGROUND: u16 = 64;
+/// Throttle writers at 75 % of `MAX_BACKGROUND`.
+pub const CONGESTION_THRESHOLD: u16 = 48;
+/// Directory entries fetched from the core per READDIR (one 4 KiB reply holds about 100).
+const READDIR_BATCH: usize = 160;
+
+// fallocate(2) modes (linux/falloc.h).
+const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
+const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;
+// setxattr(2) flags.
+const XATTR_CREATE: i32 = 1;
+const XATTR_REPLACE: i32 = 2;
+
+/// The FUSE face of a mounted volume.
+pub struct FlashlogFuse {
+    fs: Arc<Fs>,
+    cfg: MountConfig,
+    /// Unlinked inodes held open for the kernel until its FORGET (see the module header).
+    /// Leaf lock: never held across a call into the core.
+    pins: Mutex<HashSet<Ino>>,
+}
+
+impl FlashlogFuse {
+    pub fn new(fs: Arc<Fs>, cfg: MountConfig) -> Self {
+        FlashlogFuse {
+            fs,
+            cfg,
+            pins: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Before removing `name` from `parent`: if that removes the last link of its inode, hold
+    /// the inode open for the kernel. Returns the pinned inode, to unpin if the removal fails.
+    fn pin_victim(&self, parent: Ino, name: &[u8]) -> Option<Ino> {
+        let a = self.fs.lookup(parent, name).ok()?;
+        if (a.nlink > 1 && !a.is_dir())
+            || self
+                .pins
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&a.ino)
+        {
+            return None;
+        }
+        self.fs.open(a.ino).ok()?;
+        let fresh = self
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(a.ino);
+        if !fresh {
+            // Another thread pinned it meanwhile: one pin is enough.
+            let _ = self.fs.release(a.ino);
+            return None;
+        }
+        Some(a.ino)
+    }
+
+    /// Drop a pin (the removal failed, the kernel forgot the inode, or unmount).
+    fn unpin(&self, ino: Ino) {
+        let had = self
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&ino);
+        if had {
+            if let Err(e) = self.fs.release(ino) {
+                tracing::warn!("releasing unlinked inode {ino}: {e}");
+            }
+        }
+    }
+
+    /// Release every pin (unmount: the kernel will send no more FORGETs).
+    pub fn release_pins(&self) {
+        let all: Vec<Ino> = self
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
+        for ino in all {
+            if let Err(e) = self.fs.release(ino) {
+                tracing::warn!("releasing unlinked inode {ino}: {e}");
+            }
+        }
+    }
+}
+
+/// FUSE inode number -> core inode number.
+fn core_ino(ino: INodeNo) -> Result<Ino, Errno> {
+    match ino.0 {
+        1 => Ok(ROOT_INO),
+        n if n == ROOT_INO as u64 => Ok(1),
+        n => Ino::try_from(n).map_err(|_| Errno::ENOENT),
+    }
+}
+
+/// Core inode number -> FUSE inode number.
+fn fuse_ino(ino: Ino) -> INodeNo {
+    match ino {
+        ROOT_INO => INodeNo(1),
+        1 => INodeNo(ROOT_INO as u64),
+        n => INodeNo(n as u64),
+    }
+}
+
+fn system_time(t: Timespec) -> SystemTime {
+    let nsec = Duration::from_nanos(t.nsec.min(999_999_999) as u64);
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::from_secs(t.sec as u64) + nsec
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + nsec
+    }
+}
+
+/// A time from a fuser request. fuser 0.18 decodes the kernel's (sec < 0, nsec) as
+/// `UNIX_EPOCH - (|sec| s + nsec ns)` (its `system_time_from_time` has a TODO there) instead
+/// of `UNIX_EPOCH - |sec| s + nsec ns`; this undoes exactly that encoding, so pre-1970 times
+/// round-trip (utimensat with tv_sec = -1000, tv_nsec = 5 reads back as set).
+fn timespec(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec {
+            sec: d.as_secs().min(i64::MAX as u64) as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            Timespec {
+                sec: -(d.as_secs().min(i64::MAX as u64) as i64),
+                nsec: d.subsec_nanos(),
+            }
+        }
+    }
+}
+
+fn file_type(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+/// Directory-entry type codes are the DT_* values, which are the S_IFMT bits shifted down.
+fn dirent_type(ftype: u8) -> FileType {
+    file_type((ftype as u32) << 12)
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: fuse_ino(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: system_time(a.atime),
+        mtime: system_time(a.mtime),
+        ctime: system_time(a.ctime),
+        crtime: system_time(a.crtime),
+        kind: file_type(a.mode),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(t) => TimeSet::At(timespec(t)),
+    }
+}
+
+/// Unwrap a core result or answer the request with its errno.
+macro_rules! tri {
+    ($reply:expr, $e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(err) => {
+                let err: Error = err;
+                $reply.error(errno_of(&err));
+                return;
+            }
+        }
+    };
+}
+
+/// Unwrap an inode translation or answer ENOENT.
+macro_rules! ino {
+    ($reply:expr, $ino:expr) => {
+        match core_ino($ino) {
+            Ok(i) => i,
+            Err(e) => {
+                $reply.error(e);
+                return;
+            }
+        }
+    };
+}
+
+impl FlashlogFuse {
+    fn open_flags(&self, attr: &Attr) -> FopenFlags {
+        // We are the only writer, so cached pages stay valid across opens.
+        if attr.is_file() {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+}
+
+impl Filesystem for FlashlogFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(max) = config.set_max_write(MAX_WRITE_BYTES) {
+            let _ = config.set_max_write(max);
+        }
+        if let Err(max) = config.set_max_background(MAX_BACKGROUND) {
+            let _ = config.set_max_background(max);
+        }
+        let _ = config.set_congestion_threshold(CONGESTION_THRESHOLD);
+        let mut wanted = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        if self.cfg.writeback_cache && !self.cfg.core.read_only {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let mut got = Vec::new();
+        let mut missing = Vec::new();
+        for (name, flag) in wanted.iter_names() {
+            match config.add_capabilities(flag) {
+                Ok(()) => got.push(name),
+                Err(_) => missing.push(name),
+            }
+        }
+        tracing::info!(
+            "FUSE ABI {:?}; enabled {}; kernel lacks [{}]",
+            config.kernel_abi(),
+            got.join(" "),
+            missing.join(" ")
+        );
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.release_pins();
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        if let Ok(ino) = core_ino(ino) {
+            self.unpin(ino);
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent = ino!(reply, parent);
+        let a = tri!(reply, self.fs.lookup(parent, name.as_bytes()));
+        reply.entry(&TTL, &file_attr(&a), Generation(0));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ino = ino!(reply, ino);
+        let a = tri!(reply, self.fs.getattr(ino));
+        reply.attr(&TTL, &file_attr(&a));
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let ino = ino!(reply, ino);
+        // With the write-back cache the kernel sends mtime and ctime as explicit times and
+        // only atime as "now"; its ctime is the "now" of this change, so UTIME_NOW gives
+        // equal atime, mtime and ctime, as on a kernel file system.
+        let ctime = ctime.map(timespec);
+        let resolve = |t: TimeOrNow| match (t, ctime) {
+            (TimeOrNow::Now, Some(now)) => TimeSet::At(now),
+            (t, _) => time_set(t),
+        };
+        let sa = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(resolve),
+            mtime: mtime.map(resolve),
+            ctime,
+        };
+        let a = tri!(reply, self.fs.setattr(ino, &sa));
+        reply.attr(&TTL, &file_attr(&a));
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let ino = ino!(reply, ino);
+        let target = tri!(reply, self.fs.readlink(ino));
+        reply.data(&target);
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let parent = ino!(reply, parent);
+        // The kernel already applied the umask (FUSE_DONT_MASK is not negotiated).
+        let a = tri!(
+            reply,
+            self.fs
+                .mknod(parent, name.as_bytes(), mode, rdev, req.uid(), req.gid())
+        );
+        reply.entry(&TTL, &file_attr(&a), Generation(0));
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let parent = ino!(reply, parent);
+        let a = tri!(
+            reply,
+            self.fs
+                .mkdir(parent, name.as_bytes(), mode & 0o7777, req.uid(), req.gid())
+        );
+        reply.entry(&TTL, &file_attr(&a), Generation(0));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = ino!(reply, parent);
+        let pin = self.pin_victim(parent, name.as_bytes());
+        if let Err(e) = self.fs.unlink(parent, name.as_bytes()) {
+            if let Some(i) = pin {
+                self.unpin(i);
+            }
+            reply.error(errno_of(&e));
+            return;
+        }
+        reply.ok();
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = ino!(reply, parent);
+        let pin = self.pin_victim(parent, name.as_bytes());
+        if let Err(e) = self.fs.rmdir(parent, name.as_bytes()) {
+            if let Some(i) = pin {
+                self.unpin(i);
+            }
+            reply.error(errno_of(&e));
+            return;
+        }
+        reply.ok();
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let parent = ino!(reply, parent);
+        let a = tri!(
+            reply,
+            self.fs.symlink(
+                parent,
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                req.uid(),
+                req.gid()
+            )
+        );
+        reply.entry(&TTL, &file_attr(&a), Generation(0));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let parent = ino!(reply, parent);
+        let newparent = ino!(reply, newparent);
+        let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
+        if !known.contains(flags) {
+            reply.error(Errno::EINVAL);
+            return;
+        }
+        let f = RenameFlags {
+            noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+        };
+        let pin = if f.exchange {
+            None
+        } else {
+            self.pin_victim(newparent, newname.as_bytes())
+        };
+        if let Err(e) = self
+            .fs
+            .rename(parent, name.as_bytes(), newparent, newname.as_bytes(), f)
+        {
+            if let Some(i) = pin {
+                self.unpin(i);
+            }
+            reply.error(errno_of(&e));
+            return;
+        }
+        reply.ok();
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let ino = ino!(reply, ino);
+        let newparent = ino!(reply, newparent);
+        let a = tri!(reply, self.fs.link(ino, newparent, newname.as_bytes()));
+        reply.entry(&TTL, &file_attr(&a), Generation(0));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let ino = ino!(reply, ino);
+        let a = tri!(reply, self.fs.open(ino));
+        reply.opened(FileHandle(0), self.open_flags(&a));
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let ino = ino!(reply, ino);
+        let mut buf = vec![0u8; size as usize];
+        let n = tri!(reply, self.fs.read(ino, offset, &mut buf));
+        reply.data(&buf[..n]);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let ino = ino!(reply, ino);
+        let mut done = 0usize;
+        while done < data.len() {
+            match self.fs.write(ino, offset + done as u64, &data[done..]) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                // A short write is reported as such; the error comes with the next write.
+                Err(_) if done > 0 => break,
+                Err(e) => {
+                    reply.error(errno_of(&e));
+                    return;
+                }
+            }
+        }
+        reply.written(done as u32);
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino!(reply, ino);
+        tri!(reply, self.fs.release(ino));
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino!(reply, ino);
+        tri!(reply, self.fs.fsync(ino, datasync));
+        reply.ok();
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let ino = ino!(reply, ino);
+        let mut offset = offset;
+        loop {
+            let entries = tri!(reply, self.fs.readdir(ino, offset, READDIR_BATCH));
+            let Some(last) = entries.last() else { break };
+            let next = last.next_offset;
+            for e in &entries {
+                if reply.add(
+                    fuse_ino(e.ino),
+                    e.next_offset,
+                    dirent_type(e.ftype),
+                    OsStr::from_bytes(&e.name),
+                ) {
+                    reply.ok();
+                    return;
+                }
+            }
+            if entries.len() < READDIR_BATCH || next <= offset {
+                break;
+            }
+            offset = next;
+        }
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino!(reply, ino);
+        tri!(reply, self.fs.fsync(ino, datasync));
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        reply.statfs(
+            s.blocks,
+            s.blocks_free,
+            s.blocks_free,
+            s.files,
+            s.files_free,
+            s.block_size,
+            s.name_max,
+            s.block_size,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino!(reply, ino);
+        let mode = match flags {
+            0 => XattrMode::Any,
+            XATTR_CREATE => XattrMode::Create,
+            XATTR_REPLACE => XattrMode::Replace,
+            _ => {
+                reply.error(Errno::EINVAL);
+                return;
+            }
+        };
+        tri!(reply, self.fs.setxattr(ino, name.as_bytes(), value, mode));
+        reply.ok();
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let ino = ino!(reply, ino);
+        let v = tri!(reply, self.fs.getxattr(ino, name.as_bytes()));
+        reply_xattr(reply, &v, size);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let ino = ino!(reply, ino);
+        let names = tri!(reply, self.fs.listxattr(ino));
+        let mut buf = Vec::new();
+        for n in names {
+            buf.extend_from_slice(&n);
+            buf.push(0);
+        }
+        reply_xattr(reply, &buf, size);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ino = ino!(reply, ino);
+        tri!(reply, self.fs.removexattr(ino, name.as_bytes()));
+        reply.ok();
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let ino = ino!(reply, ino);
+        let a = tri!(reply, self.fs.getattr(ino));
+        let want = mask.bits() as u32 & 0o7;
+        if req.uid() == 0 {
+            // root: everything but execute of a file nobody may execute.
+            if want & 1 != 0 && !a.is_dir() && a.mode & 0o111 == 0 {
+                reply.error(Errno::EACCES);
+            } else {
+                reply.ok();
+            }
+            return;
+        }
+        let shift = if req.uid() == a.uid {
+            6
+        } else if req.gid() == a.gid {
+            3
+        } else {
+            0
+        };
+        if (a.mode >> shift) & want == want {
+            reply.ok();
+        } else {
+            reply.error(Errno::EACCES);
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let parent = ino!(reply, parent);
+        let a = tri!(
+            reply,
+            self.fs
+                .create(parent, name.as_bytes(), mode & 0o7777, req.uid(), req.gid())
+        );
+        let a = tri!(reply, self.fs.open(a.ino));
+        reply.created(
+            &TTL,
+            &file_attr(&a),
+            Generation(0),
+            FileHandle(0),
+            self.open_flags(&a),
+        );
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino!(reply, ino);
+        let m = match mode {
+            0 => FallocMode::Allocate,
+            FALLOC_FL_KEEP_SIZE => FallocMode::KeepSize,
+            m if m == FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE => FallocMode::PunchHole,
+            _ => {
+                reply.error(Errno::EOPNOTSUPP);
+                return;
+            }
+        };
+        tri!(reply, self.fs.fallocate(ino, m, offset, length));
+        reply.ok();
+    }
+
+    // ---- requests the kernel can do itself (see the module header) ----
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: i64,
+        _whence: i32,
+        reply: fuser::ReplyLseek,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // No ioctls: what the caller gets for an unknown one on any file system.
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn bmap(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _blocksize: u32,
+        _idx: u64,
+        reply: fuser::ReplyBmap,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: fuser::PollNotifier,
+        _events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        _sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+}
+
+/// getxattr/listxattr reply: size 0 asks for the size; a smaller buffer is ERANGE.
+fn reply_xattr(reply: ReplyXattr, data: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(data.len() as u32);
+    } else if data.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(data);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_numbers_are_a_bijection() {
+        for n in [1u32, 2, 3, 4, 1000, u32::MAX] {
+            assert_eq!(core_ino(fuse_ino(n)), Ok(n));
+        }
+        assert_eq!(core_ino(INodeNo(1)), Ok(ROOT_INO));
+        assert_eq!(fuse_ino(ROOT_INO), INodeNo(1));
+        assert!(core_ino(INodeNo(u64::MAX)).is_err());
+    }
+
+    #[test]
+    fn times_from_and_to_fuser() {
+        for t in [
+            Timespec { sec: 0, nsec: 0 },
+            Timespec {
+                sec: 1_700_000_000,
+                nsec: 123,
+            },
+        ] {
+            assert_eq!(timespec(system_time(t)), t);
+        }
+        // fuser's encoding of the kernel's (-1000, 5).
+        assert_eq!(
+            timespec(UNIX_EPOCH - Duration::new(1000, 5)),
+            Timespec {
+                sec: -1000,
+                nsec: 5
+            }
+        );
+        // Outgoing: -1000 s + 5 ns.
+        assert_eq!(
+            UNIX_EPOCH
+                .duration_since(system_time(Timespec {
+                    sec: -1000,
+                    nsec: 5
+                }))
+                .unwrap(),
+            Duration::new(999, 999_999_995)
+        );
+    }
+}

@@ -1,0 +1,331 @@
+//! `-o` mount options, parsed the way mount(8) passes them, and byte sizes ("64M", "1GiB").
+//!
+//! Owns: the mapping from option strings to [`MountConfig`] (core mount options plus the
+//! FUSE session settings). Invariant: every option is either understood, one of the generic
+//! mount(8)/fstab options that only mean something to mount(8) (accepted silently), or an
+//! error that names it — never silently ignored. Later options override earlier ones, as in
+//! mount(8) (`-o ro,rw` mounts read-write).
+
+use flashlog_core::{AllocMode, GcPolicy, MountOptions};
+use std::time::Duration;
+
+/// Most FUSE request threads one mount may run: beyond this, threads only add contention
+/// (dependencies.md §1.2 measured fewer getattr/s with more threads on small machines).
+pub const MAX_THREADS: usize = 64;
+
+/// Everything a mount is configured with.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// Options of the core (read-only, GC policy, allocation mode, inline data, ...).
+    pub core: MountOptions,
+    /// Let users other than the one who mounted access the file system (`allow_other`).
+    pub allow_other: bool,
+    /// Let the kernel check permissions from the mode bits (`default_permissions`).
+    pub default_permissions: bool,
+    /// FUSE request threads (`threads=N`).
+    pub threads: usize,
+    /// Kernel write-back cache (`writeback` / `nowriteback`).
+    pub writeback_cache: bool,
+    /// Generic kernel mount flags passed through (nodev, noexec, noatime, sync, ...).
+    pub kernel_flags: Vec<fuser::MountOption>,
+}
+
+impl MountConfig {
+    /// Defaults: read-write, default_permissions, one request thread per core, write-back
+    /// cache, and `allow_other` when mounted by root (so that a root mount behaves like a
+    /// kernel file system: every user sees it, the kernel checks the mode bits).
+    pub fn defaults(is_root: bool) -> Self {
+        MountConfig {
+            core: MountOptions::default(),
+            allow_other: is_root,
+            default_permissions: true,
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .min(MAX_THREADS),
+            writeback_cache: true,
+            kernel_flags: Vec::new(),
+        }
+    }
+
+    /// Apply a list of `-o` arguments (each may hold several comma-separated options).
+    pub fn apply(&mut self, args: &[String]) -> Result<(), String> {
+        for arg in args {
+            for opt in arg.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+                self.apply_one(opt)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_one<'a>(&mut self, opt: &'a str) -> Result<(), String> {
+        let (key, val) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        let need = |v: Option<&'a str>| -> Result<&'a str, String> {
+            v.filter(|s| !s.is_empty())
+                .ok_or_else(|| format!("mount option {key:?} needs a value ({key}=...)"))
+        };
+        let flag = |v: Option<&str>| match v {
+            None => Ok(()),
+            Some(_) => Err(format!("mount option {key:?} takes no value")),
+        };
+        match key {
+            "ro" => {
+                flag(val)?;
+                self.core.read_only = true;
+            }
+            "rw" => {
+                flag(val)?;
+                self.core.read_only = false;
+            }
+            "gc" => self.core.gc = need(val)?.parse::<GcPolicy>()?,
+            "mode" => {
+                self.core.alloc_mode = match need(val)? {
+                    "lfs" => AllocMode::Lfs,
+                    "adaptive" => AllocMode::Adaptive,
+                    v => {
+                        return Err(format!(
+                            "unknown mode {v:?} (expected mode=lfs or mode=adaptive)"
+                        ))
+                    }
+                }
+            }
+            "allow_other" | "noallow_other" => {
+                flag(val)?;
+                self.allow_other = key == "allow_other";
+            }
+            "default_permissions" | "nodefault_permissions" => {
+                flag(val)?;
+                self.default_permissions = key == "default_permissions";
+            }
+            "inline" | "noinline" => {
+                flag(val)?;
+                self.core.inline = key == "inline";
+            }
+            "writeback" | "nowriteback" => {
+                flag(val)?;
+                self.writeback_cache = key == "writeback";
+            }
+            "threads" => {
+                let v = need(val)?;
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| format!("threads={v}: not a number"))?;
+                if n == 0 || n > MAX_THREADS {
+                    return Err(format!("threads={n}: must be between 1 and {MAX_THREADS}"));
+                }
+                self.threads = n;
+            }
+            "cp_interval" => {
+                let v = need(val)?;
+                let s: u64 = v.parse().map_err(|_| {
+                    format!("cp_interval={v}: expected whole seconds (0 turns the timer off)")
+                })?;
+                self.core.cp_interval = (s > 0).then(|| Duration::from_secs(s));
+            }
+            "dirty_cap" => {
+                let v = need(val)?;
+                let b = parse_size(v).map_err(|e| format!("dirty_cap={v}: {e}"))?;
+                if b < 1 << 20 {
+                    return Err(format!("dirty_cap={v}: must be at least 1M"));
+                }
+                self.core.dirty_cap_bytes = b;
+            }
+            _ => return self.apply_generic(key, val),
+        }
+        Ok(())
+    }
+
+    /// Kernel mount flags and the options that only mean something to mount(8) and fstab.
+    fn apply_generic(&mut self, key: &str, val: Option<&str>) -> Result<(), String> {
+        use fuser::MountOption as M;
+        if val.is_none() {
+            let kernel = match key {
+                "dev" => Some(M::Dev),
+                "nodev" => Some(M::NoDev),
+                "suid" => Some(M::Suid),
+                "nosuid" => Some(M::NoSuid),
+                "exec" => Some(M::Exec),
+                "noexec" => Some(M::NoExec),
+                "atime" => Some(M::Atime),
+                "noatime" => Some(M::NoAtime),
+                "sync" => Some(M::Sync),
+                "async" => Some(M::Async),
+                "dirsync" => Some(M::DirSync),
+                _ => None,
+            };
+            if let Some(k) = kernel {
+                // Keep the last of a conflicting pair (fuser refuses both at once).
+                let opposite = |a: &M, b: &M| {
+                    matches!(
+                        (a, b),
+                        (M::Dev, M::NoDev)
+                            | (M::NoDev, M::Dev)
+                            | (M::Suid, M::NoSuid)
+                            | (M::NoSuid, M::Suid)
+                            | (M::Exec, M::NoExec)
+                            | (M::NoExec, M::Exec)
+                            | (M::Atime, M::NoAtime)
+                            | (M::NoAtime, M::Atime)
+                            | (M::Sync, M::Async)
+                            | (M::Async, M::Sync)
+                    )
+                };
+                self.kernel_flags.retain(|f| f != &k && !opposite(f, &k));
+                self.kernel_flags.push(k);
+                return Ok(());
+            }
+            // relatime is what FUSE does anyway; the rest are mount(8)/fstab-only options.
+            if matches!(
+                key,
+                "relatime"
+                    | "norelatime"
+                    | "strictatime"
+                    | "lazytime"
+                    | "nolazytime"
+                    | "defaults"
+                    | "auto"
+                    | "noauto"
+                    | "user"
+                    | "nouser"
+                    | "users"
+                    | "owner"
+                    | "group"
+                    | "_netdev"
+                    | "nofail"
+                    | "loud"
+                    | "silent"
+            ) {
+                return Ok(());
+            }
+        }
+        if key.starts_with("x-") || key == "comment" || key == "fsname" || key == "subtype" {
+            return Ok(());
+        }
+        Err(format!(
+            "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, \
+             allow_other, noallow_other, default_permissions, nodefault_permissions, inline, noinline, writeback, \
+             nowriteback, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
+             exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
+             _netdev, nofail, x-*"
+        ))
+    }
+
+    /// The options as one comma-separated string (for logs and `--daemon` messages).
+    pub fn summary(&self) -> String {
+        let c = &self.core;
+        let gc = format!("{:?}", c.gc).to_lowercase();
+        let mode = format!("{:?}", c.alloc_mode).to_lowercase();
+        let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
+        format!(
+            "{},gc={gc},mode={mode},{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{}",
+            if c.read_only { "ro" } else { "rw" },
+            if self.allow_other { "allow_other," } else { "" },
+            if self.default_permissions {
+                "default_permissions,"
+            } else {
+                ""
+            },
+            if c.inline { "inline," } else { "noinline," },
+            self.threads,
+            c.dirty_cap_bytes >> 20,
+            if self.writeback_cache {
+                "writeback"
+            } else {
+                "nowriteback"
+            },
+        )
+    }
+}
+
+/// Parse a byte size: a number with an optional unit. K, M, G, T (and KiB, MiB, GiB, TiB)
+/// are powers of 1024; KB, MB, GB, TB are powers of 1000 (as truncate(1) reads them).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    if num.is_empty() {
+        return Err(format!(
+            "{s:?} is not a size (examples: 4096, 64M, 512MiB, 1G, 2GB)"
+        ));
+    }
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: number too large"))?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" | "b" => 1,
+        "K" | "k" | "KiB" | "kiB" => 1 << 10,
+        "M" | "m" | "MiB" => 1 << 20,
+        "G" | "g" | "GiB" => 1 << 30,
+        "T" | "t" | "TiB" => 1 << 40,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        u => return Err(format!("unknown size unit {u:?} in {s:?} (use K, M, G, T, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(o: &str) -> Result<MountConfig, String> {
+        let mut c = MountConfig::defaults(true);
+        c.apply(&[o.to_string()])?;
+        Ok(c)
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("20000000T").is_err());
+    }
+
+    #[test]
+    fn options() {
+        let c = parse(
+            "ro,gc=none,mode=lfs,threads=3,cp_interval=0,dirty_cap=128M,noinline,nowriteback",
+        )
+        .unwrap();
+        assert!(c.core.read_only);
+        assert_eq!(c.core.gc, GcPolicy::None);
+        assert_eq!(c.core.alloc_mode, AllocMode::Lfs);
+        assert_eq!(c.threads, 3);
+        assert_eq!(c.core.cp_interval, None);
+        assert_eq!(c.core.dirty_cap_bytes, 128 << 20);
+        assert!(!c.core.inline && !c.writeback_cache);
+        assert!(
+            !parse("ro,rw").unwrap().core.read_only,
+            "the last option wins"
+        );
+        let c = parse("defaults,noauto,_netdev,nofail,x-systemd.automount,user,nodev,dev,noatime")
+            .unwrap();
+        assert_eq!(
+            c.kernel_flags,
+            vec![fuser::MountOption::Dev, fuser::MountOption::NoAtime]
+        );
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        assert!(parse("bogus").unwrap_err().contains("\"bogus\""));
+        assert!(parse("gc=fast").unwrap_err().contains("fast"));
+        assert!(parse("threads=0").is_err());
+        assert!(parse("threads").is_err());
+        assert!(parse("ro=1").is_err());
+        assert!(parse("mode=").is_err());
+    }
+}

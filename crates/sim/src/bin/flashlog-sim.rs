@@ -1,0 +1,267 @@
+//! flashlog-sim: run, replay and enumerate crash cases; inject faults; write fuzz corpora.
+//!
+//! Every failure prints the exact command that replays it (see docs/TESTING.md).
+
+use clap::{Parser, Subcommand};
+use flashlog_core::GcPolicy;
+use flashlog_sim::crash::{self, parse_mode, Case, RunOptions};
+use flashlog_sim::fault::{self, FaultKind};
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(about = "Deterministic crash simulation and fault injection for Flashlog")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Sampled crash points over a range of seeds, every kill mode and GC policy.
+    Run {
+        /// Seeds as A..B (end exclusive).
+        #[arg(long, default_value = "0..1000")]
+        seeds: String,
+        /// Kill modes: drop, subset, tear, or all.
+        #[arg(long, default_value = "all")]
+        mode: String,
+        /// Cut points per seed and mode.
+        #[arg(long, default_value_t = 4)]
+        cuts: u64,
+        #[arg(long)]
+        threads: Option<usize>,
+        #[arg(long, default_value_t = 10)]
+        max_failures: usize,
+    },
+    /// Replay one crash case exactly.
+    Replay {
+        #[arg(long)]
+        seed: u64,
+        #[arg(long)]
+        mode: String,
+        #[arg(long)]
+        cut: u64,
+        #[arg(long, default_value_t = 0)]
+        partial: u64,
+        #[arg(long, default_value = "f2fs")]
+        policy: GcPolicy,
+    },
+    /// Crash at every point of the seed's trace (littlefs style).
+    Exhaustive {
+        #[arg(long)]
+        seed: u64,
+        /// How many consecutive seeds from `seed`.
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+        #[arg(long, default_value = "all")]
+        mode: String,
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Print a seed's operations and device requests (no crash).
+    Trace {
+        #[arg(long)]
+        seed: u64,
+        #[arg(long, default_value = "f2fs")]
+        policy: GcPolicy,
+    },
+    /// Inject a device fault: the `at`-th request of a kind fails (or, without --at, every
+    /// request number of the seed's trace in turn).
+    Fault {
+        #[arg(long)]
+        seed: u64,
+        /// read, write, flush or panic.
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        at: Option<u64>,
+        #[arg(long, default_value = "f2fs")]
+        policy: GcPolicy,
+    },
+    /// Write seed corpora for the fuzz targets (default fuzz/corpus).
+    Corpus {
+        #[arg(long, default_value = "fuzz/corpus")]
+        out: std::path::PathBuf,
+    },
+}
+
+fn modes(s: &str) -> Result<Vec<flashlog_dev::CrashMode>, String> {
+    if s == "all" {
+        return Ok(flashlog_dev::CrashMode::ALL.to_vec());
+    }
+    s.split(',').map(parse_mode).collect()
+}
+
+fn seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("seeds {s:?}: expected A..B"))?;
+    let a: u64 = a.parse().map_err(|e| format!("seeds {s:?}: {e}"))?;
+    let b: u64 = b.parse().map_err(|e| format!("seeds {s:?}: {e}"))?;
+    Ok(a..b)
+}
+
+fn report(s: &crash::Summary, start: Instant) -> ExitCode {
+    println!(
+        "{} seeds, {} crash points (drop {}, subset {}, tear {}) in {:.1} s: {} failures",
+        s.seeds,
+        s.cases,
+        s.per_mode[0],
+        s.per_mode[1],
+        s.per_mode[2],
+        start.elapsed().as_secs_f64(),
+        s.failures.len()
+    );
+    if s.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("flashlog-sim: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main() -> Result<ExitCode, String> {
+    let cli = Cli::parse();
+    let start = Instant::now();
+    let threads = |t: Option<usize>| {
+        t.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+    };
+    match cli.cmd {
+        Cmd::Run {
+            seeds: s,
+            mode,
+            cuts,
+            threads: t,
+            max_failures,
+        } => {
+            let o = RunOptions {
+                seeds: seeds(&s)?,
+                modes: modes(&mode)?,
+                cuts_per_mode: cuts,
+                threads: threads(t),
+                max_failures,
+                progress_every: 100,
+                ..Default::default()
+            };
+            Ok(report(&crash::run_sampled(&o), start))
+        }
+        Cmd::Replay {
+            seed,
+            mode,
+            cut,
+            partial,
+            policy,
+        } => {
+            let case = Case {
+                seed,
+                mode: parse_mode(&mode)?,
+                cut,
+                partial,
+                policy,
+            };
+            match crash::run_case(&case) {
+                Ok(()) => {
+                    println!("ok: {}", case.replay_command());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(f) => {
+                    eprintln!("{f}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Cmd::Exhaustive {
+            seed,
+            count,
+            mode,
+            threads: t,
+        } => {
+            let o = RunOptions {
+                seeds: seed..seed + count,
+                modes: modes(&mode)?,
+                threads: threads(t),
+                ..Default::default()
+            };
+            Ok(report(&crash::run_exhaustive(&o), start))
+        }
+        Cmd::Trace { seed, policy } => match crash::trace(seed, policy) {
+            Ok(t) => {
+                for (i, o) in t.log.iter().enumerate() {
+                    println!("op {i:3}: {o}");
+                }
+                for (i, r) in t.ops.iter().enumerate() {
+                    println!("request {i:4}: {r:?}");
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(f) => {
+                eprintln!("{f}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        Cmd::Fault {
+            seed,
+            kind,
+            at,
+            policy,
+        } => {
+            let kind = FaultKind::parse(&kind)?;
+            if kind == FaultKind::PanicOnWrite {
+                return Ok(match fault::run_background_panic(policy) {
+                    Ok(()) => {
+                        println!("ok: a panicking checkpoint thread poisons the mount");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("background panic check FAILED: {e}");
+                        ExitCode::FAILURE
+                    }
+                });
+            }
+            let points: Box<dyn Iterator<Item = u64>> = match at {
+                Some(a) => Box::new(std::iter::once(a)),
+                None => Box::new(0..),
+            };
+            let (mut ran, mut failed) = (0u64, 0u64);
+            for a in points {
+                match fault::run_fault(seed, kind, a, policy) {
+                    Ok(o) if !o.fired => break,
+                    Ok(_) => ran += 1,
+                    Err(f) => {
+                        eprintln!("{f}");
+                        ran += 1;
+                        failed += 1;
+                    }
+                }
+            }
+            println!(
+                "{ran} {} faults injected for seed {seed}: {failed} failures",
+                kind.name()
+            );
+            Ok(if failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Cmd::Corpus { out } => {
+            let n = flashlog_sim::image::write_corpora(&out).map_err(|e| e.to_string())?;
+            println!("wrote {n} seed files under {}", out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

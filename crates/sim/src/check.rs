@@ -1,0 +1,269 @@
+//! Comparing a recovered (remounted) volume with the model.
+//!
+//! Owns the durability verdict of one crash case. Walks the tree from the root (bounded:
+//! depth and entry count, with a visited set, so a corrupt volume cannot hang the checker)
+//! and checks, in order:
+//! 1. every entry found is one the model had at some moment since the last durable point
+//!    (nothing never written appears);
+//! 2. every entry the model says is durable is there (when its parent was reached);
+//! 3. every durable entry renamed since is under exactly one of its names (rename atomicity);
+//! 4. every file found has the contents, size and xattrs of one version the model allows
+//!    (the durable one or a later one; after fsync only the fsync'd one or later).
+//!
+//! Also [`check_live`]: the same comparison, strict, against a volume that did not crash
+//! (the model's own sanity check, run before any crash case of a seed).
+
+use crate::model::{Entry, Model, Version, Xattrs};
+use flashlog_core::{Fs, Ino, ROOT_INO};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Walk limits: the model never builds more than two levels or a few dozen entries; a
+/// recovered tree beyond these is wrong anyway, and the bound keeps a broken one finite.
+const MAX_DEPTH: usize = 4;
+const MAX_ENTRIES: usize = 4096;
+/// Largest file the checker reads (the workload stays far below).
+const MAX_READ_BYTES: u64 = 1 << 20;
+
+/// What the walk found: entries and, per inode, whether it is a directory.
+pub struct Found {
+    pub entries: BTreeSet<Entry>,
+    pub dirs: BTreeSet<Ino>,
+    pub reached: BTreeSet<Ino>,
+}
+
+pub fn walk(fs: &Fs) -> Result<Found, String> {
+    let mut found = Found {
+        entries: BTreeSet::new(),
+        dirs: BTreeSet::new(),
+        reached: BTreeSet::new(),
+    };
+    found.reached.insert(ROOT_INO);
+    found.dirs.insert(ROOT_INO);
+    let mut stack = vec![(ROOT_INO, 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let mut offset = 0;
+        loop {
+            let list = fs
+                .readdir(dir, offset, 64)
+                .map_err(|e| format!("readdir of ino {dir}: {e}"))?;
+            if list.is_empty() {
+                break;
+            }
+            for e in &list {
+                offset = e.next_offset;
+                if e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                found.entries.insert((dir, e.name.clone(), e.ino));
+                if found.entries.len() > MAX_ENTRIES {
+                    return Err(format!(
+                        "more than {MAX_ENTRIES} entries: the tree is broken"
+                    ));
+                }
+                let a = fs.lookup(dir, &e.name).map_err(|err| {
+                    format!(
+                        "lookup of {dir}/{} (listed by readdir): {err}",
+                        String::from_utf8_lossy(&e.name)
+                    )
+                })?;
+                if a.ino != e.ino {
+                    return Err(format!(
+                        "readdir says {dir}/{} is ino {}, lookup says {}",
+                        String::from_utf8_lossy(&e.name),
+                        e.ino,
+                        a.ino
+                    ));
+                }
+                if a.is_dir() {
+                    found.dirs.insert(e.ino);
+                    if !found.reached.insert(e.ino) {
+                        return Err(format!(
+                            "directory ino {} reached twice (loop or second link)",
+                            e.ino
+                        ));
+                    }
+                    if depth + 1 >= MAX_DEPTH {
+                        return Err(format!("directory ino {} deeper than {MAX_DEPTH}", e.ino));
+                    }
+                    stack.push((e.ino, depth + 1));
+                } else {
+                    found.reached.insert(e.ino);
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+fn read_version(fs: &Fs, ino: Ino) -> Result<Version, String> {
+    let size = fs
+        .getattr(ino)
+        .map_err(|e| format!("getattr ino {ino}: {e}"))?
+        .size;
+    if size > MAX_READ_BYTES {
+        return Err(format!(
+            "ino {ino} has size {size}, more than any write made"
+        ));
+    }
+    let mut data = vec![0u8; size as usize];
+    let mut off = 0usize;
+    while off < data.len() {
+        let n = fs
+            .read(ino, off as u64, &mut data[off..])
+            .map_err(|e| format!("read ino {ino} at {off}: {e}"))?;
+        if n == 0 {
+            return Err(format!(
+                "ino {ino}: read returned 0 at {off} below the size {size}"
+            ));
+        }
+        off += n;
+    }
+    let mut xattrs = Xattrs::new();
+    for name in fs
+        .listxattr(ino)
+        .map_err(|e| format!("listxattr ino {ino}: {e}"))?
+    {
+        let v = fs
+            .getxattr(ino, &name)
+            .map_err(|e| format!("getxattr ino {ino}: {e}"))?;
+        xattrs.insert(name, v);
+    }
+    Ok(Version { data, xattrs })
+}
+
+fn show(e: &Entry) -> String {
+    format!("{}/{} -> ino {}", e.0, String::from_utf8_lossy(&e.1), e.2)
+}
+
+/// Describe how a found version differs from the nearest allowed one.
+fn diff(found: &Version, allowed: &[Version]) -> String {
+    let mut out = format!(
+        "found size {} xattrs {:?}; allowed:",
+        found.data.len(),
+        found.xattrs.keys().collect::<Vec<_>>()
+    );
+    for (i, v) in allowed.iter().enumerate() {
+        let first = found.data.iter().zip(&v.data).position(|(a, b)| a != b);
+        out.push_str(&format!(
+            "\n    v{i}: size {}{}{}",
+            v.data.len(),
+            first
+                .map(|p| format!(", first differing byte at {p}"))
+                .unwrap_or_default(),
+            if v.xattrs != found.xattrs {
+                ", xattrs differ"
+            } else {
+                ""
+            }
+        ));
+    }
+    out
+}
+
+/// Check a recovered volume against the model. Returns every violation found.
+pub fn check_recovered(fs: &Fs, m: &Model) -> Vec<String> {
+    let mut bad = Vec::new();
+    let found = match walk(fs) {
+        Ok(f) => f,
+        Err(e) => return vec![format!("walking the recovered tree: {e}")],
+    };
+    for e in &found.entries {
+        if !m.may.contains(e) {
+            bad.push(format!(
+                "entry {} appeared, but the model never had it since the last durable point",
+                show(e)
+            ));
+        }
+    }
+    for e in &m.must {
+        if found.reached.contains(&e.0) && !found.entries.contains(e) {
+            bad.push(format!("durable entry {} is missing", show(e)));
+        }
+    }
+    for (ino, names) in &m.groups {
+        if !names.iter().all(|(p, _)| found.reached.contains(p)) {
+            continue;
+        }
+        let distinct: BTreeSet<&(Ino, Vec<u8>)> = names.iter().collect();
+        let n = distinct
+            .iter()
+            .filter(|(p, name)| found.entries.contains(&(*p, name.clone(), *ino)))
+            .count();
+        if n != 1 {
+            let list: Vec<String> = names
+                .iter()
+                .map(|(p, name)| format!("{p}/{}", String::from_utf8_lossy(name)))
+                .collect();
+            bad.push(format!(
+                "renamed ino {ino} found under {n} of its names {list:?} (rename must be atomic)"
+            ));
+        }
+    }
+    let mut seen = BTreeMap::new();
+    for (_, _, ino) in &found.entries {
+        seen.entry(*ino).or_insert(());
+    }
+    for ino in seen.keys() {
+        let Some(mi) = m.inode(*ino) else {
+            bad.push(format!(
+                "ino {ino} is in the tree but the model has no such inode"
+            ));
+            continue;
+        };
+        if mi.is_dir != found.dirs.contains(ino) {
+            bad.push(format!(
+                "ino {ino}: model says dir={}, the volume disagrees",
+                mi.is_dir
+            ));
+            continue;
+        }
+        if mi.is_dir {
+            continue;
+        }
+        match read_version(fs, *ino) {
+            Ok(v) if mi.history.contains(&v) => {}
+            Ok(v) => bad.push(format!(
+                "ino {ino}: contents are no version the file had since its durable point: {}",
+                diff(&v, &mi.history)
+            )),
+            Err(e) => bad.push(e),
+        }
+    }
+    bad
+}
+
+/// Strict comparison of a live (not crashed) volume with the model's current state.
+pub fn check_live(fs: &Fs, m: &Model) -> Vec<String> {
+    let mut bad = Vec::new();
+    let found = match walk(fs) {
+        Ok(f) => f,
+        Err(e) => return vec![format!("walking the live tree: {e}")],
+    };
+    let want: BTreeSet<Entry> = m
+        .entries
+        .iter()
+        .map(|((p, n), c)| (*p, n.clone(), *c))
+        .collect();
+    for e in want.symmetric_difference(&found.entries) {
+        bad.push(format!(
+            "live entry {} is {}",
+            show(e),
+            if want.contains(e) {
+                "missing"
+            } else {
+                "unexpected"
+            }
+        ));
+    }
+    for ino in m.files() {
+        match read_version(fs, ino) {
+            Ok(v) if v == m.inodes[&ino].cur => {}
+            Ok(v) => bad.push(format!(
+                "live ino {ino}: {}",
+                diff(&v, std::slice::from_ref(&m.inodes[&ino].cur))
+            )),
+            Err(e) => bad.push(e),
+        }
+    }
+    bad
+}

@@ -1,0 +1,438 @@
+//! The crash driver: seed -> workload -> power cut -> crash image -> fsck -> remount ->
+//! check against the model.
+//!
+//! Owns the definition of a crash case ([`Case`]) and the three ways of running cases:
+//! one ([`run_case`], what `replay` runs), a budget of sampled cut points over a range of
+//! seeds ([`run_sampled`], CI and `run`), and every cut point of one seed's trace
+//! ([`run_exhaustive`], littlefs style).
+//!
+//! Invariants: a case depends on nothing but its fields (base image pinned, no timer thread,
+//! ChaCha8 seeded from the case); every [`Failure`] prints the command that replays it.
+//! A seed's trace (the device requests of its workload run without a cut) is what cut points
+//! index; each case re-runs the workload from scratch up to its cut.
+
+use crate::check::{check_live, check_recovered};
+use crate::image::{base_image, sim_mount_options};
+use crate::model::Model;
+use crate::workload::{apply, Op, Outcome, Workload};
+use flashlog_core::{fsck, Fs, GcPolicy};
+use flashlog_dev::{BlockDevice, CrashMode, RamDevice, SimDevice, SimOp};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Operations per workload: short, so that each crash point is cheap, long enough to mix
+/// every kind of operation with a few durable points.
+pub const OPS_MIN: u64 = 12;
+pub const OPS_SPREAD: u64 = 24;
+
+pub fn ops_for(seed: u64) -> usize {
+    (OPS_MIN + seed % OPS_SPREAD) as usize
+}
+
+pub fn mode_name(m: CrashMode) -> &'static str {
+    match m {
+        CrashMode::DropUnflushed => "drop",
+        CrashMode::KeepRandomSubset => "subset",
+        CrashMode::TearOne => "tear",
+    }
+}
+
+pub fn parse_mode(s: &str) -> Result<CrashMode, String> {
+    match s {
+        "drop" => Ok(CrashMode::DropUnflushed),
+        "subset" => Ok(CrashMode::KeepRandomSubset),
+        "tear" => Ok(CrashMode::TearOne),
+        _ => Err(format!(
+            "unknown kill mode {s:?} (expected drop, subset or tear)"
+        )),
+    }
+}
+
+/// One crash case: everything needed to replay it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Case {
+    pub seed: u64,
+    pub mode: CrashMode,
+    /// Device request (0-based: writes, discards, flushes) at which power is cut.
+    pub cut: u64,
+    /// Blocks of a multi-block write at the cut that still land.
+    pub partial: u64,
+    pub policy: GcPolicy,
+}
+
+impl Case {
+    /// The command that replays this case.
+    pub fn replay_command(&self) -> String {
+        format!(
+            "cargo run -p flashlog-sim --release -- replay --seed {} --mode {} --cut {} --partial {} --policy {}",
+            self.seed,
+            mode_name(self.mode),
+            self.cut,
+            self.partial,
+            crate::policy_name(self.policy)
+        )
+    }
+
+    /// Seed of the crash image's choice of surviving writes (distinct per cut point).
+    fn image_seed(&self) -> u64 {
+        self.seed.rotate_left(17) ^ self.cut.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ self.partial
+    }
+}
+
+/// A failed case: what broke, the operations up to the cut, and how to replay it.
+#[derive(Debug)]
+pub struct Failure {
+    pub case: Option<Case>,
+    pub seed: u64,
+    pub what: Vec<String>,
+    pub ops: Vec<String>,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.case {
+            Some(c) => writeln!(
+                f,
+                "crash case FAILED: seed {} mode {} cut {} partial {}",
+                c.seed,
+                mode_name(c.mode),
+                c.cut,
+                c.partial
+            )?,
+            None => writeln!(
+                f,
+                "seed {} FAILED before any crash (model check of the live volume)",
+                self.seed
+            )?,
+        }
+        for w in &self.what {
+            writeln!(f, "  - {w}")?;
+        }
+        writeln!(f, "  operations ({}):", self.ops.len())?;
+        for (i, o) in self.ops.iter().enumerate() {
+            writeln!(f, "    {i:3}: {o}")?;
+        }
+        match &self.case {
+            Some(c) => write!(f, "  replay: {}", c.replay_command()),
+            None => write!(
+                f,
+                "  replay: cargo run -p flashlog-sim --release -- trace --seed {}",
+                self.seed
+            ),
+        }
+    }
+}
+
+/// The device requests of one seed's workload, run without a cut.
+pub struct Trace {
+    pub ops: Vec<SimOp>,
+    pub log: Vec<String>,
+}
+
+fn mount(dev: Arc<dyn BlockDevice>, policy: GcPolicy) -> flashlog_core::Result<Fs> {
+    Fs::mount(dev, sim_mount_options(policy))
+}
+
+/// Run `seed`'s workload on `dev` until it ends or power is cut. Returns the model and the
+/// log of operations (the one in flight at the cut included, marked).
+type Driven = Result<(Model, Vec<String>, bool), (String, Vec<String>)>;
+
+fn drive(fs: &Fs, seed: u64) -> Driven {
+    let mut m = Model::new();
+    let mut w = Workload::new(seed);
+    let mut log = Vec::new();
+    for _ in 0..ops_for(seed) {
+        let op: Op = w.next_op(&m);
+        log.push(op.to_string());
+        match apply(fs, &mut m, &op) {
+            Outcome::Done => {}
+            Outcome::Cut(e) => {
+                if let Some(l) = log.last_mut() {
+                    l.push_str(&format!("   <- power cut here ({e})"));
+                }
+                return Ok((m, log, true));
+            }
+            Outcome::Mismatch(msg) => return Err((msg, log)),
+        }
+    }
+    Ok((m, log, false))
+}
+
+/// Run `seed` without a crash: record its trace, and check the live volume and a clean
+/// unmount against the model.
+pub fn trace(seed: u64, policy: GcPolicy) -> Result<Trace, Failure> {
+    let fail = |what: Vec<String>, ops: Vec<String>| Failure {
+        case: None,
+        seed,
+        what,
+        ops,
+    };
+    let dev = Arc::new(SimDevice::from_image(base_image()));
+    dev.record_trace(true);
+    let fs = mount(dev.clone(), policy)
+        .map_err(|e| fail(vec![format!("mount of the base image: {e}")], vec![]))?;
+    let (m, log, _) = drive(&fs, seed).map_err(|(msg, log)| fail(vec![msg], log.clone()))?;
+    let bad = check_live(&fs, &m);
+    if !bad.is_empty() {
+        return Err(fail(bad, log));
+    }
+    let ops = dev.trace();
+    fs.abandon();
+    // A clean shutdown of the same run must also check out.
+    let img = dev.clean_image();
+    let fs2 = mount(Arc::new(img.deep_clone()), policy)
+        .map_err(|e| fail(vec![format!("remount after a clean run: {e}")], log.clone()))?;
+    let bad = check_recovered(&fs2, &m);
+    if let Err(e) = fs2.unmount() {
+        return Err(fail(vec![format!("unmount after a clean run: {e}")], log));
+    }
+    if !bad.is_empty() {
+        return Err(fail(bad, log));
+    }
+    Ok(Trace { ops, log })
+}
+
+/// Run one crash case.
+pub fn run_case(case: &Case) -> Result<(), Failure> {
+    let fail = |what: Vec<String>, ops: &[String]| Failure {
+        case: Some(*case),
+        seed: case.seed,
+        what,
+        ops: ops.to_vec(),
+    };
+    let dev = Arc::new(SimDevice::from_image(base_image()));
+    dev.cut_at(case.cut, case.partial);
+    let (model, log) = match mount(dev.clone(), case.policy) {
+        Ok(fs) => {
+            let r = drive(&fs, case.seed);
+            fs.abandon();
+            match r {
+                Ok((m, log, _)) => (m, log),
+                Err((msg, log)) => return Err(fail(vec![msg], &log)),
+            }
+        }
+        // Power cut during the first mount (its recovery checkpoint): nothing was done yet.
+        Err(_) if dev.is_cut() => (Model::new(), vec!["mount   <- power cut here".into()]),
+        Err(e) => return Err(fail(vec![format!("first mount: {e}")], &[])),
+    };
+    dev.cut_now();
+    let img = dev.crash_image(case.mode, case.image_seed());
+    check_image(img, &model, case.policy).map_err(|what| fail(what, &log))
+}
+
+/// fsck, remount, compare, unmount, fsck again, remount again, compare again.
+pub fn check_image(img: RamDevice, model: &Model, policy: GcPolicy) -> Result<(), Vec<String>> {
+    let img = Arc::new(img);
+    let fsck_clean = |when: &str| -> Result<(), Vec<String>> {
+        match fsck(&*img) {
+            Ok(r) if r.is_clean() => Ok(()),
+            Ok(r) => Err(vec![format!("fsck {when} is not clean:\n{r}")]),
+            Err(e) => Err(vec![format!("fsck {when} failed: {e}")]),
+        }
+    };
+    fsck_clean("of the crash image (before recovery)")?;
+    for round in ["first", "second"] {
+        let fs = mount(img.clone(), policy)
+            .map_err(|e| vec![format!("{round} remount after the crash failed: {e}")])?;
+        let bad = check_recovered(&fs, model);
+        if !bad.is_empty() {
+            fs.abandon();
+            return Err(bad
+                .into_iter()
+                .map(|b| format!("after the {round} remount: {b}"))
+                .collect());
+        }
+        fs.unmount()
+            .map_err(|e| vec![format!("unmount after the {round} remount: {e}")])?;
+        fsck_clean(&format!("after the {round} remount and unmount"))?;
+    }
+    Ok(())
+}
+
+/// Pick the partial-block count for a cut at `cut` in `trace`.
+fn partial_for(trace: &[SimOp], cut: u64, rng: &mut ChaCha8Rng) -> u64 {
+    match trace.get(cut as usize) {
+        Some(SimOp::Write { count, .. }) if *count > 1 => rng.random_range(0..*count),
+        _ => 0,
+    }
+}
+
+/// Totals of a run.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub seeds: u64,
+    pub cases: u64,
+    pub per_mode: [u64; 3],
+    pub failures: Vec<String>,
+}
+
+fn mode_index(m: CrashMode) -> usize {
+    match m {
+        CrashMode::DropUnflushed => 0,
+        CrashMode::KeepRandomSubset => 1,
+        CrashMode::TearOne => 2,
+    }
+}
+
+/// Options of a sampled run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub seeds: std::ops::Range<u64>,
+    pub modes: Vec<CrashMode>,
+    /// Cut points sampled per seed and mode.
+    pub cuts_per_mode: u64,
+    pub policies: Vec<GcPolicy>,
+    pub threads: usize,
+    /// Stop after this many failures.
+    pub max_failures: usize,
+    /// Print a progress line every this many seeds (0: never).
+    pub progress_every: u64,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            seeds: 0..100,
+            modes: CrashMode::ALL.to_vec(),
+            cuts_per_mode: 4,
+            policies: crate::POLICIES.to_vec(),
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            max_failures: 10,
+            progress_every: 0,
+        }
+    }
+}
+
+/// Cases of one seed: `cuts_per_mode` cut points per mode, drawn from the seed.
+pub fn sampled_cases(seed: u64, trace: &[SimOp], o: &RunOptions, policy: GcPolicy) -> Vec<Case> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc0ff_ee00_dead_beef);
+    let n = trace.len() as u64;
+    let mut out = Vec::new();
+    for &mode in &o.modes {
+        for _ in 0..o.cuts_per_mode {
+            // Cut points past the trace (n) crash after the last request.
+            let cut = rng.random_range(0..=n);
+            out.push(Case {
+                seed,
+                mode,
+                cut,
+                partial: partial_for(trace, cut, &mut rng),
+                policy,
+            });
+        }
+    }
+    out
+}
+
+/// Every cut point of the seed's trace under every mode; multi-block writes are cut before
+/// their first block, after their first, and before their last.
+pub fn exhaustive_cases(
+    seed: u64,
+    trace: &[SimOp],
+    modes: &[CrashMode],
+    policy: GcPolicy,
+) -> Vec<Case> {
+    let mut out = Vec::new();
+    for cut in 0..=trace.len() as u64 {
+        let mut partials = vec![0];
+        if let Some(SimOp::Write { count, .. }) = trace.get(cut as usize) {
+            for p in [1, count - 1] {
+                if p > 0 && p < *count && !partials.contains(&p) {
+                    partials.push(p);
+                }
+            }
+        }
+        for &mode in modes {
+            for &partial in &partials {
+                out.push(Case {
+                    seed,
+                    mode,
+                    cut,
+                    partial,
+                    policy,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Run cases for a range of seeds on `o.threads` threads.
+pub fn run_sampled(o: &RunOptions) -> Summary {
+    run_seeds(o, |seed, trace, policy| {
+        sampled_cases(seed, trace, o, policy)
+    })
+}
+
+/// Exhaustive run of the seeds in `o.seeds`.
+pub fn run_exhaustive(o: &RunOptions) -> Summary {
+    run_seeds(o, |seed, trace, policy| {
+        exhaustive_cases(seed, trace, &o.modes, policy)
+    })
+}
+
+fn run_seeds(
+    o: &RunOptions,
+    cases_of: impl Fn(u64, &[SimOp], GcPolicy) -> Vec<Case> + Sync,
+) -> Summary {
+    let next = AtomicU64::new(o.seeds.start);
+    let cases = AtomicU64::new(0);
+    let done_seeds = AtomicU64::new(0);
+    let failed = AtomicUsize::new(0);
+    let per_mode: [AtomicU64; 3] = Default::default();
+    let failures = Mutex::new(Vec::new());
+    let record = |f: Failure| {
+        eprintln!("{f}");
+        failed.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut v) = failures.lock() {
+            v.push(f.to_string());
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 0..o.threads.max(1) {
+            s.spawn(|| loop {
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= o.seeds.end || failed.load(Ordering::Relaxed) >= o.max_failures {
+                    return;
+                }
+                for &policy in &o.policies {
+                    let t = match trace(seed, policy) {
+                        Ok(t) => t,
+                        Err(f) => {
+                            record(f);
+                            continue;
+                        }
+                    };
+                    for case in cases_of(seed, &t.ops, policy) {
+                        cases.fetch_add(1, Ordering::Relaxed);
+                        per_mode[mode_index(case.mode)].fetch_add(1, Ordering::Relaxed);
+                        if let Err(f) = run_case(&case) {
+                            record(f);
+                            if failed.load(Ordering::Relaxed) >= o.max_failures {
+                                return;
+                            }
+                        }
+                    }
+                }
+                let d = done_seeds.fetch_add(1, Ordering::Relaxed) + 1;
+                if o.progress_every > 0 && d.is_multiple_of(o.progress_every) {
+                    eprintln!(
+                        "  {d} seeds, {} crash points, {} failures",
+                        cases.load(Ordering::Relaxed),
+                        failed.load(Ordering::Relaxed)
+                    );
+                }
+            });
+        }
+    });
+    Summary {
+        seeds: done_seeds.into_inner(),
+        cases: cases.into_inner(),
+        per_mode: per_mode.map(|a| a.into_inner()),
+        failures: failures.into_inner().unwrap_or_default(),
+    }
+}

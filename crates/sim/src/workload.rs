@@ -1,0 +1,431 @@
+//! Seeded workloads: random operations drawn from the model, applied to a mounted volume
+//! and to the model side by side.
+//!
+//! Owns: the operation vocabulary ([`Op`]), the generator ([`Workload`]) and [`apply`], the
+//! one place that runs an operation on both the file system and the model.
+//!
+//! Invariants: the generator only draws operations the model says are valid, so any error
+//! the file system returns is a failure, except the power cut (or the poisoning it causes)
+//! that ends a crash case. Names come from small pools so that operations collide (renames
+//! over existing names, re-creates, links into the same directory); directories live only
+//! in the root, so a walk of depth two sees the whole tree.
+
+use crate::model::Model;
+use flashlog_core::{Error, FallocMode, Fs, Ino, RenameFlags, SetAttr, XattrMode, ROOT_INO};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// File names drawn by the generator.
+const FILE_NAMES: &[&str] = &["a", "b", "c", "d", "e", "f"];
+const DIR_NAMES: &[&str] = &["d0", "d1", "d2"];
+const XATTR_NAMES: &[&str] = &["user.x", "user.y"];
+/// Largest offset a write or truncate reaches: a few blocks past the inline limit, so that
+/// files convert from inline and use several data blocks.
+const MAX_FILE_BYTES: u64 = 6 * 4096;
+/// Largest single write.
+const MAX_WRITE_BYTES: u64 = 9000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Create {
+        parent: Ino,
+        name: Vec<u8>,
+    },
+    Mkdir {
+        name: Vec<u8>,
+    },
+    Write {
+        ino: Ino,
+        off: u64,
+        len: u64,
+        fill: u8,
+    },
+    Truncate {
+        ino: Ino,
+        size: u64,
+    },
+    PunchHole {
+        ino: Ino,
+        off: u64,
+        len: u64,
+    },
+    Fsync {
+        ino: Ino,
+        datasync: bool,
+    },
+    FsyncDir {
+        ino: Ino,
+    },
+    Sync,
+    Rename {
+        parent: Ino,
+        name: Vec<u8>,
+        new_parent: Ino,
+        new_name: Vec<u8>,
+    },
+    Link {
+        ino: Ino,
+        parent: Ino,
+        name: Vec<u8>,
+    },
+    Unlink {
+        parent: Ino,
+        name: Vec<u8>,
+    },
+    Rmdir {
+        name: Vec<u8>,
+    },
+    SetXattr {
+        ino: Ino,
+        name: Vec<u8>,
+        value: Vec<u8>,
+    },
+    RemoveXattr {
+        ino: Ino,
+        name: Vec<u8>,
+    },
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = |n: &[u8]| String::from_utf8_lossy(n).into_owned();
+        match self {
+            Op::Create { parent, name } => write!(f, "create {parent}/{}", s(name)),
+            Op::Mkdir { name } => write!(f, "mkdir /{}", s(name)),
+            Op::Write {
+                ino,
+                off,
+                len,
+                fill,
+            } => write!(f, "write ino {ino} [{off}, +{len}) fill {fill:#04x}"),
+            Op::Truncate { ino, size } => write!(f, "truncate ino {ino} to {size}"),
+            Op::PunchHole { ino, off, len } => write!(f, "punch ino {ino} [{off}, +{len})"),
+            Op::Fsync { ino, datasync } => write!(
+                f,
+                "{} ino {ino}",
+                if *datasync { "fdatasync" } else { "fsync" }
+            ),
+            Op::FsyncDir { ino } => write!(f, "fsync dir ino {ino}"),
+            Op::Sync => write!(f, "sync"),
+            Op::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+            } => {
+                write!(
+                    f,
+                    "rename {parent}/{} -> {new_parent}/{}",
+                    s(name),
+                    s(new_name)
+                )
+            }
+            Op::Link { ino, parent, name } => write!(f, "link ino {ino} as {parent}/{}", s(name)),
+            Op::Unlink { parent, name } => write!(f, "unlink {parent}/{}", s(name)),
+            Op::Rmdir { name } => write!(f, "rmdir /{}", s(name)),
+            Op::SetXattr { ino, name, value } => {
+                write!(f, "setxattr ino {ino} {} ({} bytes)", s(name), value.len())
+            }
+            Op::RemoveXattr { ino, name } => write!(f, "removexattr ino {ino} {}", s(name)),
+        }
+    }
+}
+
+/// The bytes a write puts down: position-dependent, so a block that landed at the wrong
+/// offset or from the wrong write is visible.
+pub fn write_bytes(off: u64, len: u64, fill: u8) -> Vec<u8> {
+    (off..off + len)
+        .map(|p| fill ^ (p as u8).wrapping_mul(31) ^ ((p >> 8) as u8))
+        .collect()
+}
+
+/// A seeded generator of operations.
+pub struct Workload {
+    rng: ChaCha8Rng,
+}
+
+impl Workload {
+    pub fn new(seed: u64) -> Self {
+        Workload {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    fn pick<T: Clone>(&mut self, v: &[T]) -> Option<T> {
+        if v.is_empty() {
+            None
+        } else {
+            Some(v[self.rng.random_range(0..v.len())].clone())
+        }
+    }
+
+    fn name(&mut self, pool: &[&str]) -> Vec<u8> {
+        pool[self.rng.random_range(0..pool.len())]
+            .as_bytes()
+            .to_vec()
+    }
+
+    /// Draw the next operation valid in `m`.
+    pub fn next_op(&mut self, m: &Model) -> Op {
+        loop {
+            if let Some(op) = self.try_op(m) {
+                return op;
+            }
+        }
+    }
+
+    fn try_op(&mut self, m: &Model) -> Option<Op> {
+        let files = m.files();
+        let dirs = m.dirs();
+        let roll = self.rng.random_range(0..100u32);
+        Some(match roll {
+            0..=11 => {
+                let parent = self.pick(&dirs)?;
+                let name = self.name(FILE_NAMES);
+                if m.lookup(parent, &name).is_some() {
+                    return None;
+                }
+                Op::Create { parent, name }
+            }
+            12..=31 => {
+                let ino = self.pick(&files)?;
+                let off = self.rng.random_range(0..MAX_FILE_BYTES);
+                let len = self
+                    .rng
+                    .random_range(1..=MAX_WRITE_BYTES.min(MAX_FILE_BYTES - off));
+                Op::Write {
+                    ino,
+                    off,
+                    len,
+                    fill: self.rng.random(),
+                }
+            }
+            32..=35 => Op::Truncate {
+                ino: self.pick(&files)?,
+                size: self.rng.random_range(0..MAX_FILE_BYTES),
+            },
+            36..=39 => {
+                let ino = self.pick(&files)?;
+                Op::PunchHole {
+                    ino,
+                    off: self.rng.random_range(0..MAX_FILE_BYTES),
+                    len: self.rng.random_range(1..3 * 4096),
+                }
+            }
+            40..=55 => Op::Fsync {
+                ino: self.pick(&files)?,
+                datasync: self.rng.random_bool(0.3),
+            },
+            56..=59 => Op::FsyncDir {
+                ino: self.pick(&dirs)?,
+            },
+            60..=63 => Op::Sync,
+            64..=72 => {
+                // Rename a file (or, sometimes, a directory within the root).
+                let (parent, name, ino) = if self.rng.random_bool(0.85) {
+                    let parent = self.pick(&dirs)?;
+                    let name = self.name(FILE_NAMES);
+                    (parent, name.clone(), m.lookup(parent, &name)?)
+                } else {
+                    let name = self.name(DIR_NAMES);
+                    (ROOT_INO, name.clone(), m.lookup(ROOT_INO, &name)?)
+                };
+                let is_dir = m.inode(ino)?.is_dir;
+                let (new_parent, new_name) = if is_dir {
+                    (ROOT_INO, self.name(DIR_NAMES))
+                } else {
+                    (self.pick(&dirs)?, self.name(FILE_NAMES))
+                };
+                if let Some(v) = m.lookup(new_parent, &new_name) {
+                    let vi = m.inode(v)?;
+                    if vi.is_dir != is_dir || (vi.is_dir && !m.dir_is_empty(v)) {
+                        return None;
+                    }
+                }
+                Op::Rename {
+                    parent,
+                    name,
+                    new_parent,
+                    new_name,
+                }
+            }
+            73..=76 => {
+                let ino = self.pick(&files)?;
+                let parent = self.pick(&dirs)?;
+                let name = self.name(FILE_NAMES);
+                if m.lookup(parent, &name).is_some() {
+                    return None;
+                }
+                Op::Link { ino, parent, name }
+            }
+            77..=84 => {
+                let parent = self.pick(&dirs)?;
+                let name = self.name(FILE_NAMES);
+                let ino = m.lookup(parent, &name)?;
+                if m.inode(ino)?.is_dir {
+                    return None;
+                }
+                Op::Unlink { parent, name }
+            }
+            85..=88 => {
+                let name = self.name(DIR_NAMES);
+                if m.lookup(ROOT_INO, &name).is_some() {
+                    return None;
+                }
+                Op::Mkdir { name }
+            }
+            89..=90 => {
+                let name = self.name(DIR_NAMES);
+                let ino = m.lookup(ROOT_INO, &name)?;
+                if !m.inode(ino)?.is_dir || !m.dir_is_empty(ino) {
+                    return None;
+                }
+                Op::Rmdir { name }
+            }
+            91..=96 => {
+                let ino = self.pick(&files)?;
+                let len = self.rng.random_range(0..64usize);
+                let fill: u8 = self.rng.random();
+                Op::SetXattr {
+                    ino,
+                    name: self.name(XATTR_NAMES),
+                    value: vec![fill; len],
+                }
+            }
+            _ => {
+                let ino = self.pick(&files)?;
+                let name = self.name(XATTR_NAMES);
+                if !m.inode(ino)?.cur.xattrs.contains_key(&name) {
+                    return None;
+                }
+                Op::RemoveXattr { ino, name }
+            }
+        })
+    }
+}
+
+/// What applying one operation did.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The file system accepted it; the model followed.
+    Done,
+    /// The operation failed because power was cut (or the mount was poisoned by the cut):
+    /// the model took its effect as possible, not durable.
+    Cut(Error),
+    /// The file system refused an operation the model says is valid.
+    Mismatch(String),
+}
+
+fn is_cut(e: &Error) -> bool {
+    matches!(e, Error::Device(_) | Error::Poisoned(_))
+}
+
+/// Run `op` on `fs` and on `m`. Durable points (fsync, sync) update the model only when the
+/// file system returned Ok; the model learns whether an fsync became a checkpoint from the
+/// core's `fsync_checkpoints` counter.
+pub fn apply(fs: &Fs, m: &mut Model, op: &Op) -> Outcome {
+    let r: Result<(), Error> = match op {
+        Op::Create { parent, name } => match fs.create(*parent, name, 0o644, 0, 0) {
+            Ok(a) => {
+                m.create(*parent, name, a.ino, false);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
+        Op::Mkdir { name } => match fs.mkdir(ROOT_INO, name, 0o755, 0, 0) {
+            Ok(a) => {
+                m.create(ROOT_INO, name, a.ino, true);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
+        Op::Write {
+            ino,
+            off,
+            len,
+            fill,
+        } => {
+            let data = write_bytes(*off, *len, *fill);
+            m.write(*ino, *off, &data);
+            write_all(fs, *ino, *off, &data)
+        }
+        Op::Truncate { ino, size } => {
+            m.truncate(*ino, *size);
+            fs.setattr(
+                *ino,
+                &SetAttr {
+                    size: Some(*size),
+                    ..Default::default()
+                },
+            )
+            .map(|_| ())
+        }
+        Op::PunchHole { ino, off, len } => {
+            m.punch(*ino, *off, *len);
+            fs.fallocate(*ino, FallocMode::PunchHole, *off, *len)
+        }
+        Op::Fsync { ino, datasync } => {
+            let before = fs.stats().fsync_checkpoints;
+            let r = fs.fsync(*ino, *datasync);
+            match &r {
+                Ok(()) if fs.stats().fsync_checkpoints > before => m.checkpoint(),
+                Ok(()) => m.fsync_file(*ino),
+                Err(_) => m.fsync_in_flight(*ino),
+            }
+            r
+        }
+        Op::FsyncDir { ino } => fs.fsync(*ino, false).map(|()| m.checkpoint()),
+        Op::Sync => fs.sync().map(|()| m.checkpoint()),
+        Op::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+        } => {
+            m.rename(*parent, name, *new_parent, new_name);
+            fs.rename(*parent, name, *new_parent, new_name, RenameFlags::default())
+        }
+        Op::Link { ino, parent, name } => {
+            m.link(*ino, *parent, name);
+            fs.link(*ino, *parent, name).map(|_| ())
+        }
+        Op::Unlink { parent, name } => {
+            m.remove(*parent, name);
+            fs.unlink(*parent, name)
+        }
+        Op::Rmdir { name } => {
+            m.remove(ROOT_INO, name);
+            fs.rmdir(ROOT_INO, name)
+        }
+        Op::SetXattr { ino, name, value } => {
+            m.setxattr(*ino, name, Some(value));
+            fs.setxattr(*ino, name, value, XattrMode::Any)
+        }
+        Op::RemoveXattr { ino, name } => {
+            m.setxattr(*ino, name, None);
+            fs.removexattr(*ino, name)
+        }
+    };
+    match r {
+        Ok(()) => Outcome::Done,
+        Err(e) if is_cut(&e) => Outcome::Cut(e),
+        Err(e) => Outcome::Mismatch(format!(
+            "{op}: the file system refused a valid operation: {e}"
+        )),
+    }
+}
+
+fn write_all(fs: &Fs, ino: Ino, off: u64, data: &[u8]) -> Result<(), Error> {
+    let mut done = 0usize;
+    while done < data.len() {
+        let n = fs.write(ino, off + done as u64, &data[done..])?;
+        if n == 0 {
+            return Err(Error::Corrupt(format!(
+                "write of ino {ino} made no progress at {}",
+                off + done as u64
+            )));
+        }
+        done += n;
+    }
+    Ok(())
+}

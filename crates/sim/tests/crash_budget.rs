@@ -1,0 +1,76 @@
+//! CI crash simulation: at least 2,000 crash points across the three kill modes and every
+//! GC policy in `flashlog_sim::POLICIES`, in well under the 5-minute budget
+//! (docs/TESTING.md, "CI budget"). A failure prints its seed and the replay command.
+
+use flashlog_dev::CrashMode;
+use flashlog_sim::crash::{run_exhaustive, run_sampled, RunOptions};
+use std::time::{Duration, Instant};
+
+/// Crash points CI must run (issue 6).
+const MIN_CRASH_POINTS: u64 = 2_000;
+/// CI's wall-clock budget for this test.
+const BUDGET: Duration = Duration::from_secs(300);
+
+#[test]
+fn budgeted_crash_simulation() {
+    let start = Instant::now();
+    let o = RunOptions {
+        seeds: 0..170,
+        cuts_per_mode: 4,
+        threads: 2,
+        max_failures: 5,
+        ..Default::default()
+    };
+    let s = run_sampled(&o);
+    let took = start.elapsed();
+    println!(
+        "{} seeds, {} crash points (drop {}, subset {}, tear {}) in {:.1} s",
+        s.seeds,
+        s.cases,
+        s.per_mode[0],
+        s.per_mode[1],
+        s.per_mode[2],
+        took.as_secs_f64()
+    );
+    assert!(
+        s.failures.is_empty(),
+        "{} crash cases failed:\n{}",
+        s.failures.len(),
+        s.failures.join("\n\n")
+    );
+    assert!(
+        s.cases >= MIN_CRASH_POINTS * flashlog_sim::POLICIES.len() as u64,
+        "only {} crash points ran",
+        s.cases
+    );
+    assert!(
+        s.per_mode.iter().all(|&n| n > 0),
+        "a kill mode ran no case: {:?}",
+        s.per_mode
+    );
+    assert!(
+        took < BUDGET,
+        "crash simulation took {took:?}, over the CI budget of {BUDGET:?}"
+    );
+}
+
+/// littlefs style: every cut point of a few short traces, every kill mode.
+#[test]
+fn exhaustive_short_workloads() {
+    let o = RunOptions {
+        seeds: 1000..1004,
+        modes: CrashMode::ALL.to_vec(),
+        threads: 2,
+        max_failures: 5,
+        ..Default::default()
+    };
+    let s = run_exhaustive(&o);
+    println!("exhaustive: {} seeds, {} crash points", s.seeds, s.cases);
+    assert!(
+        s.failures.is_empty(),
+        "{} crash cases failed:\n{}",
+        s.failures.len(),
+        s.failures.join("\n\n")
+    );
+    assert!(s.cases > 0);
+}

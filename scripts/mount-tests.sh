@@ -1,0 +1,344 @@
+#!/usr/bin/env bash
+# Flashlog through a real FUSE mount: the POSIX suite, fsx with fixed seeds, a
+# multi-process stress run, real tools (cp -a, tar, sqlite3, git) across a remount,
+# the mount(8) helper and an fstab line, signals, a SIGKILL of the daemon (nothing
+# fsync'd may be lost), and a clean fsck at the end.
+#
+#   scripts/mount-tests.sh            # builds nothing; run scripts/test.sh for everything
+#
+# Needs root, fuse3 (fusermount3), sqlite3 and git (scripts/test.sh installs them) and the
+# release binaries (cargo build --release). Each step prints one PASS/FAIL line; the exit
+# status is the number of failed steps (0 = all passed).
+# Environment: KEEP=1 keeps the work directory; STRESS_SECONDS (20), FSX_OPS (20000).
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/target/release
+FL=$bin/flashlog
+for b in flashlog flashlog-posix flashlog-fsx flashlog-stress; do
+    if [[ ! -x $bin/$b ]]; then
+        echo "mount-tests: $bin/$b is missing: run \`cargo build --release\` (or scripts/test.sh)" >&2
+        exit 1
+    fi
+done
+if [[ $(id -u) -ne 0 ]]; then
+    echo "mount-tests: run as root (the permission cases switch users; mount(8) needs root)" >&2
+    exit 1
+fi
+
+work=$(mktemp -d /tmp/flashlog-mount-tests.XXXXXX)
+chmod 755 "$work" # the POSIX suite's permission cases run as uid 65534
+img=$work/vol.img
+mnt=$work/mnt
+mkdir -p "$mnt"
+pidfile=$work/daemon.pid
+failures=0
+started=$SECONDS
+# A snapshot of this repository's sources: the tree may change while the tests run.
+snap=$work/snap
+mkdir -p "$snap" && cp -a "$root/crates" "$root/scripts" "$snap/"
+
+cleanup() {
+    if mountpoint -q "$mnt" 2>/dev/null || grep -qs " $mnt " /proc/mounts; then
+        umount "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null
+    fi
+    if [[ -s $pidfile ]]; then
+        local pid
+        pid=$(cat "$pidfile")
+        kill -0 "$pid" 2>/dev/null && kill -TERM "$pid" 2>/dev/null
+    fi
+    if [[ ${KEEP:-0} == 1 || $failures -gt 0 ]]; then
+        echo "work directory kept: $work"
+    else
+        rm -rf "$work"
+    fi
+}
+trap cleanup EXIT
+
+# step NAME COMMAND...: run one check, print PASS/FAIL with its time and, on failure,
+# the tail of its output.
+step() {
+    local name=$1
+    shift
+    local t0=$SECONDS log=$work/step.log
+    if "$@" >"$log" 2>&1; then
+        printf 'PASS %-34s (%ds)%s\n' "$name" $((SECONDS - t0)) "$(summary_of "$log")"
+    else
+        printf 'FAIL %-34s (%ds)\n' "$name" $((SECONDS - t0))
+        tail -n 40 "$log" | sed 's/^/    | /'
+        failures=$((failures + 1))
+    fi
+}
+# The last line starting with "summary:" or "result:" of a step's output, if any.
+summary_of() {
+    local s
+    s=$(grep -E '^(summary|result):' "$1" | tail -n 1)
+    [[ -n $s ]] && printf '  %s' "$s"
+}
+result() { echo "result: $*"; }
+
+daemon_pid() { cat "$pidfile"; }
+
+mount_fs() {
+    ensure_unmounted
+    "$FL" mount --daemon --pid-file "$pidfile" "$@" "$img" "$mnt"
+}
+
+# Unmount and wait for the daemon to write its final checkpoint and exit.
+umount_fs() {
+    local pid
+    pid=$(daemon_pid)
+    umount "$mnt" || return 1
+    for _ in $(seq 600); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    echo "daemon $pid did not exit within 60 s after umount"
+    return 1
+}
+
+# Make sure nothing is mounted on $mnt (a failed step may have left a mount behind).
+ensure_unmounted() {
+    if grep -qs " $mnt " /proc/mounts; then
+        umount_fs 2>/dev/null || { fusermount3 -uz "$mnt" 2>/dev/null; sleep 1; }
+    fi
+    if [[ -s $pidfile ]]; then
+        local pid
+        pid=$(cat "$pidfile")
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+    return 0
+}
+
+fsck_clean() {
+    "$FL" fsck "$img"
+}
+
+# ---------------------------------------------------------------------------------------
+
+t_mkfs() {
+    "$FL" mkfs --size 1G --label mount-tests "$img"
+}
+
+t_cli_errors() {
+    local out
+    # Unknown options are an error that names the option.
+    if out=$("$FL" mount -o bogus_option "$img" "$mnt" 2>&1); then
+        echo "mount -o bogus_option succeeded"
+        return 1
+    fi
+    grep -q bogus_option <<<"$out" || { echo "error does not name the option: $out"; return 1; }
+    # Missing mountpoint, non-volume image, fsck of garbage: helpful errors, no panics.
+    out=$("$FL" mount "$img" "$work/nonexistent" 2>&1) && return 1
+    grep -q "does not exist" <<<"$out" || { echo "$out"; return 1; }
+    head -c 8M /dev/zero >"$work/zero.img"
+    out=$("$FL" mount "$work/zero.img" "$mnt" 2>&1) && return 1
+    grep -q "flashlog mkfs" <<<"$out" || { echo "$out"; return 1; }
+    "$FL" fsck "$work/zero.img" >/dev/null 2>&1
+    [[ $? -eq 8 ]] || { echo "fsck of a non-volume should exit 8"; return 1; }
+    # mkfs refuses to overwrite a volume without --force.
+    out=$("$FL" mkfs "$img" 2>&1) && { echo "mkfs overwrote a volume without --force"; return 1; }
+    grep -q -- "--force" <<<"$out" || { echo "$out"; return 1; }
+    "$FL" inspect --json "$img" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["checkpoint"]["version"] > 0 and d["segment_usage"]["segments"] > 0'
+    echo "result: errors name the problem and the fix"
+}
+
+t_mount() {
+    mount_fs || return 1
+    grep " $mnt fuse.flashlog " /proc/mounts
+}
+
+t_posix() {
+    "$bin/flashlog-posix" "$mnt"
+}
+
+t_fsx() {
+    local seed
+    for seed in 1 2 3 42; do
+        "$bin/flashlog-fsx" "$mnt" --seed "$seed" --ops "${FSX_OPS:-20000}" || return 1
+    done
+    result "seeds 1 2 3 42, ${FSX_OPS:-20000} ops each"
+}
+
+t_stress() {
+    "$bin/flashlog-stress" "$mnt" --procs 4 --seconds "${STRESS_SECONDS:-20}" --seed 7
+}
+
+# A large source tree: /usr/include when present, plus this repository's crates.
+tree_src() {
+    if [[ -d /usr/include && $(find /usr/include -type f | head -n 500 | wc -l) -ge 500 ]]; then
+        echo /usr/include
+    else
+        echo "$snap/crates"
+    fi
+}
+
+t_cp_in() {
+    local src
+    src=$(tree_src)
+    cp -a "$src" "$mnt/tree" && diff -r "$src" "$mnt/tree" || return 1
+    result "cp -a $src ($(du -sh "$src" | cut -f1), $(find "$src" | wc -l) entries) in, diff -r identical"
+}
+
+t_tar_in() {
+    tar -C "$snap" -cf "$mnt/repo.tar" crates scripts || return 1
+    mkdir "$mnt/untar" && tar -C "$mnt/untar" -xf "$mnt/repo.tar" || return 1
+    diff -r "$snap/crates" "$mnt/untar/crates" && diff -r "$snap/scripts" "$mnt/untar/scripts"
+}
+
+t_sqlite_in() {
+    sqlite3 "$mnt/test.db" <<'EOF' || return 1
+PRAGMA journal_mode=WAL;
+CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT, n INTEGER);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 20000)
+  INSERT INTO t(v, n) SELECT hex(randomblob(32)), x FROM c;
+CREATE INDEX t_n ON t(n);
+BEGIN; UPDATE t SET v = 'updated' WHERE n % 7 = 0; DELETE FROM t WHERE n % 11 = 0; COMMIT;
+PRAGMA wal_checkpoint(TRUNCATE);
+EOF
+    local ok rows
+    ok=$(sqlite3 "$mnt/test.db" 'PRAGMA integrity_check;')
+    rows=$(sqlite3 "$mnt/test.db" 'SELECT count(*) FROM t;')
+    [[ $ok == ok ]] || { echo "integrity_check: $ok"; return 1; }
+    echo "$rows" >"$work/sqlite.rows"
+    result "integrity_check ok, $rows rows"
+}
+
+t_git_in() {
+    mkdir "$mnt/repo" && cp -a "$snap/crates" "$mnt/repo/" || return 1
+    (
+        cd "$mnt/repo" &&
+            git init -q &&
+            git -c user.name=t -c user.email=t@example.com add -A &&
+            git -c user.name=t -c user.email=t@example.com commit -q -m "first" &&
+            echo change >>crates/fuse/Cargo.toml &&
+            git -c user.name=t -c user.email=t@example.com commit -q -am "second" &&
+            git log --oneline | tee "$work/git.log" &&
+            git fsck --strict
+    )
+}
+
+t_umount_fsck() {
+    umount_fs && fsck_clean
+}
+
+t_remount_check() {
+    mount_fs || return 1
+    local src
+    src=$(tree_src)
+    diff -r "$src" "$mnt/tree" || return 1
+    rm -rf "$work/back" && cp -a "$mnt/tree" "$work/back" && diff -r "$src" "$work/back" || return 1
+    rm -rf "$work/back"
+    diff -r "$snap/crates" "$mnt/untar/crates" || return 1
+    mkdir -p "$work/untar2" && tar -C "$work/untar2" -xf "$mnt/repo.tar" && diff -r "$snap/crates" "$work/untar2/crates" || return 1
+    local ok rows
+    ok=$(sqlite3 "$mnt/test.db" 'PRAGMA integrity_check;')
+    rows=$(sqlite3 "$mnt/test.db" 'SELECT count(*) FROM t;')
+    [[ $ok == ok && $rows == $(cat "$work/sqlite.rows") ]] || { echo "sqlite after remount: $ok, $rows rows"; return 1; }
+    (cd "$mnt/repo" && git log --oneline | diff - "$work/git.log" && git fsck --strict && git status --porcelain | diff - /dev/null) || return 1
+    result "tree copied back identical; tar, sqlite3 ($rows rows, integrity ok) and git intact"
+}
+
+t_readonly() {
+    umount_fs || return 1
+    mount_fs -o ro || return 1
+    if echo x >"$mnt/ro-test" 2>/dev/null; then
+        echo "write succeeded on a read-only mount"
+        return 1
+    fi
+    # immutable=1: a WAL database cannot create its -shm file on a read-only file system.
+    [[ $(sqlite3 "file:$mnt/test.db?immutable=1" 'SELECT count(*) FROM t;') == $(cat "$work/sqlite.rows") ]] || { umount_fs; return 1; }
+    cmp <(cat "$mnt/repo.tar") "$mnt/repo.tar" || { umount_fs; return 1; }
+    umount_fs && fsck_clean
+}
+
+t_mount_helper() {
+    ensure_unmounted
+    if [[ ! -x /sbin/mount.fuse.flashlog ]]; then
+        echo "/sbin/mount.fuse.flashlog is missing: run scripts/setup.sh"
+        return 1
+    fi
+    mount -t fuse.flashlog -o noatime "$img" "$mnt" || return 1
+    grep " $mnt fuse.flashlog " /proc/mounts || return 1
+    [[ -f $mnt/test.db ]] || return 1
+    umount "$mnt" || return 1
+    # An fstab line (a private fstab: /etc/fstab is not touched).
+    echo "$img $mnt fuse.flashlog defaults,nofail,_netdev,x-test=1 0 0" >"$work/fstab"
+    mount -T "$work/fstab" "$mnt" || return 1
+    grep " $mnt fuse.flashlog " /proc/mounts || return 1
+    umount "$mnt" || return 1
+    fsck_clean # waits for the helper's daemon to write its final checkpoint
+}
+
+t_sigterm() {
+    ensure_unmounted
+    local pid rc=0 sig
+    for sig in TERM INT; do
+        "$FL" mount "$img" "$mnt" >"$work/fg.log" 2>&1 &
+        pid=$!
+        for _ in $(seq 100); do grep -qs " $mnt " /proc/mounts && break; sleep 0.1; done
+        echo data >"$mnt/sig-$sig" || rc=1
+        kill -"$sig" "$pid"
+        wait "$pid" || { echo "foreground mount exited $? after SIG$sig"; cat "$work/fg.log"; rc=1; }
+        grep -qs " $mnt " /proc/mounts && { echo "still mounted after SIG$sig"; rc=1; }
+        "$FL" inspect --json "$img" | python3 -c 'import json,sys; assert "umount" in json.load(sys.stdin)["checkpoint"]["flags"], "no clean-unmount checkpoint"' || rc=1
+    done
+    [[ $rc == 0 ]] && fsck_clean
+}
+
+t_sigkill() {
+    mount_fs -o cp_interval=0 || return 1
+    mkdir -p "$mnt/kill" && sync -f "$mnt" # the directory itself is checkpointed
+    head -c 24M /dev/urandom >"$work/kill.data"
+    dd if="$work/kill.data" of="$mnt/kill/synced" bs=1M conv=fsync status=none || return 1
+    # Small fsync'd files in an existing directory, and an fsync'd append.
+    local i
+    for i in $(seq 20); do
+        echo "small $i" | dd of="$mnt/kill/small-$i" conv=fsync status=none || return 1
+    done
+    echo appended | dd of="$mnt/kill/synced" oflag=append conv=notrunc,fsync status=none || return 1
+    cat "$work/kill.data" >"$work/kill.expect" && echo appended >>"$work/kill.expect"
+    # Written but never fsync'd: may be lost, must not corrupt anything.
+    head -c 4M /dev/urandom >"$mnt/kill/unsynced"
+    local pid
+    pid=$(daemon_pid)
+    kill -KILL "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" || return 1
+    mount_fs || return 1
+    cmp "$work/kill.expect" "$mnt/kill/synced" || { echo "fsync'd data lost or changed"; return 1; }
+    for i in $(seq 20); do
+        [[ $(cat "$mnt/kill/small-$i") == "small $i" ]] || { echo "small-$i lost"; return 1; }
+    done
+    umount_fs && fsck_clean || return 1
+    result "24 MiB + 20 small fsync'd files intact after kill -9; fsck clean"
+}
+
+t_final() {
+    mount_fs || return 1
+    local src
+    src=$(tree_src)
+    diff -r "$src" "$mnt/tree" >/dev/null || { echo "tree differs at the end"; return 1; }
+    umount_fs && fsck_clean
+}
+
+echo "== Flashlog mount tests in $work"
+step "mkfs 1 GiB image" t_mkfs
+step "CLI errors are helpful" t_cli_errors
+step "mount --daemon" t_mount
+step "POSIX suite (flashlog-posix)" t_posix
+step "fsx, fixed seeds (flashlog-fsx)" t_fsx
+step "stress, 4 procs (flashlog-stress)" t_stress
+step "cp -a source tree in + diff" t_cp_in
+step "tar round trip" t_tar_in
+step "sqlite3 write + integrity_check" t_sqlite_in
+step "git init/add/commit/log/fsck" t_git_in
+step "umount + fsck clean" t_umount_fsck
+step "remount: cp back, tar, sqlite3, git" t_remount_check
+step "read-only mount" t_readonly
+step "mount -t fuse.flashlog + fstab line" t_mount_helper
+step "SIGTERM/SIGINT unmount cleanly" t_sigterm
+step "SIGKILL loses nothing fsync'd" t_sigkill
+step "final remount + umount + fsck" t_final
+echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"
+exit $((failures > 0 ? 1 : 0))
