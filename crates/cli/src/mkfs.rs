@@ -87,6 +87,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         segs_per_sec: a.segs_per_sec,
         mlogs: a.mlogs,
         force: a.force,
+        ..Default::default()
     };
     let report = Fs::mkfs(dev, &opts).map_err(|e| match e {
         flashlog_core::Error::Invalid(why) => anyhow::anyhow!("{}: {why}", a.target.display()),

@@ -35,6 +35,9 @@ pub struct MkfsOptions {
     pub mlogs: u32,
     /// Overwrite an existing file system.
     pub force: bool,
+    /// Derive the uuid, directory hash seed and first checkpoint version from this seed
+    /// instead of randomness (deterministic simulation).
+    pub seed: Option<u64>,
 }
 
 impl Default for MkfsOptions {
@@ -44,6 +47,7 @@ impl Default for MkfsOptions {
             segs_per_sec: 1,
             mlogs: 1,
             force: false,
+            seed: None,
         }
     }
 }
@@ -194,15 +198,22 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
             a += n;
         }
     }
+    // Uuid, hash seed and first checkpoint version are random, or derived from
+    // `opts.seed` so that simulations replay exactly.
+    let mut rng: Box<dyn rand::RngCore> = match opts.seed {
+        Some(s) => Box::new(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(s)),
+        None => Box::new(rand::rng()),
+    };
     let mut seed = [0u8; 16];
-    rand::fill(&mut seed);
+    rng.fill_bytes(&mut seed);
     let sb = Superblock {
         geo: geo.clone(),
         hash_seed: u32::from_le_bytes([seed[0], seed[1], seed[2], seed[3]]),
-        created_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        created_unix: if opts.seed.is_some() {
+            0
+        } else {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+        },
         features: 0,
         uuid: seed,
         label: opts.label.clone(),
@@ -212,7 +223,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     dev.write(1, &enc[..])?;
     // Random first checkpoint version: node blocks of an earlier volume can never carry it,
     // so roll-forward cannot adopt them.
-    let first_version = (rand::random::<u64>() >> 16).max(1);
+    let first_version = (rng.next_u64() >> 16).max(1);
     let cp_state = CpState {
         nat_bm: vec![0; bitmap_len(geo.nat_blocks)],
         sit_bm: vec![0; bitmap_len(geo.sit_blocks)],
