@@ -132,8 +132,11 @@ impl InodeCell {
     }
 }
 
+/// One shard of the cell table.
+type CellShard = Mutex<HashMap<Ino, Arc<InodeCell>>>;
+
 pub struct CellTable {
-    shards: Box<[Mutex<HashMap<Ino, Arc<InodeCell>>>]>,
+    shards: Box<[CellShard]>,
 }
 
 impl Default for CellTable {
@@ -147,7 +150,7 @@ impl Default for CellTable {
 }
 
 impl CellTable {
-    fn shard(&self, ino: Ino) -> &Mutex<HashMap<Ino, Arc<InodeCell>>> {
+    fn shard(&self, ino: Ino) -> &CellShard {
         &self.shards[ino as usize % CELL_SHARDS]
     }
     pub fn get(&self, ino: Ino) -> Option<Arc<InodeCell>> {

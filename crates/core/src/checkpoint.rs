@@ -212,7 +212,10 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
         created_unix: if opts.seed.is_some() {
             0
         } else {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
         },
         features: 0,
         uuid: seed,
@@ -282,6 +285,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     Ok(MkfsReport { sb })
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build(
     dev: Arc<dyn BlockDevice>,
     sb: Superblock,

@@ -10,6 +10,7 @@
 //! - protects each page it moves in the victim protector (SVP) instead of locking the file
 //!   for the whole migration, and commits a move only under the node-lock rule;
 //! - updates the SIT with atomics (LSU, in `seg`).
+//!
 //! A foreground call starts a round on every worker and returns as soon as enough sections
 //! are free (or prefree, for the next checkpoint), so blocked writers wake early; workers
 //! stop when the target is met or no victim is left. Every technique can be switched off
@@ -467,10 +468,7 @@ fn move_with_svp(
     if !fs.svp.try_protect_page(ino, idx) {
         return Ok(false); // an I/O path holds the range: skip, as ScaleLFS's trylock does
     }
-    let r = (|| {
-        let mut st = cell.lock();
-        commit_move(fs, w, f, &mut st, sum, addr, blk)
-    })();
+    let r = commit_move(fs, w, f, &mut cell.lock(), sum, addr, blk);
     fs.svp.release_page(ino, idx);
     Ok(r?.is_some())
 }

@@ -905,7 +905,7 @@ impl SegManager {
 
     /// Checkpoint support: write dirty SIT and SSA blocks to their other copies, flipping
     /// the bits in `sit_bm` / `ssa_bm`. Called with every operation excluded.
-    pub fn flush_meta(&self, sit_bm: &mut [u8], ssa_bm: &mut Vec<u8>) -> Result<(u64, u64)> {
+    pub fn flush_meta(&self, sit_bm: &mut [u8], ssa_bm: &mut [u8]) -> Result<(u64, u64)> {
         use flashlog_format::codec::set_bit;
         let mut ssa_written = 0;
         let mut dirty: Vec<(SegNo, Box<SsaBlock>)> = self.ssa_dirty.lock().drain().collect();
@@ -919,7 +919,7 @@ impl SegManager {
             set_bit(ssa_bm, seg as usize, copy);
             ssa_written += 1;
         }
-        *self.ssa_copy.lock() = ssa_bm.clone();
+        *self.ssa_copy.lock() = ssa_bm.to_vec();
         let mut sit_written = 0;
         for i in self.dirty_sit.ones().collect::<Vec<_>>() {
             self.dirty_sit.clear(i);

@@ -318,7 +318,7 @@ mod tests {
             let img = d.crash_image(CrashMode::TearOne, seed);
             let mut b = block(0);
             img.read(0, &mut b).unwrap();
-            b.iter().any(|&x| x == 0) && b.iter().any(|&x| x == 0xff)
+            b.contains(&0) && b.contains(&0xff)
         });
         assert!(mixed);
     }
