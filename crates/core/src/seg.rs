@@ -122,6 +122,8 @@ pub struct SegManager {
     /// Volume lifetime seconds, for segment ages.
     pub clock_secs: AtomicU64,
     pub blocks_written: AtomicU64,
+    /// Blocks discarded after their sections were freed.
+    pub discarded_blocks: AtomicU64,
     poisoned: AtomicBool,
     /// Sections being cleaned (claimed by a collector): not picked again, not used for SSR.
     pub victims: AtomicBitmap,
@@ -186,6 +188,7 @@ impl SegManager {
             reserve_secs,
             clock_secs: AtomicU64::new(elapsed),
             blocks_written: AtomicU64::new(0),
+            discarded_blocks: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
             victims: AtomicBitmap::new(nsecs),
             lfs_mode: AtomicBool::new(false),
@@ -953,10 +956,29 @@ impl SegManager {
 
     /// After a durable checkpoint: prefree sections become free.
     pub fn release_prefree(&self) -> u64 {
-        let mut p = self.prefree.lock();
+        let secs: Vec<u64> = std::mem::take(&mut *self.prefree.lock())
+            .into_iter()
+            .filter(|&sec| !self.current.test(sec) && self.section_valid(sec) == 0)
+            .collect();
+        // Tell the device the sections hold nothing (F2FS discards prefree segments after
+        // the checkpoint), before they can be allocated again. Discard is advisory.
+        if self.dev.capabilities().discard {
+            let sps = self.sps();
+            for &sec in &secs {
+                if let Err(e) = self
+                    .dev
+                    .discard(self.geo.seg_start(sec * sps), sps * BLOCKS_PER_SEG)
+                {
+                    tracing::debug!("discard of section {sec} failed: {e}");
+                } else {
+                    self.discarded_blocks
+                        .fetch_add(sps * BLOCKS_PER_SEG, Ordering::Relaxed);
+                }
+            }
+        }
         let mut n = 0;
-        for sec in std::mem::take(&mut *p) {
-            if !self.current.test(sec) && self.section_valid(sec) == 0 && self.used.clear(sec) {
+        for sec in secs {
+            if self.used.clear(sec) {
                 self.free_secs.fetch_add(1, Ordering::AcqRel);
                 n += 1;
             }
