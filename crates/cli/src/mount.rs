@@ -278,7 +278,8 @@ fn daemonize(log: &Path, p: &Prepared) -> Result<Ready> {
         .append(true)
         .open(log)
         .with_context(|| format!("cannot open the log file {}", log.display()))?;
-    let (rd, wr) = nix::unistd::pipe().context("pipe")?;
+    // Close-on-exec: helpers the child runs (fusermount3) must not hold the pipe open.
+    let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
     // SAFETY: no thread has been started yet (daemonize runs before the volume is opened and
     // before logging or FUSE start threads), so the child is a complete copy of this process.
     match unsafe { nix::unistd::fork() }.context("fork")? {
