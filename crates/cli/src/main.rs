@@ -47,6 +47,8 @@ enum Command {
     Mount(mount::Args),
     /// Show the superblock, the newest checkpoint and segment usage.
     Inspect(inspect::Args),
+    /// Run a synthetic workload against the built-in flash SSD emulator alone.
+    Ssd(flashlog_ssd::SsdArgs),
 }
 
 /// Log to stderr; RUST_LOG overrides the default level.
@@ -83,6 +85,10 @@ fn main() -> ExitCode {
         Command::Inspect(a) => {
             init_logging("warn", false);
             report(inspect::run(a))
+        }
+        Command::Ssd(a) => {
+            init_logging("warn", false);
+            report(flashlog_ssd::run(&a).map(|()| ExitCode::SUCCESS))
         }
     }
 }
