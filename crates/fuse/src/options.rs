@@ -118,6 +118,25 @@ impl MountConfig {
                 }
                 self.threads = n;
             }
+            "gc_workers" => {
+                let v = need(val)?;
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| format!("gc_workers={v}: not a number"))?;
+                if n == 0 || n > 64 {
+                    return Err(format!("gc_workers={n}: must be between 1 and 64 (dedicated collectors of gc=scale)"));
+                }
+                self.core.gc_workers = n;
+            }
+            "gc_interval" => {
+                let v = need(val)?;
+                let s: u64 = v.parse().map_err(|_| {
+                    format!(
+                        "gc_interval={v}: expected whole seconds (0 turns background cleaning off)"
+                    )
+                })?;
+                self.core.gc_interval = (s > 0).then(|| Duration::from_secs(s));
+            }
             "cp_interval" => {
                 let v = need(val)?;
                 let s: u64 = v.parse().map_err(|_| {
