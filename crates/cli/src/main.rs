@@ -49,6 +49,9 @@ enum Command {
     Inspect(inspect::Args),
     /// Run a synthetic workload against the built-in flash SSD emulator alone.
     Ssd(flashlog_ssd::SsdArgs),
+    /// Run the papers' experiments (sustained, fxmark, filebench, ycsb, fio) per GC policy,
+    /// side by side, with a table, JSON and plots.
+    Bench(flashlog_bench::BenchArgs),
 }
 
 /// Log to stderr; RUST_LOG overrides the default level.
@@ -85,6 +88,10 @@ fn main() -> ExitCode {
         Command::Inspect(a) => {
             init_logging("warn", false);
             report(inspect::run(a))
+        }
+        Command::Bench(a) => {
+            init_logging("warn", false);
+            report(flashlog_bench::run(&a).map(|()| ExitCode::SUCCESS))
         }
         Command::Ssd(a) => {
             init_logging("warn", false);

@@ -91,6 +91,14 @@ fn read_whole(fs: &Fs, ino: Ino, buf: &mut [u8]) -> flashlog_core::Result<u64> {
     }
 }
 
+/// NotFound (the file was deleted by another thread after the lookup) is not an error.
+fn gone_ok(r: flashlog_core::Result<()>) -> Result<()> {
+    match r {
+        Ok(()) | Err(FsError::NotFound) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn run_one(ctx: &Ctx, p: &crate::policy::PolicySpec, pers: &str) -> Result<FbResult> {
     let threads = ctx.args.threads;
     let vol = Volume::open(ctx, p)?;
@@ -167,11 +175,12 @@ fn run_one(ctx: &Ctx, p: &crate::policy::PolicySpec, pers: &str) -> Result<FbRes
                 "fileserver" => {
                     let i = mine(&mut rng);
                     recreate(i, &mut rng)?;
+                    // Another thread may delete a file between lookup and use.
                     if let Ok((ino, sz)) = lookup(any(&mut rng)) {
-                        fs.write(ino, sz, &buf[..APPEND as usize])?;
+                        gone_ok(fs.write(ino, sz, &buf[..APPEND as usize]).map(|_| ()))?;
                     }
                     if let Ok((ino, _)) = lookup(any(&mut rng)) {
-                        read_whole(&fs, ino, &mut rbuf)?;
+                        gone_ok(read_whole(&fs, ino, &mut rbuf).map(|_| ()))?;
                     }
                     let _ = lookup(any(&mut rng));
                     n += 5;
@@ -191,7 +200,7 @@ fn run_one(ctx: &Ctx, p: &crate::policy::PolicySpec, pers: &str) -> Result<FbRes
                     }
                     for _ in 0..2 {
                         if let Ok((ino, _)) = lookup(any(&mut rng)) {
-                            read_whole(&fs, ino, &mut rbuf)?;
+                            gone_ok(read_whole(&fs, ino, &mut rbuf).map(|_| ()))?;
                         }
                     }
                     n += 8;
