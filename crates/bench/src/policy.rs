@@ -9,6 +9,7 @@
 //! the core's own message.
 
 use anyhow::{bail, Result};
+use flashlog_core::config::ScaleFeatures;
 use flashlog_core::{AllocMode, Fs, GcPolicy, MkfsOptions, MountOptions};
 use flashlog_dev::{BlockDevice, RamDevice};
 use std::sync::Arc;
@@ -52,6 +53,36 @@ const TABLE: &[Row] = &[
 ];
 
 /// A policy to run: a name from the table and its parameters.
+/// ScaleLFS ablation rows (paper Table 3): `scale-simple` is per-core GC without any of
+/// the techniques; `scale+svp+dws+...` adds them in the paper's order. `scale` has all.
+pub const ABLATION: &[&str] = &[
+    "scale-simple",
+    "scale+svp",
+    "scale+svp+dws",
+    "scale+svp+dws+lsu",
+    "scale+svp+dws+lsu+cvs",
+    "scale",
+];
+
+fn parse_features(name: &str) -> Option<ScaleFeatures> {
+    if name == "scale-simple" {
+        return Some(ScaleFeatures::NONE);
+    }
+    let rest = name.strip_prefix("scale+")?;
+    let mut f = ScaleFeatures::NONE;
+    for t in rest.split('+') {
+        match t {
+            "svp" => f.svp = true,
+            "dws" => f.dws = true,
+            "lsu" => f.lsu = true,
+            "cvs" => f.cvs = true,
+            "dpb" => f.dpb = true,
+            _ => return None,
+        }
+    }
+    Some(f)
+}
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct PolicySpec {
     /// The spec as given (`scale:4`), used as the label in tables and plots.
@@ -63,6 +94,9 @@ pub struct PolicySpec {
     pub alloc_mode: AllocMode,
     /// GC workers (`scale:N`); None = the policy's default.
     pub workers: Option<usize>,
+    /// ScaleLFS techniques (ablation); all on unless the name says otherwise.
+    #[serde(skip)]
+    pub features: ScaleFeatures,
 }
 
 impl PolicySpec {
@@ -73,10 +107,12 @@ impl PolicySpec {
             Some((n, a)) => (n, Some(a)),
             None => (s, None),
         };
-        let Some(row) = TABLE.iter().find(|r| r.0 == name) else {
+        let features = parse_features(name);
+        let row_name = if features.is_some() { "scale" } else { name };
+        let Some(row) = TABLE.iter().find(|r| r.0 == row_name) else {
             let known: Vec<&str> = TABLE.iter().map(|r| r.0).collect();
             bail!(
-                "unknown policy {s:?} (known: {}; `scale:N` sets N GC workers)",
+                "unknown policy {s:?} (known: {}; `scale:N` sets N GC workers; ablation: scale-simple, scale+svp+dws+lsu+cvs+dpb in any subset)",
                 known.join(", ")
             );
         };
@@ -94,6 +130,7 @@ impl PolicySpec {
             gc: row.1,
             alloc_mode: row.2,
             workers,
+            features: features.unwrap_or(ScaleFeatures::ALL),
         })
     }
 
@@ -105,10 +142,14 @@ impl PolicySpec {
         if let Some(n) = self.workers {
             o.gc_workers = n;
         }
+        o.scale = self.features;
         o
     }
 
     pub fn description(&self) -> &'static str {
+        if parse_features(&self.name).is_some() {
+            return "ScaleLFS ablation (paper Table 3)";
+        }
         TABLE.iter().find(|r| r.0 == self.name).map_or("", |r| r.5)
     }
 }

@@ -37,6 +37,13 @@ const RAW_BYTES: u64 = 256 << 20;
 
 /// One policy's result; the first keys are the ones issue 7 requires.
 #[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct LockWait {
+    pub point: String,
+    pub wait_s: f64,
+    pub contended: u64,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct SustainedResult {
     pub policy: String,
     pub app_mib_s_before_gc: f64,
@@ -58,6 +65,13 @@ pub struct SustainedResult {
     pub gc_sections_freed: u64,
     pub gc_moved_blocks: u64,
     pub ssr_blocks: u64,
+    /// Blocks collectors read (all victims' valid blocks).
+    pub gc_read_blocks: u64,
+    /// Blocks read but not moved: invalidated between the lock-free SIT read and the move
+    /// (ScaleLFS LSU false positives), or lost the race to a newer write.
+    pub gc_false_positive_reads: u64,
+    /// Seconds waited and contended acquisitions per lock or contention point.
+    pub lock_waits: Vec<LockWait>,
     pub fs_waf: f64,
     /// Seconds from the start of the run until cleaning first ran.
     pub gc_start_s: Option<f64>,
@@ -98,6 +112,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
 
 /// Fill then random-overwrite one fresh volume.
 pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
+    flashlog_core::waits::reset();
     let threads = ctx.args.threads;
     let vol = Volume::open(ctx, p)?;
     let user = vol.user_bytes();
@@ -266,6 +281,14 @@ fn summarize(
         latency_cdf: lat.cdf(),
         ..Default::default()
     };
+    r.lock_waits = flashlog_core::waits::snapshot()
+        .into_iter()
+        .map(|(point, wait_s, contended)| LockWait {
+            point: point.to_string(),
+            wait_s,
+            contended,
+        })
+        .collect();
     match end {
         Ok(e) => {
             let c = &e.counters;
@@ -278,6 +301,8 @@ fn summarize(
             r.gc_sections_freed = c.gc_sections_freed;
             r.gc_moved_blocks = c.gc_moved_blocks;
             r.ssr_blocks = c.ssr_blocks;
+            r.gc_read_blocks = c.gc_read_blocks;
+            r.gc_false_positive_reads = c.gc_skipped_blocks;
             r.peak_rss_mib = e.peak_rss_mib;
             r.cpu_s = e.cpu_s;
             r.error = e.unmount_error.clone();
@@ -374,6 +399,31 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
                 .map_or("-".into(), |s| num(s.nand_waf)),
         ]);
     }
+    let mut t3 = Table::new(&[
+        "policy",
+        "GC read blocks",
+        "false positives",
+        "lock waits (s, contended acquisitions)",
+    ]);
+    for r in &results {
+        let waits: Vec<String> = r
+            .lock_waits
+            .iter()
+            .filter(|w| w.contended > 0)
+            .map(|w| format!("{} {:.3}s/{}", w.point, w.wait_s, w.contended))
+            .collect();
+        t3.row(vec![
+            r.policy.clone(),
+            r.gc_read_blocks.to_string(),
+            r.gc_false_positive_reads.to_string(),
+            if waits.is_empty() {
+                "-".into()
+            } else {
+                waits.join(", ")
+            },
+        ]);
+    }
+    rep.section("cleaning detail", t3.render());
     let mut body = t2.render();
     body += &format!(
         "raw device sequential write: {raw:.0} MiB/s; target: in-process sequential write (fill) >= 80 % of it\n"
