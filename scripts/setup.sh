@@ -39,6 +39,15 @@ apt_install() {
 if ! command -v fusermount3 >/dev/null 2>&1; then
     apt_install fuse3
 fi
+# The bench's fio experiment measures peers: fio drives the jobs, libfuse3-dev ships the
+# passthrough example it builds. Optional: the bench falls back without them.
+if [[ ${FLASHLOG_NO_BENCH_TOOLS:-0} != 1 ]]; then
+    want=()
+    command -v fio >/dev/null 2>&1 || want+=(fio)
+    [[ -e /usr/include/fuse3/fuse.h ]] || want+=(libfuse3-dev)
+    command -v pkg-config >/dev/null 2>&1 || want+=(pkg-config)
+    ((${#want[@]})) && { apt_install "${want[@]}" || say "could not install ${want[*]}; the fio experiment will run without its peers"; }
+fi
 if [[ ! -e /dev/fuse ]]; then
     as_root modprobe fuse 2>/dev/null || true
     [[ -e /dev/fuse ]] || { say "/dev/fuse is missing and 'modprobe fuse' did not create it (in a container, start it with --device /dev/fuse --cap-add SYS_ADMIN)"; exit 1; }
