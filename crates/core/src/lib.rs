@@ -4,6 +4,28 @@
 //! and write path (`inner`, `file`, `dir`) -> segment manager and NAT (`seg`, `nat`) ->
 //! checkpoint and recovery (`checkpoint`, `recovery`) -> the device (flashlog-dev).
 //!
+//! Embedding (the README's example, compiled as a doctest):
+//!
+//! ```
+//! use flashlog_core::{Fs, MkfsOptions, MountOptions};
+//! use flashlog_dev::{BlockDevice, FileDevice};
+//! use std::sync::Arc;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let path = std::env::temp_dir().join(format!("flashlog-doctest-{}.img", std::process::id()));
+//! let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::create(&path, 1 << 30)?);
+//! Fs::mkfs(dev.clone(), &MkfsOptions::default())?;
+//! let fs = Fs::mount(dev.clone(), MountOptions::default())?;
+//! fs.mkdir_all("/logs")?;
+//! let ino = fs.write_file("/logs/today", b"hello")?;
+//! fs.fsync(ino, false)?; // durable without a checkpoint (roll-forward chain)
+//! fs.unmount()?;
+//! assert!(flashlog_core::fsck(&*dev)?.is_clean());
+//! # std::fs::remove_file(&path)?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Global lock order: op lock (shared; the checkpoint takes it exclusively) -> rename lock
 //! -> directory cells (ascending ino) -> other cells (ascending ino) -> log heads -> leaf
 //! locks (SSA dirty set, prefree sets, cell-table shards, NAT prefree list).
