@@ -241,6 +241,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
         &cp_state.ssa_bm,
         &[],
         0,
+        0,
     )?;
     let heads = seg.fresh_heads(&head_specs(geo.mlogs))?;
     seg.install_heads(&heads)?;
@@ -422,6 +423,7 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         &cpk.ssa_bitmap,
         &cpk.heads,
         cpk.elapsed_secs,
+        opts.io_threads,
     )?;
     let cp_state = CpState {
         nat_bm: cpk.nat_bitmap.clone(),

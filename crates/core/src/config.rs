@@ -24,6 +24,9 @@ pub const DEFAULT_CP_INTERVAL: Duration = Duration::from_secs(30);
 pub const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(30);
 /// Idle time before background cleaning (F2FS DEF_IDLE_INTERVAL is 5 s).
 pub const DEFAULT_GC_IDLE: Duration = Duration::from_secs(5);
+/// Asynchronous log-write threads: two keep a device busy while writers copy, on any
+/// core count (the device, not the CPU, is what they wait for).
+pub const DEFAULT_IO_THREADS: usize = 2;
 /// Roll-forward walks at most this many chain blocks per main-area block count (never more
 /// than the main area), so a corrupt chain cannot loop.
 pub const ROLL_FORWARD_MAX_FACTOR: u64 = 1;
@@ -139,6 +142,9 @@ pub struct MountOptions {
     pub gc_victims_per_worker: Option<usize>,
     /// ScaleLFS techniques in use (ablation).
     pub scale: ScaleFeatures,
+    /// Threads writing full log buffers asynchronously; 0 writes synchronously in the
+    /// caller (deterministic device order, for the crash simulator).
+    pub io_threads: usize,
 }
 
 impl Default for MountOptions {
@@ -159,6 +165,7 @@ impl Default for MountOptions {
                 .unwrap_or(2),
             gc_victims_per_worker: None,
             scale: ScaleFeatures::ALL,
+            io_threads: DEFAULT_IO_THREADS,
         }
     }
 }

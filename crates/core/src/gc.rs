@@ -300,6 +300,8 @@ pub(crate) fn read_victim_blocks(
     offs: &[usize],
     buf: &mut Vec<u8>,
 ) -> Result<()> {
+    // Blocks of a victim may still be in an asynchronous log write.
+    fs.seg.wait_io()?;
     buf.resize(offs.len() * BLOCK_SIZE, 0);
     let mut reqs: Vec<(u64, &mut [u8])> = offs
         .iter()

@@ -41,6 +41,7 @@ pub mod fs;
 pub mod fsck;
 pub mod gc;
 pub mod inner;
+pub mod io;
 pub mod lock;
 pub mod nat;
 pub mod recovery;

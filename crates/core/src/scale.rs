@@ -396,7 +396,7 @@ fn clean_section_scale(
                     let off = offs[k];
                     let addr = start + off as u64;
                     let mut blk = [0u8; BLOCK_SIZE];
-                    fs.dev.read(addr, &mut blk)?;
+                    fs.read_block(addr, &mut blk)?;
                     if commit_move(fs, w, f, &mut st, ssa.entries[off], addr, &blk)?.is_some() {
                         fs.stats.gc_moved_blocks.fetch_add(1, Ordering::Relaxed);
                     } else {

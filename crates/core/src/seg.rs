@@ -102,6 +102,8 @@ pub struct LogHead {
 pub struct SegManager {
     pub geo: Geometry,
     dev: Arc<dyn BlockDevice>,
+    /// Asynchronous log writes.
+    io: Arc<crate::io::IoPool>,
     segs: Box<[SegEntry]>,
     /// Section in use (bit set) or free.
     used: AtomicBitmap,
@@ -164,6 +166,7 @@ impl SegManager {
         ssa_bitmap: &[u8],
         heads: &[LogHeadRecord],
         elapsed: u64,
+        io_threads: usize,
     ) -> Result<SegManager> {
         let nsegs = geo.main_segments as usize;
         let nsecs = geo.sections();
@@ -175,6 +178,7 @@ impl SegManager {
         let mut m = SegManager {
             geo: geo.clone(),
             dev: dev.clone(),
+            io: crate::io::IoPool::new(dev.clone(), io_threads),
             segs: (0..nsegs).map(|_| SegEntry::new()).collect(),
             used: AtomicBitmap::new(nsecs),
             current: AtomicBitmap::new(nsecs),
@@ -803,29 +807,41 @@ impl SegManager {
         if h.buf.is_empty() {
             return Ok(());
         }
-        if let Err(e) = self.dev.write(h.buf_start, &h.buf) {
-            self.poisoned.store(true, Ordering::Release);
-            return Err(e.into());
-        }
         let n = (h.buf.len() / BLOCK_SIZE) as u64;
+        let data = std::mem::replace(
+            &mut h.buf,
+            Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
+        );
+        if let Err(e) = self.io.submit(h.buf_start, data) {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(e);
+        }
         self.blocks_written.fetch_add(n, Ordering::Relaxed);
         h.buf_start += n;
-        h.buf.clear();
         self.pending[hi].0.store(h.buf_start, Ordering::Release);
         Ok(())
     }
 
-    /// Write every head's gathered blocks.
+    /// Write every head's gathered blocks and wait until all of them are on the device
+    /// (a flush after this covers them).
     pub fn submit_all(&self) -> Result<()> {
         for (hi, h) in self.heads.iter().enumerate() {
             self.submit(hi, &mut h.lock())?;
         }
-        Ok(())
+        self.wait_io()
+    }
+
+    /// Wait for every asynchronous log write; poisons on a failed one.
+    pub fn wait_io(&self) -> Result<()> {
+        self.io
+            .wait_idle()
+            .inspect_err(|_| self.poisoned.store(true, Ordering::Release))
     }
 
     /// Submit one head's buffer (fsync of a file writes its own head).
     pub fn submit_head(&self, hi: usize) -> Result<()> {
-        self.submit(hi, &mut self.heads[hi].lock())
+        self.submit(hi, &mut self.heads[hi].lock())?;
+        self.wait_io()
     }
 
     /// If `addr` is still in a head's write buffer, copy it out.
@@ -842,7 +858,9 @@ impl SegManager {
                 }
             }
         }
-        false
+        // Submitted but not yet written. Checked after the heads: `submit` hands a buffer to the
+        // pool before it moves the head's pending range, so a block is always in one of them.
+        self.io.read_inflight(addr, out)
     }
 
     fn check_poison(&self) -> Result<()> {
@@ -989,5 +1007,11 @@ impl SegManager {
     /// Count of sections the SIT says are in use, for fsck and statfs.
     pub fn used_sections(&self) -> u64 {
         self.used.count_ones()
+    }
+}
+
+impl Drop for SegManager {
+    fn drop(&mut self) {
+        self.io.stop();
     }
 }

@@ -23,11 +23,14 @@ const PINNED_CREATED_UNIX: u64 = 1_700_000_000;
 
 static BASE: OnceLock<RamDevice> = OnceLock::new();
 
-/// Mount options of every simulated mount: no timer thread, so that checkpoints happen only
-/// where the workload asks for them and a seed replays exactly.
+/// Mount options of every simulated mount: no timer threads and synchronous log writes,
+/// so that checkpoints happen only where the workload asks for them, the device sees
+/// requests in one order, and a seed replays exactly.
 pub fn sim_mount_options(gc: flashlog_core::GcPolicy) -> MountOptions {
     MountOptions {
         cp_interval: None,
+        gc_interval: None,
+        io_threads: 0,
         gc,
         ..Default::default()
     }
@@ -36,7 +39,13 @@ pub fn sim_mount_options(gc: flashlog_core::GcPolicy) -> MountOptions {
 fn make_base() -> RamDevice {
     let ram = Arc::new(RamDevice::new(crate::VOLUME_BLOCKS));
     let dev: Arc<dyn BlockDevice> = ram.clone();
-    if let Err(e) = Fs::mkfs(dev.clone(), &MkfsOptions::default()) {
+    if let Err(e) = Fs::mkfs(
+        dev.clone(),
+        &MkfsOptions {
+            seed: Some(0x5EED),
+            ..Default::default()
+        },
+    ) {
         panic!(
             "mkfs of the {} block base image failed: {e}",
             crate::VOLUME_BLOCKS
