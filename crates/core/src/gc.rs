@@ -88,10 +88,6 @@ pub trait Collector: Send + Sync {
     fn foreground(&self, fs: &FsInner, target: u64) -> Result<u64>;
     /// One background pass when the volume is idle; returns the sections it emptied.
     fn background(&self, fs: &FsInner) -> Result<u64>;
-    /// Collectors that may work at once.
-    fn parallelism(&self) -> usize {
-        1
-    }
     /// Dedicated write streams this policy needs in the log-head table.
     fn streams(&self) -> usize {
         0
@@ -480,14 +476,16 @@ impl FsInner {
             .max(64)
     }
 
-    /// Free sections a collector must leave: what the next checkpoint needs for everything
-    /// dirty, plus one section per collector working in parallel. Collectors take no new
-    /// victim below it (their writes may use the reserve, the checkpoint must still fit).
+    /// Free sections a collector must leave before it starts a victim: what the next
+    /// checkpoint needs for everything dirty, plus one section for each collector already
+    /// at work and one for this one. Counting the collectors actually working (not the
+    /// configured number) makes parallelism shrink when space is short instead of stopping
+    /// cleaning altogether.
     pub fn gc_floor(&self) -> u64 {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         let dirty =
             self.dirty_pages.load(Ordering::Relaxed) + self.dirty_nodes.load(Ordering::Relaxed);
-        dirty.div_ceil(per_sec) + self.collector.parallelism() as u64 + 1
+        dirty.div_ceil(per_sec) + self.seg.in_gc.load(Ordering::Acquire) as u64 + 1
     }
 
     /// Free sections wanted before more work proceeds (F2FS `has_not_enough_free_secs`):

@@ -112,10 +112,6 @@ impl Collector for ScaleCollector {
         "scale"
     }
 
-    fn parallelism(&self) -> usize {
-        self.workers
-    }
-
     fn streams(&self) -> usize {
         if self.features.dws {
             self.streams
