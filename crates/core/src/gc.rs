@@ -296,14 +296,20 @@ pub(crate) fn read_victim_blocks(
     offs: &[usize],
     buf: &mut Vec<u8>,
 ) -> Result<()> {
-    // Blocks of a victim may still be in an asynchronous log write.
-    fs.seg.wait_io()?;
     buf.resize(offs.len() * BLOCK_SIZE, 0);
-    let mut reqs: Vec<(u64, &mut [u8])> = offs
-        .iter()
-        .map(|&o| start + o as u64)
-        .zip(buf.chunks_exact_mut(BLOCK_SIZE))
-        .collect();
+    // A victim's block may still sit in an asynchronous log write (its section stopped
+    // being current only recently). Take such blocks from the write buffers first: a block
+    // not in flight at that moment is already on the device (a victim is never in a head's
+    // buffer, and a valid block is never written again), so the device read that follows
+    // cannot see stale bytes. Cheaper than waiting for every collector's writes.
+    let mut reqs: Vec<(u64, &mut [u8])> = Vec::with_capacity(offs.len());
+    for (&o, chunk) in offs.iter().zip(buf.chunks_exact_mut(BLOCK_SIZE)) {
+        let addr = start + o as u64;
+        let blk: &mut Block = chunk.try_into().expect("one block");
+        if !fs.seg.read_pending(addr, blk) {
+            reqs.push((addr, chunk));
+        }
+    }
     fs.dev.read_many(&mut reqs)?;
     fs.stats
         .gc_read_blocks
