@@ -31,7 +31,7 @@ scripts/setup.sh
 
 say "unit and property tests (cargo test --workspace --release)"
 log=$(mktemp /tmp/flashlog-cargo-test.XXXXXX)
-if cargo test --workspace --release >"$log" 2>&1; then
+if timeout 1500 cargo test --workspace --release >"$log" 2>&1; then
     n=$(grep -E '^test result: ok' "$log" | awk '{s += $4} END {print s + 0}')
     say "PASS unit and property tests: $n tests ($((SECONDS - t0)) s so far)"
     rm -f "$log"

@@ -137,10 +137,14 @@ impl Collector for F2fsCollector {
         let t0 = Instant::now();
         fs.stats.gc_fg_runs.fetch_add(1, Ordering::Relaxed);
         let mut cleaned = 0;
+        // Bounded by attempts, not successes: a victim that cannot be emptied (its blocks
+        // lost every race) must not make a caller loop.
+        let mut attempts = 0;
         while fs.seg.free_after_checkpoint() < target
-            && cleaned < FG_VICTIMS_PER_ROUND
+            && attempts < FG_VICTIMS_PER_ROUND
             && fs.seg.free_sections() > fs.gc_floor()
         {
+            attempts += 1;
             let Some(sec) = select_victim(fs, Cost::Greedy, u64::MAX) else {
                 break;
             };
@@ -357,7 +361,8 @@ fn migrate_data(
     match how {
         Migration::Lazy => {
             match st.pages.get_mut(&index) {
-                Some(p) if p.dirty => {}
+                // Already dirty: its writeback moves it; send that to the cold log too.
+                Some(p) if p.dirty => p.gc = true,
                 Some(p) => {
                     p.dirty = true;
                     p.gc = true;

@@ -39,6 +39,8 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+/// Victims in a row a worker may fail to empty before it ends its round.
+const MAX_FRUITLESS_VICTIMS: u32 = 4;
 /// How long a foreground caller sleeps between checks while the workers run.
 const WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(2);
 
@@ -240,7 +242,13 @@ fn run_round(
     target: u64,
     buf: &mut Vec<u8>,
 ) -> Result<()> {
+    // Victims in a row this worker could not empty (every block lost its race or is
+    // pinned by an I/O range): give up the round rather than retry the same best victim.
+    let mut fruitless = 0;
     loop {
+        if fruitless >= MAX_FRUITLESS_VICTIMS {
+            return Ok(());
+        }
         let target = target.max(sh.round.lock().target);
         if fs.seg.free_after_checkpoint() >= target
             || sh.stop.load(Ordering::Acquire)
@@ -270,6 +278,7 @@ fn run_round(
             .gc_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let emptied = r?;
+        fruitless = if emptied { 0 } else { fruitless + 1 };
         let mut round = sh.round.lock();
         if emptied {
             round.emptied += 1;
@@ -412,10 +421,9 @@ fn clean_section_scale(
 /// Write back pages that lazy moves dirtied (ablation without DPB).
 fn flush_lazy_moves(fs: &FsInner) -> Result<()> {
     for c in fs.cells.all() {
-        if let Some(mut st) = c.state.try_lock() {
-            if !st.freed && st.pages.values().any(|p| p.gc) {
-                fs.writeback_pages(&mut st)?;
-            }
+        let mut st = c.lock();
+        if !st.freed && st.pages.values().any(|p| p.gc) {
+            fs.writeback_pages(&mut st)?;
         }
     }
     Ok(())
