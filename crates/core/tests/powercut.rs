@@ -267,13 +267,12 @@ fn multithreaded_fsyncs_survive_power_cuts() {
         );
         let fs = Fs::mount(img.clone(), opts()).unwrap();
         let mut got = vec![0u8; 4096];
-        for t in 0..THREADS {
-            for f in 0..FILES {
+        for (t, per_thread) in results.iter().enumerate() {
+            for (f, (durable, since)) in per_thread.iter().enumerate() {
                 let ino = fs
                     .lookup(ROOT_INO, format!("t{t}f{f}").as_bytes())
                     .unwrap()
                     .ino;
-                let (durable, since) = &results[t][f];
                 for b in 0..BLOCKS {
                     fs.read(ino, b as u64 * 4096, &mut got).unwrap();
                     let ok = got.iter().all(|&x| x == got[0])
