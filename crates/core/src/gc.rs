@@ -249,22 +249,50 @@ pub(crate) fn segment_kind(fs: &FsInner, seg: SegNo) -> Option<LogKind> {
     fs.seg.segment_kind(seg, fs.sb.geo.log_heads as usize)
 }
 
+/// What a collector needs to clean one segment of a victim.
+pub(crate) struct VictimSegment {
+    /// Offsets of the valid blocks (per the SIT, read without a lock).
+    pub offs: Vec<usize>,
+    pub kind: LogKind,
+    pub ssa: Box<flashlog_format::meta::SsaBlock>,
+    /// Address of the segment's first block.
+    pub start: BlkAddr,
+}
+
+/// The valid blocks, log kind and summary of segment `seg`; None if nothing is valid.
+pub(crate) fn victim_segment(fs: &FsInner, seg: SegNo) -> Result<Option<VictimSegment>> {
+    let offs = fs.seg.valid_offsets(seg);
+    if offs.is_empty() {
+        return Ok(None);
+    }
+    let Some(kind) = segment_kind(fs, seg) else {
+        return Err(Error::Corrupt(format!(
+            "segment {seg} has valid blocks but no log class"
+        )));
+    };
+    let ssa = fs.seg.read_ssa(seg)?;
+    Ok(Some(VictimSegment {
+        offs,
+        kind,
+        ssa,
+        start: fs.sb.geo.seg_start(seg),
+    }))
+}
+
 /// Migrate every valid block of section `sec`. Returns true if the section is empty after.
 pub fn clean_section(fs: &FsInner, sec: u64, how: Migration) -> Result<bool> {
     let sps = fs.sb.geo.segs_per_sec as u64;
     for seg in sec * sps..(sec + 1) * sps {
-        let offs = fs.seg.valid_offsets(seg);
-        if offs.is_empty() {
+        let Some(VictimSegment {
+            offs,
+            kind,
+            ssa,
+            start,
+        }) = victim_segment(fs, seg)?
+        else {
             continue;
-        }
-        let Some(kind) = segment_kind(fs, seg) else {
-            return Err(Error::Corrupt(format!(
-                "segment {seg} has valid blocks but no log class"
-            )));
         };
-        let ssa = fs.seg.read_ssa(seg)?;
         // Phase 1: read every valid block, all requests in flight at once.
-        let start = fs.sb.geo.seg_start(seg);
         let mut data = Vec::new();
         read_victim_blocks(fs, start, &offs, &mut data)?;
         // Phase 2: move each block still owned by what the summary says.

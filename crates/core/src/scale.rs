@@ -22,8 +22,7 @@
 use crate::config::{MountOptions, ScaleFeatures};
 use crate::error::{Error, Result};
 use crate::gc::{
-    clean_section, has_enough_invalid_blocks, segment_kind, select_victim, Collector, Cost,
-    Migration,
+    clean_section, has_enough_invalid_blocks, select_victim, Collector, Cost, Migration,
 };
 use crate::inner::{node_temp, FsInner};
 use crate::waits::{self, Point};
@@ -350,17 +349,15 @@ fn clean_section_scale(
     }
     let sps = fs.sb.geo.segs_per_sec as u64;
     for seg in sec * sps..(sec + 1) * sps {
-        let offs = fs.seg.valid_offsets(seg);
-        if offs.is_empty() {
+        let Some(crate::gc::VictimSegment {
+            offs,
+            kind,
+            ssa,
+            start,
+        }) = crate::gc::victim_segment(fs, seg)?
+        else {
             continue;
-        }
-        let Some(kind) = segment_kind(fs, seg) else {
-            return Err(Error::Corrupt(format!(
-                "segment {seg} has valid blocks but no log class"
-            )));
         };
-        let ssa = fs.seg.read_ssa(seg)?;
-        let start = fs.sb.geo.seg_start(seg);
         if kind == LogKind::Node {
             for &off in &offs {
                 let addr = start + off as u64;

@@ -81,6 +81,25 @@ pub fn head_index(mlog: u16, kind: LogKind, temp: Temp) -> usize {
     mlog as usize * 6 + kind as usize * 3 + temp as usize
 }
 
+impl LogHead {
+    /// A head at `rec` whose current segment's summary is `ssa`.
+    fn new(rec: &LogHeadRecord, ssa: Box<SsaBlock>, ssr: bool) -> Self {
+        LogHead {
+            kind: rec.kind,
+            temp: rec.temp,
+            mlog: rec.mlog,
+            stream: rec.stream,
+            seg: rec.seg,
+            blkoff: rec.blkoff,
+            next_seg: rec.next_seg,
+            ssa,
+            buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
+            buf_start: 0,
+            ssr,
+        }
+    }
+}
+
 /// A log head: an append point in the main area.
 pub struct LogHead {
     pub kind: LogKind,
@@ -253,23 +272,14 @@ impl SegManager {
             }
             let ssa = m.read_ssa(h.seg)?;
             let start = geo.seg_start(h.seg) + h.blkoff as u64;
-            m.heads.push(Mutex::new(LogHead {
-                kind: h.kind,
-                temp: h.temp,
-                mlog: h.mlog,
-                stream: h.stream,
-                seg: h.seg,
-                blkoff: h.blkoff,
-                next_seg: h.next_seg,
-                ssa,
-                buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
-                buf_start: start,
-                // A data head with valid blocks ahead of it was thread-logging (SSR) when the
-                // checkpoint was written; it must keep skipping them.
-                ssr: h.kind == LogKind::Data
-                    && (h.blkoff as usize..BLOCKS_PER_SEG as usize)
-                        .any(|o| m.segs[h.seg as usize].is_valid(o)),
-            }));
+            // A data head with valid blocks ahead of it was thread-logging (SSR) when the
+            // checkpoint was written; it must keep skipping them.
+            let ssr = h.kind == LogKind::Data
+                && (h.blkoff as usize..BLOCKS_PER_SEG as usize)
+                    .any(|o| m.segs[h.seg as usize].is_valid(o));
+            let mut head = LogHead::new(h, ssa, ssr);
+            head.buf_start = start;
+            m.heads.push(Mutex::new(head));
             m.pending
                 .push((AtomicU64::new(start), AtomicU64::new(start)));
         }
@@ -457,19 +467,9 @@ impl SegManager {
         let mut pending = Vec::new();
         for h in recs {
             let start = self.geo.seg_start(h.seg) + h.blkoff as u64;
-            new_heads.push(Mutex::new(LogHead {
-                kind: h.kind,
-                temp: h.temp,
-                mlog: h.mlog,
-                stream: h.stream,
-                seg: h.seg,
-                blkoff: h.blkoff,
-                next_seg: h.next_seg,
-                ssa: Box::new(SsaBlock::empty(h.seg)),
-                buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
-                buf_start: start,
-                ssr: false,
-            }));
+            let mut head = LogHead::new(h, Box::new(SsaBlock::empty(h.seg)), false);
+            head.buf_start = start;
+            new_heads.push(Mutex::new(head));
             pending.push((AtomicU64::new(start), AtomicU64::new(start)));
         }
         self.heads = new_heads;
@@ -506,19 +506,9 @@ impl SegManager {
         for stream in have..streams {
             let rec = self.fresh_heads(&[(LogKind::Data, Temp::Gc, 0, stream as u16)])?[0];
             let start = self.geo.seg_start(rec.seg);
-            self.heads.push(Mutex::new(LogHead {
-                kind: rec.kind,
-                temp: rec.temp,
-                mlog: rec.mlog,
-                stream: rec.stream,
-                seg: rec.seg,
-                blkoff: 0,
-                next_seg: NO_SEG,
-                ssa: Box::new(SsaBlock::empty(rec.seg)),
-                buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
-                buf_start: start,
-                ssr: false,
-            }));
+            let mut head = LogHead::new(&rec, Box::new(SsaBlock::empty(rec.seg)), false);
+            head.buf_start = start;
+            self.heads.push(Mutex::new(head));
             self.pending
                 .push((AtomicU64::new(start), AtomicU64::new(start)));
         }
