@@ -63,6 +63,8 @@ struct Shared {
     select_lock: Mutex<()>,
     /// Each worker's held victims (CVS), best first.
     held: Vec<Mutex<Vec<(u64, u64)>>>,
+    /// Blocks the victims being cleaned right now will free (net of their valid blocks).
+    pending_gain: std::sync::atomic::AtomicU64,
 }
 
 pub struct ScaleCollector {
@@ -102,6 +104,7 @@ impl ScaleCollector {
                 held: (0..opts.gc_workers)
                     .map(|_| Mutex::new(Vec::new()))
                     .collect(),
+                pending_gain: std::sync::atomic::AtomicU64::new(0),
             }),
             threads: Mutex::new(Vec::new()),
         })
@@ -249,7 +252,13 @@ fn run_round(
             return Ok(());
         }
         let target = target.max(sh.round.lock().target);
-        if fs.seg.free_after_checkpoint() >= target
+        // Count what the other workers' victims in progress will free, so that parallel
+        // workers do not clean past the target (cleaning early moves blocks that would have
+        // died on their own, which raises write amplification).
+        let bps = BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
+        let expected =
+            fs.seg.free_after_checkpoint() * bps + sh.pending_gain.load(Ordering::Acquire);
+        if expected >= target * bps
             || sh.stop.load(Ordering::Acquire)
             || fs.poisoned.load(Ordering::Acquire)
         {
@@ -266,12 +275,15 @@ fn run_round(
             select_victim(fs, Cost::Greedy, u64::MAX)
         };
         let Some(sec) = sec else { return Ok(()) };
+        let gain = bps.saturating_sub(fs.seg.section_valid(sec));
+        sh.pending_gain.fetch_add(gain, Ordering::AcqRel);
         let t0 = Instant::now();
         let r = {
             let _g = fs.oplock.op();
             let _gc = crate::gc::GcActive::new(fs);
             clean_section_scale(fs, sec, w, f, buf)
         };
+        sh.pending_gain.fetch_sub(gain, Ordering::AcqRel);
         fs.seg.victims.clear(sec);
         fs.stats
             .gc_ns
