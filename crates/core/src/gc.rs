@@ -557,9 +557,20 @@ impl FsInner {
             if fs.seg.free_sections() >= target && !(force && rounds == 0) {
                 return Ok(());
             }
+            // In lfs mode, clean past the target by a quarter of the headroom (hysteresis), so
+            // that one checkpoint covers several freed sections instead of one: +47-81 %
+            // throughput while cleaning on the emulated SSD for ~5 % more WAF. Not in adaptive
+            // mode, where threaded logging fills the same low-valid segments that extra
+            // cleaning would pick (measured: -44 % and 89 % wasted GC reads).
+            let hysteresis = if fs.seg.lfs_mode.load(Ordering::Relaxed) {
+                (self.headroom_secs() / 4).max(1)
+            } else {
+                0
+            };
+            let goal = (target + hysteresis).min(fs.sb.geo.sections());
             let cleaned = {
                 fs.check_writable()?;
-                let r = fs.collector.foreground(fs, target);
+                let r = fs.collector.foreground(fs, goal);
                 fs.guard(r)?
             };
             if fs.seg.prefree_sections() > 0 {
