@@ -232,7 +232,6 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
         sit_bm: vec![0; bitmap_len(geo.sit_blocks)],
         ssa_bm: vec![0; bitmap_len(geo.ssa_blocks)],
         elapsed_base: 0,
-        mounted_at: std::time::Instant::now(),
     };
     let mut seg = SegManager::load(
         dev.clone(),
@@ -430,7 +429,6 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         sit_bm: cpk.sit_bitmap.clone(),
         ssa_bm: cpk.ssa_bitmap.clone(),
         elapsed_base: cpk.elapsed_secs,
-        mounted_at: std::time::Instant::now(),
     };
     seg.lfs_mode.store(
         opts.alloc_mode == crate::config::AllocMode::Lfs,
@@ -512,7 +510,7 @@ impl FsInner {
         self.dev.flush()?;
         // 3. The pack.
         let version = self.cp_version.load(Ordering::Acquire) + 1;
-        let elapsed = cp.elapsed_base + cp.mounted_at.elapsed().as_secs();
+        let elapsed = cp.elapsed_base + self.epoch.elapsed().as_secs();
         let orphans: Vec<_> = self.orphans.lock().iter().copied().collect();
         let mut flags = if umount { cp::flags::UMOUNT } else { 0 };
         if !orphans.is_empty() {

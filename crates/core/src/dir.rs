@@ -129,23 +129,11 @@ impl FsInner {
         INLINE_LAYOUT
             .copy_into_block(node::inode_area(&st.node), &mut data[..])
             .map_err(|e| Self::corrupt_dir(st, e))?;
-        self.reserve_blocks(1)?;
+        self.new_dirty_page(st, 0, data)?;
         node::inode_area_mut(&mut st.node).fill(0);
         st.hdr.flags &= !iflag::INLINE_DENTRY;
         st.hdr.depth = 1;
-        st.hdr.blocks += 1;
         st.hdr.size = fdir::level_start(1) * BLOCK_SIZE as u64;
-        st.pages.insert(
-            0,
-            Page {
-                data,
-                dirty: true,
-                reserved: true,
-                gc: false,
-            },
-        );
-        st.dirty_pages += 1;
-        self.dirty_pages.fetch_add(1, Ordering::Relaxed);
         st.dirty = true;
         Ok(())
     }

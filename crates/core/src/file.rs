@@ -115,35 +115,45 @@ impl FsInner {
         Ok(run)
     }
 
+    /// Insert page `idx` as a new dirty page over a hole, reserving its block first.
+    pub(crate) fn new_dirty_page(
+        &self,
+        st: &mut InodeState,
+        idx: u64,
+        data: Box<Block>,
+    ) -> Result<()> {
+        self.reserve_blocks(1)?;
+        st.hdr.blocks += 1;
+        st.pages.insert(
+            idx,
+            Page {
+                data,
+                dirty: true,
+                reserved: true,
+                gc: false,
+            },
+        );
+        st.dirty_pages += 1;
+        self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+        st.dirty = true;
+        Ok(())
+    }
+
     /// Move inline data out of the inode into page 0.
     pub fn convert_inline(&self, st: &mut InodeState) -> Result<()> {
         if !Self::is_inline(st) {
             return Ok(());
         }
         let size = st.hdr.size as usize;
-        let mut data = zero_block();
         if size > 0 {
+            let mut data = zero_block();
             let area = node::inode_area(&st.node);
             data[..size.min(BLOCK_SIZE)].copy_from_slice(&area[..size.min(MAX_INLINE_DATA)]);
+            self.new_dirty_page(st, 0, data)?;
         }
         node::inode_area_mut(&mut st.node).fill(0);
         st.hdr.flags &= !iflag::INLINE_DATA;
         st.dirty = true;
-        if size > 0 {
-            self.reserve_blocks(1)?;
-            st.hdr.blocks += 1;
-            st.pages.insert(
-                0,
-                Page {
-                    data,
-                    dirty: true,
-                    reserved: true,
-                    gc: false,
-                },
-            );
-            st.dirty_pages += 1;
-            self.dirty_pages.fetch_add(1, Ordering::Relaxed);
-        }
         Ok(())
     }
 

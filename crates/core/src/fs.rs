@@ -377,11 +377,6 @@ impl Fs {
         self.inner.dirty_cap_pages()
     }
 
-    #[allow(dead_code)]
-    fn space_target(&self) -> u64 {
-        self.inner.space_target()
-    }
-
     fn ensure_space(&self, force: bool) -> Result<()> {
         self.inner.ensure_space(force)
     }
@@ -800,9 +795,6 @@ impl Fs {
             let pa = fs.cell(parent)?;
             let pb = fs.cell(new_parent)?;
             let (mut sa, mut sb_opt) = lock_pair(&pa, &pb);
-            if pa.ino > pb.ino {
-                // lock_pair returned (a, b) in argument order regardless of lock order.
-            }
             if !sa.is_dir() || sb_opt.as_ref().is_some_and(|s| !s.is_dir()) {
                 return Err(Error::NotDir);
             }

@@ -21,7 +21,7 @@ use crate::error::Result;
 use flashlog_dev::BlockDevice;
 use flashlog_format::codec::{as_block, test_bit, zero_block, Block};
 use flashlog_format::cp::Checkpoint;
-use flashlog_format::dir::{self as fdir, BLOCK_LAYOUT, BLOCK_SLOTS, INLINE_LAYOUT};
+use flashlog_format::dir::{self as fdir, BLOCK_LAYOUT, INLINE_LAYOUT};
 use flashlog_format::meta::{
     NatBlock, NatEntry, SitBlock, SsaBlock, NAT_ENTRIES_PER_BLOCK, SIT_ENTRIES_PER_BLOCK,
 };
@@ -29,9 +29,7 @@ use flashlog_format::node::{
     self, iflag, InodeHdr, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, NIDS_PER_BLOCK,
 };
 use flashlog_format::sb::{Geometry, Superblock};
-use flashlog_format::{
-    BlkAddr, Ino, Nid, BLOCKS_PER_SEG, BLOCK_SIZE, NEW_ADDR, NULL_ADDR, ROOT_INO,
-};
+use flashlog_format::{BlkAddr, Ino, Nid, BLOCKS_PER_SEG, NEW_ADDR, NULL_ADDR, ROOT_INO};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -892,7 +890,5 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
     c.check_nat_leaks();
     c.check_sit_ssa();
     c.check_counters_and_heads();
-    let _ = BLOCK_SLOTS;
-    let _ = BLOCK_SIZE;
     Ok(c.report)
 }

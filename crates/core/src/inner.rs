@@ -30,7 +30,6 @@ pub struct CpState {
     pub sit_bm: Vec<u8>,
     pub ssa_bm: Vec<u8>,
     pub elapsed_base: u64,
-    pub mounted_at: std::time::Instant,
 }
 
 pub struct FsInner {
@@ -459,9 +458,7 @@ impl FsInner {
         let new_addr = {
             let blk: &Block = if nid == ino {
                 was_dirty = st.dirty;
-                let mut b = std::mem::replace(&mut st.node, zero_block());
-                st.hdr.write(&mut b);
-                st.node = b;
+                st.hdr.write(&mut st.node);
                 &st.node
             } else {
                 let n = st
@@ -712,7 +709,7 @@ impl FsInner {
     /// Volume lifetime in seconds (for segment ages).
     pub fn tick_clock(&self) {
         let cp = self.cp.lock();
-        let secs = cp.elapsed_base + cp.mounted_at.elapsed().as_secs();
+        let secs = cp.elapsed_base + self.epoch.elapsed().as_secs();
         self.seg.clock_secs.store(secs, Ordering::Relaxed);
     }
 

@@ -24,13 +24,12 @@ use crate::error::{Error, Result};
 use crate::gc::{
     clean_section, has_enough_invalid_blocks, select_victim, Collector, Cost, Migration,
 };
-use crate::inner::{node_temp, FsInner};
+use crate::inner::FsInner;
 use crate::waits::{self, Point};
 use flashlog_format::codec::Block;
 use flashlog_format::cp::{LogKind, Temp};
 use flashlog_format::meta::Summary;
-use flashlog_format::node::NodeKind;
-use flashlog_format::{BlkAddr, Ino, SegNo, BLOCKS_PER_SEG, BLOCK_SIZE, NULL_ADDR};
+use flashlog_format::{BlkAddr, Ino, BLOCKS_PER_SEG, BLOCK_SIZE};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -520,12 +519,4 @@ fn commit_move(
     fs.seg.set_valid(new);
     fs.seg.invalidate(addr);
     Ok(Some(new))
-}
-
-// Silence "unused" for items only some feature combinations use.
-#[allow(dead_code)]
-fn _uses(_: NodeKind, _: SegNo) -> bool {
-    let _ = node_temp;
-    let _ = NULL_ADDR;
-    false
 }
