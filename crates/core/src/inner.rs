@@ -616,6 +616,10 @@ impl FsInner {
 
     /// Free the inodes `drop_link` deferred (their range protection first, then the cell).
     pub fn free_deferred(&self) -> Result<()> {
+        // Only the victim protector defers frees; keep every other operation off this lock.
+        if !self.svp_on {
+            return Ok(());
+        }
         let list = std::mem::take(&mut *self.deferred_free.lock());
         for ino in list {
             let _p = self.protect(ino, 0, u64::MAX);
