@@ -113,6 +113,11 @@ pub struct BenchArgs {
     /// Sampling period of the over-time series, in milliseconds.
     #[arg(long, default_value_t = 200)]
     pub sample_ms: u64,
+    /// Segments (2 MiB) per section at mkfs, F2FS's `-s`: a number, or `auto` to match the
+    /// emulated SSD's GC unit (its line), so that a section the file system frees and
+    /// discards is a whole line the device can erase without copying.
+    #[arg(long, default_value = "1")]
+    pub segs_per_sec: String,
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
@@ -143,6 +148,7 @@ pub fn default_main_job() -> BenchArgs {
         fill: 0.9,
         write_factor: 3.0,
         sample_ms: 200,
+        segs_per_sec: "1".into(),
         quiet: false,
         flashlog_bin: None,
         no_peers: false,
@@ -174,6 +180,9 @@ impl BenchArgs {
             self.sample_ms,
             self.out.display()
         );
+        if self.segs_per_sec != "1" {
+            s += &format!(" --segs-per-sec {}", self.segs_per_sec);
+        }
         if self.no_peers {
             s += " --no-peers";
         }
@@ -187,6 +196,8 @@ pub struct Ctx {
     pub args: BenchArgs,
     pub policies: Vec<PolicySpec>,
     pub device: DeviceSpec,
+    /// `--segs-per-sec` resolved.
+    pub segs_per_sec: u32,
     pub progress: MultiProgress,
 }
 
@@ -214,6 +225,7 @@ impl Ctx {
             &args.ssd_set,
             &args.clock,
         )?;
+        let segs_per_sec = resolve_segs_per_sec(&args.segs_per_sec, &device)?;
         let policies = policy::resolve(args.policies.as_deref())?;
         if policies.is_empty() {
             bail!("no GC policy could be mounted");
@@ -227,6 +239,7 @@ impl Ctx {
             args: args.clone(),
             policies,
             device,
+            segs_per_sec,
             progress,
         })
     }
@@ -281,7 +294,34 @@ impl Ctx {
             "device": self.device,
             "device_description": self.device.describe(),
             "ssd_config": ssd,
+            "segs_per_sec": self.segs_per_sec,
         })
+    }
+}
+
+/// Largest section the format accepts, in segments (a sanity bound for the option).
+const MAX_SEGS_PER_SEC: u32 = 256;
+
+/// `--segs-per-sec`: a number, or `auto` = the emulated SSD's line in segments (1 on other
+/// devices or when the line is not a whole number of segments).
+fn resolve_segs_per_sec(v: &str, device: &DeviceSpec) -> Result<u32> {
+    let seg_bytes = flashlog_core::BLOCKS_PER_SEG * flashlog_core::BLOCK_SIZE as u64;
+    if v == "auto" {
+        let line = device
+            .ssd_config()
+            .ok()
+            .map_or(0, |c| c.geometry.line_bytes());
+        return Ok(if line >= seg_bytes && line % seg_bytes == 0 {
+            ((line / seg_bytes) as u32).min(MAX_SEGS_PER_SEC)
+        } else {
+            1
+        });
+    }
+    match v.parse::<u32>() {
+        Ok(n) if (1..=MAX_SEGS_PER_SEC).contains(&n) => Ok(n),
+        _ => bail!(
+            "--segs-per-sec must be a number from 1 to {MAX_SEGS_PER_SEC}, or auto (got {v:?})"
+        ),
     }
 }
 
@@ -351,6 +391,24 @@ mod tests {
         assert!(e.contains("unknown preset"), "{e}");
         let cli = Cli::try_parse_from(["b", "fxmark", "--threads", "4", "--policies", "f2fs"]);
         assert_eq!(cli.map(|c| c.args.threads).ok(), Some(4));
+    }
+
+    #[test]
+    fn segs_per_sec_option() {
+        let ssd = DeviceSpec::from_args("970pro-like:1GiB", None, None, &[], "wall").unwrap();
+        let ram = DeviceSpec::from_args("ram:96MiB", None, None, &[], "wall").unwrap();
+        // 970pro-like lines are 8 MiB: four 2 MiB segments.
+        let line = ssd.ssd_config().unwrap().geometry.line_bytes();
+        assert_eq!(
+            resolve_segs_per_sec("auto", &ssd).unwrap() as u64,
+            line / (2 << 20)
+        );
+        assert_eq!(resolve_segs_per_sec("auto", &ram).unwrap(), 1);
+        assert_eq!(resolve_segs_per_sec("2", &ram).unwrap(), 2);
+        for bad in ["0", "x", "-1", "1000"] {
+            let e = resolve_segs_per_sec(bad, &ram).unwrap_err().to_string();
+            assert!(e.contains("--segs-per-sec"), "{e}");
+        }
     }
 
     /// A tiny sustained run on a RAM device: completes, and the JSON carries the keys

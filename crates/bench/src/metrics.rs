@@ -90,6 +90,13 @@ pub struct Sample {
     pub gc_sections_freed: u64,
     /// Workload operations completed (experiments that count ops).
     pub ops: u64,
+    /// File-system counters: data blocks written back, and blocks written to the device.
+    pub data_blocks: u64,
+    pub dev_write_blocks: u64,
+    /// Emulated SSD only: die busy time summed over dies (host I/O, device GC), and dies.
+    pub die_user_ns: u64,
+    pub die_gc_ns: u64,
+    pub dies: usize,
 }
 
 /// One point of a rate series.
@@ -139,6 +146,14 @@ pub struct Phases {
     pub device_peak_mib_s: f64,
     pub ops_s_before_gc: f64,
     pub ops_s_during_gc: f64,
+    /// Device blocks written / data blocks written back, from the first cleaning to the end:
+    /// the steady-state write amplification, independent of how much a policy wrote before
+    /// cleaning started (the cumulative figure includes the fill and the clean period).
+    pub waf_during_gc: f64,
+    /// Emulated SSD only: fraction of the dies' time busy after cleaning started (host
+    /// requests plus the device's own GC), and the part of it spent on device GC.
+    pub die_util_during_gc: f64,
+    pub die_gc_util_during_gc: f64,
 }
 
 pub fn phases(s: &[Sample]) -> Phases {
@@ -174,6 +189,19 @@ pub fn phases(s: &[Sample]) -> Phases {
         p.app_mib_s_during_gc = during.0;
         p.device_mib_s_during_gc = during.1;
         p.ops_s_during_gc = during.2;
+        let a = &s[i];
+        let data = last.data_blocks.saturating_sub(a.data_blocks);
+        if data > 0 {
+            p.waf_during_gc =
+                last.dev_write_blocks.saturating_sub(a.dev_write_blocks) as f64 / data as f64;
+        }
+        let die_s = (last.t_s - a.t_s) * 1e9 * last.dies as f64;
+        if die_s > 0.0 {
+            let user = last.die_user_ns.saturating_sub(a.die_user_ns) as f64;
+            let gc = last.die_gc_ns.saturating_sub(a.die_gc_ns) as f64;
+            p.die_util_during_gc = (user + gc) / die_s;
+            p.die_gc_util_during_gc = gc / die_s;
+        }
     }
     p.device_peak_mib_s = rates(s)
         .iter()
@@ -350,5 +378,30 @@ mod tests {
         assert!(peak_rss_mib() > 0.0);
         let mut r = Rng::new(1, 2);
         assert!((0..1000).all(|_| r.below(10) < 10));
+    }
+
+    #[test]
+    fn cleaning_phase_waf_and_die_utilisation() {
+        // Before cleaning: 100 data blocks at WAF 1; after: 50 data blocks cost 400 device
+        // blocks, and 4 dies are busy 3 of 4 seconds (1 of them on device GC).
+        let mk = |t: f64, data: u64, dev: u64, user: u64, gc: u64, runs: u64| Sample {
+            t_s: t,
+            data_blocks: data,
+            dev_write_blocks: dev,
+            die_user_ns: user * 1_000_000_000,
+            die_gc_ns: gc * 1_000_000_000,
+            dies: 4,
+            gc_runs: runs,
+            ..Default::default()
+        };
+        let s = vec![
+            mk(0.0, 0, 0, 0, 0, 0),
+            mk(1.0, 100, 100, 1, 0, 1),
+            mk(5.0, 150, 500, 9, 4, 9),
+        ];
+        let p = phases(&s);
+        assert!((p.waf_during_gc - 8.0).abs() < 1e-9, "{}", p.waf_during_gc);
+        assert!((p.die_util_during_gc - 0.75).abs() < 1e-9);
+        assert!((p.die_gc_util_during_gc - 0.25).abs() < 1e-9);
     }
 }

@@ -458,9 +458,13 @@ impl FsInner {
     /// Write a checkpoint. The caller holds the exclusive side of the op lock (or is mkfs /
     /// mount, where nothing else runs).
     pub fn write_checkpoint(&self, umount: bool) -> Result<()> {
+        let t0 = std::time::Instant::now();
         self.seg.in_checkpoint.store(true, Ordering::Release);
         let r = self.write_checkpoint_inner(umount);
         self.seg.in_checkpoint.store(false, Ordering::Release);
+        self.stats
+            .checkpoint_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if let Err(e) = &r {
             self.poison_with(format!("checkpoint failed: {e}"));
         }

@@ -57,7 +57,7 @@ pub use dir::DirEntry;
 pub use error::{Error, Result};
 pub use file::FallocMode;
 pub use flashlog_format::node::Timespec;
-pub use flashlog_format::{Ino, ROOT_INO};
+pub use flashlog_format::{Ino, BLOCKS_PER_SEG, BLOCK_SIZE, ROOT_INO};
 pub use fs::{Attr, Fs, RenameFlags, SetAttr, StatFs, TimeSet, XattrMode};
 pub use fsck::{fsck, FsckReport};
 pub use stats::Counters;

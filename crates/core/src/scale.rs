@@ -5,8 +5,9 @@
 //!   claims candidates with an atomic test-and-set on the shared victim bitmap, holding up
 //!   to M best and releasing one it replaces;
 //! - reads a victim's valid blocks into its own buffer (DPB), not the page cache;
-//! - writes moved data to its own log head (DWS), a row of the log-head table that the
-//!   checkpoint persists and recovery knows;
+//! - writes moved data to its own log head (DWS): worker 0 to the cold data log, as F2FS's
+//!   collector does, every other worker to a collector stream, a row of the log-head table
+//!   that the checkpoint persists and recovery knows;
 //! - protects each page it moves in the victim protector (SVP) instead of locking the file
 //!   for the whole migration, and commits a move only under the node-lock rule;
 //! - updates the SIT with atomics (LSU, in `seg`).
@@ -116,8 +117,12 @@ impl Collector for ScaleCollector {
     }
 
     fn streams(&self) -> usize {
+        // Worker 0 writes to the cold data log, where F2FS's collector writes; the others
+        // get streams of their own. Each extra stream holds an open section that is on
+        // average half empty: with one worker per stream, `scale:1` measured +12 % write
+        // amplification over `f2fs-lfs` with 8 MiB sections at 90 % full, from that alone.
         if self.features.dws {
-            self.streams
+            self.streams - 1
         } else {
             0
         }
@@ -437,11 +442,13 @@ fn flush_lazy_moves(fs: &FsInner) -> Result<()> {
     Ok(())
 }
 
-/// The head a worker writes moved data to: its own stream (DWS) or the shared cold log.
+/// The head a worker writes moved data to: its own stream (DWS: worker 0 the cold data
+/// log, worker w > 0 collector stream w - 1, shared round-robin if the volume cannot afford
+/// one per worker) or, without DWS, the cold log shared by all.
 fn gc_head(fs: &FsInner, w: usize, f: ScaleFeatures, ino: Ino) -> usize {
     let streams = fs.seg.heads.len() - fs.sb.geo.log_heads as usize;
-    if f.dws && streams > 0 {
-        fs.sb.geo.log_heads as usize + w % streams
+    if f.dws && w > 0 && streams > 0 {
+        fs.sb.geo.log_heads as usize + (w - 1) % streams
     } else {
         fs.head(ino, LogKind::Data, Temp::Cold)
     }

@@ -22,6 +22,7 @@ pub struct Stats {
     pub gc_read_blocks: AtomicU64,
     pub gc_ns: AtomicU64,
     pub stall_ns: AtomicU64,
+    pub checkpoint_ns: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -54,6 +55,8 @@ pub struct Counters {
     pub gc_time_s: f64,
     /// Seconds application threads waited for space (foreground cleaning + checkpoints).
     pub stall_time_s: f64,
+    /// Seconds spent writing checkpoints (everything else waits on the op lock meanwhile).
+    pub checkpoint_time_s: f64,
     /// Blocks written by threaded logging into holes (SSR).
     pub ssr_blocks: u64,
     /// Device bytes written / application bytes written (page-cache absorption of repeated
@@ -87,6 +90,7 @@ impl Stats {
             gc_read_blocks: g(&self.gc_read_blocks),
             gc_time_s: g(&self.gc_ns) as f64 / 1e9,
             stall_time_s: g(&self.stall_ns) as f64 / 1e9,
+            checkpoint_time_s: g(&self.checkpoint_ns) as f64 / 1e9,
             ssr_blocks,
             fs_write_amplification: if g(&self.data_blocks_written) == 0 {
                 0.0

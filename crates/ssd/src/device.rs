@@ -167,6 +167,17 @@ impl SsdDevice {
         self.rec.lock().reset(now);
     }
 
+    /// Die busy time so far, summed over dies, as (serving the host, device GC, dies); a
+    /// cheap probe for utilisation over an interval (`stats` builds histograms too).
+    pub fn die_busy(&self) -> (u64, u64, usize) {
+        let b = self.engine.lock().busy();
+        (
+            b.die_user_ns.iter().sum(),
+            b.die_gc_ns.iter().sum(),
+            b.die_user_ns.len(),
+        )
+    }
+
     /// Snapshot of all statistics.
     pub fn stats(&self) -> SsdStats {
         let (counters, busy, stall, mem, free_lines) = {

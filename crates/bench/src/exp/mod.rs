@@ -64,6 +64,7 @@ impl Volume {
             &MkfsOptions {
                 force: true,
                 label: format!("bench-{}", policy.label),
+                segs_per_sec: ctx.segs_per_sec,
                 ..Default::default()
             },
         )
@@ -90,10 +91,17 @@ impl Volume {
     pub fn sampler(&self, ctx: &Ctx, ops: Arc<Ops>, bar: ProgressBar, bar_ops: bool) -> Sampler {
         let fs = self.fs.clone();
         let dev = self.bd.dev.clone();
+        let ssd = self.bd.ssd.clone();
         let probe = move || {
             let c = fs.stats();
             let (r, w) = dev.bytes();
+            let (die_user_ns, die_gc_ns, dies) = ssd.as_ref().map_or((0, 0, 0), |s| s.die_busy());
             Sample {
+                data_blocks: c.data_blocks_written,
+                dev_write_blocks: c.dev_write_blocks,
+                die_user_ns,
+                die_gc_ns,
+                dies,
                 t_s: 0.0,
                 app_write_bytes: c.app_write_bytes,
                 app_read_bytes: c.app_read_bytes,

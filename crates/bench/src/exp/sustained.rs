@@ -58,6 +58,9 @@ pub struct SustainedResult {
     pub max_us: f64,
     pub gc_time_s: f64,
     pub stall_time_s: f64,
+    /// Seconds spent in checkpoints, and their number.
+    pub checkpoint_time_s: f64,
+    pub checkpoints: u64,
     pub peak_rss_mib: f64,
     pub cpu_s: f64,
     pub gc_fg_runs: u64,
@@ -296,6 +299,8 @@ fn summarize(
             r.fs_waf = c.fs_write_amplification;
             r.gc_time_s = c.gc_time_s;
             r.stall_time_s = c.stall_time_s;
+            r.checkpoint_time_s = c.checkpoint_time_s;
+            r.checkpoints = c.checkpoints;
             r.gc_fg_runs = c.gc_fg_runs;
             r.gc_bg_runs = c.gc_bg_runs;
             r.gc_sections_freed = c.gc_sections_freed;
@@ -311,6 +316,14 @@ fn summarize(
         Err(e) => r.error = Some(format!("{e:#}")),
     }
     r
+}
+
+fn pct(f: f64) -> String {
+    if f > 0.0 {
+        format!("{:.0}%", 100.0 * f)
+    } else {
+        "-".into()
+    }
 }
 
 fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Report> {
@@ -330,6 +343,7 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
         "GC fg/bg",
         "GC s",
         "stall s",
+        "CP s",
         "CPU s",
         "RSS MiB",
     ]);
@@ -352,15 +366,17 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
             format!("{}/{}", r.gc_fg_runs, r.gc_bg_runs),
             num(r.gc_time_s),
             num(r.stall_time_s),
+            num(r.checkpoint_time_s),
             num(r.cpu_s),
             num(r.peak_rss_mib),
         ]);
     }
     rep.section(
         &format!(
-            "sustained random write, {} threads, {}",
+            "sustained random write, {} threads, {}, {} MiB sections",
             ctx.args.threads,
-            ctx.device.describe()
+            ctx.device.describe(),
+            2 * ctx.segs_per_sec
         ),
         t.render(),
     );
@@ -403,6 +419,10 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
         "policy",
         "GC read blocks",
         "false positives",
+        "WAF (cleaning)",
+        "die busy",
+        "dev GC",
+        "die-bound MiB/s",
         "lock waits (s, contended acquisitions)",
     ]);
     for r in &results {
@@ -416,6 +436,14 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
             r.policy.clone(),
             r.gc_read_blocks.to_string(),
             r.gc_false_positive_reads.to_string(),
+            num(r.phases.waf_during_gc),
+            pct(r.phases.die_util_during_gc),
+            pct(r.phases.die_gc_util_during_gc),
+            if r.phases.die_util_during_gc > 0.0 {
+                num(r.app_mib_s_during_gc / r.phases.die_util_during_gc)
+            } else {
+                "-".into()
+            },
             if waits.is_empty() {
                 "-".into()
             } else {
@@ -423,7 +451,13 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
             },
         ]);
     }
-    rep.section("cleaning detail", t3.render());
+    let mut body = t3.render();
+    body +=
+        "WAF (cleaning): device blocks / data blocks written after cleaning started. die busy: \
+             the emulated dies' busy time after cleaning started (host requests and device GC), \
+             of which dev GC is the SSD's own GC. die-bound: the application bandwidth if the \
+             dies were busy all the time with the same work per application byte.\n";
+    rep.section("cleaning detail", body);
     let mut body = t2.render();
     body += &format!(
         "raw device sequential write: {raw:.0} MiB/s; target: in-process sequential write (fill) >= 80 % of it\n"
@@ -542,6 +576,38 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
             }))
             .collect::<Vec<_>>()),
     );
+    // ScaleLFS targets (issue 8): every scale row against the f2fs and f2fs-lfs rows.
+    let by = |name: &str| {
+        results
+            .iter()
+            .find(|r| r.policy == name && r.error.is_none())
+    };
+    let scale_targets: Vec<_> = results
+        .iter()
+        .filter(|r| r.policy.starts_with("scale") && r.error.is_none())
+        .map(|r| {
+            let vs = |base: Option<&SustainedResult>| {
+                base.map(|b| {
+                    json!({
+                        "policy": b.policy,
+                        "throughput_during_gc_ratio":
+                            r.app_mib_s_during_gc / b.app_mib_s_during_gc.max(1e-9),
+                        "waf_during_gc_ratio":
+                            r.phases.waf_during_gc / b.phases.waf_during_gc.max(1e-9),
+                    })
+                })
+            };
+            json!({
+                "policy": r.policy,
+                "vs_f2fs": vs(by("f2fs")),
+                "vs_f2fs_lfs": vs(by("f2fs-lfs")),
+                "device_bw_during_gc_vs_peak": r.device_mib_s_during_gc / raw.max(1e-9),
+                "die_utilisation_during_gc": r.phases.die_util_during_gc,
+            })
+        })
+        .collect();
+    rep.extra
+        .insert("scale_targets".into(), json!(scale_targets));
     rep.results = serde_json::to_value(&results)?;
     Ok(rep)
 }
