@@ -311,7 +311,7 @@ fn resolve_segs_per_sec(v: &str, device: &DeviceSpec) -> Result<u32> {
             .ssd_config()
             .ok()
             .map_or(0, |c| c.geometry.line_bytes());
-        return Ok(if line >= seg_bytes && line % seg_bytes == 0 {
+        return Ok(if line >= seg_bytes && line.is_multiple_of(seg_bytes) {
             ((line / seg_bytes) as u32).min(MAX_SEGS_PER_SEC)
         } else {
             1

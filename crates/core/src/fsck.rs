@@ -12,7 +12,8 @@
 //!   link counts, loops;
 //! - every block reachable from an inode is in the main area, reached once, marked valid in
 //!   the SIT, and owned by the right node in the SSA;
-//! - SIT bitmaps and counts against reachability (no leaked valid blocks);
+//! - SIT bitmaps and counts against reachability (no leaked valid blocks), and each
+//!   segment's log class against its blocks (node and data never share a segment);
 //! - checkpoint counters and free-space accounting; log heads point at unused space;
 //! - orphan inodes.
 
@@ -663,11 +664,28 @@ impl<'a> Checker<'a> {
                     continue;
                 }
             };
+            // The segment's log class decides how the cleaner moves its blocks: node and
+            // data blocks never share a segment.
+            let class = se.class as usize;
+            let class_node = class != 0xff && class < g.log_heads as usize && class % 6 >= 3;
+            let mut mixed = 0;
             let mut bad = 0;
             for off in 0..BLOCKS_PER_SEG as usize {
                 let Some(&owner) = self.owners.get(&(start + off as u64)) else {
                     continue;
                 };
+                if matches!(owner, Owner::Node(_)) != class_node {
+                    mixed += 1;
+                    if mixed == 1 {
+                        self.err(
+                            "sit",
+                            format!(
+                                "segment {seg} block {off}: {owner:?} in a segment of log head {class} ({})",
+                                if class_node { "node" } else { "data" }
+                            ),
+                        );
+                    }
+                }
                 let s = ssa.entries[off];
                 let ok = match owner {
                     Owner::Node(nid) => s.nid == nid,

@@ -288,6 +288,7 @@ fn reconcile(fs: &FsInner, ino: Ino, old: &Reach, new: &Reach) -> Result<()> {
         if na != NULL_ADDR {
             fs.seg.set_valid(na);
             fs.seg.mark_section_used(na);
+            fs.seg.set_class_kind(na, LogKind::Node);
             fs.seg.set_summary(
                 na,
                 Summary {
@@ -316,6 +317,7 @@ fn reconcile(fs: &FsInner, ino: Ino, old: &Reach, new: &Reach) -> Result<()> {
         if !old.data.contains_key(&a) {
             fs.seg.set_valid(a);
             fs.seg.mark_section_used(a);
+            fs.seg.set_class_kind(a, LogKind::Data);
             fs.seg.set_summary(
                 a,
                 Summary {

@@ -515,16 +515,18 @@ impl SegManager {
         Ok(())
     }
 
-    /// Log kind of the head that last wrote `seg` (collector streams hold data only).
+    /// Log kind of the head that last wrote `seg` (collector streams hold data only). Read
+    /// from the head's index (`head_index`), so it takes no lock.
     pub fn segment_kind(&self, seg: SegNo, base: usize) -> Option<LogKind> {
         let class = self.segs[seg as usize].class.load(Ordering::Relaxed) as usize;
         if class == 0xff {
             return None;
         }
-        if class >= base {
-            return Some(LogKind::Data);
+        if class >= base || (class % 6) < 3 {
+            Some(LogKind::Data)
+        } else {
+            Some(LogKind::Node)
         }
-        self.heads.get(class).map(|h| h.lock().kind)
     }
 
     /// Sections the old heads owned (current and next segments) stop being current unless a
@@ -726,6 +728,12 @@ impl SegManager {
             if self.current.test(sec) || self.victims.test(sec) || !self.used.test(sec) {
                 continue;
             }
+            // Data into data segments only (F2FS searches the dirty segments of data
+            // types): a data block in a node segment makes the segment's kind wrong, and
+            // the cleaner could then never empty it.
+            if self.segment_kind(seg, self.geo.log_heads as usize) != Some(LogKind::Data) {
+                continue;
+            }
             let se = &self.segs[seg as usize];
             let v = se.valid.load(Ordering::Relaxed);
             if v == 0 || v as u64 >= BLOCKS_PER_SEG {
@@ -875,6 +883,20 @@ impl SegManager {
         let mut b = [0u8; BLOCK_SIZE];
         self.dev.read(self.geo.ssa_block_addr(seg, copy), &mut b)?;
         Ok(Box::new(SsaBlock::decode(&b, seg)?))
+    }
+
+    /// Mount-time recovery: make the class of the segment holding `addr` say `kind` (the
+    /// first head of that kind), unless it already does. A segment the roll-forward adopts
+    /// may carry no class, or a stale one from before it was last freed.
+    pub fn set_class_kind(&self, addr: BlkAddr, kind: LogKind) {
+        let Some((seg, _)) = self.locate(addr) else {
+            return;
+        };
+        if self.segment_kind(seg, self.geo.log_heads as usize) != Some(kind) {
+            self.segs[seg as usize]
+                .class
+                .store(head_index(0, kind, Temp::Warm) as u8, Ordering::Relaxed);
+        }
     }
 
     /// Record a summary entry outside the append path (mount-time recovery).

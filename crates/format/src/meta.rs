@@ -101,7 +101,8 @@ pub fn nat_pos(nid: Nid) -> (u64, usize) {
 pub struct SitEntry {
     /// Valid blocks in the segment (= bits set in `bitmap`).
     pub valid: u16,
-    /// Log-head class that last wrote the segment (`cp::LogClass::code`), 0xff if none.
+    /// Log head (table index) that last wrote the segment, 0xff if none: indexes below
+    /// `log_heads` are `mlog * 6 + kind * 3 + temp`, the rest collector streams (data).
     pub class: u8,
     /// Age stamp: seconds of volume lifetime when blocks were last added (weighted, F2FS
     /// `update_segment_mtime`), for cost-benefit cleaning.
