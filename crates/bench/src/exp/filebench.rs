@@ -259,7 +259,7 @@ fn run_one(ctx: &Ctx, p: &crate::policy::PolicySpec, pers: &str) -> Result<FbRes
         } else {
             (s1.dev_write_blocks - s0.dev_write_blocks) as f64 * 4096.0 / dapp as f64
         },
-        error: err.or(end.unmount_error),
+        error: err.or(end.problem()),
     })
 }
 

@@ -159,7 +159,7 @@ fn run_one(
     }
     drop(fs);
     let end = vol.finish()?;
-    if let Some(e) = end.unmount_error {
+    if let Some(e) = end.problem() {
         if let Some(last) = out.last_mut() {
             last.error.get_or_insert(e);
         }

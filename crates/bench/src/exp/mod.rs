@@ -149,6 +149,16 @@ impl Volume {
             .map(|e| format!("unmount ({}): {e}", self.policy.label));
         let unmount_s = t.elapsed().as_secs_f64();
         let cpu_s = ProcUsage::now().cpu_since(&self.usage0);
+        // Every run ends with a consistency check of what it left on the device.
+        let fsck_errors = if unmount_error.is_none() {
+            match flashlog_core::fsck(&*self.bd.dev) {
+                Ok(r) if r.is_clean() => None,
+                Ok(r) => Some(format!("fsck after {}: {r}", self.policy.label)),
+                Err(e) => Some(format!("fsck after {}: {e}", self.policy.label)),
+            }
+        } else {
+            None
+        };
         Ok(VolumeEnd {
             counters,
             ssd: self.bd.ssd_stats().map(|s| SsdSummary {
@@ -166,6 +176,7 @@ impl Volume {
             peak_rss_mib: peak_rss_mib(),
             unmount_s,
             unmount_error,
+            fsck_errors,
             elapsed_s: self.t0.elapsed().as_secs_f64(),
         })
     }
@@ -200,7 +211,19 @@ pub struct VolumeEnd {
     pub unmount_s: f64,
     /// The final checkpoint failed (the counters above are still valid).
     pub unmount_error: Option<String>,
+    /// fsck of the unmounted volume found errors (None: clean, or not checked because the
+    /// unmount failed).
+    pub fsck_errors: Option<String>,
     pub elapsed_s: f64,
+}
+
+impl VolumeEnd {
+    /// What went wrong at the end of the run: the unmount, else fsck.
+    pub fn problem(&self) -> Option<String> {
+        self.unmount_error
+            .clone()
+            .or_else(|| self.fsck_errors.clone())
+    }
 }
 
 /// A 4 KiB-aligned buffer of non-zero bytes.

@@ -310,7 +310,7 @@ fn summarize(
             r.gc_false_positive_reads = c.gc_skipped_blocks;
             r.peak_rss_mib = e.peak_rss_mib;
             r.cpu_s = e.cpu_s;
-            r.error = e.unmount_error.clone();
+            r.error = e.problem();
             r.end = Some(e);
         }
         Err(e) => r.error = Some(format!("{e:#}")),

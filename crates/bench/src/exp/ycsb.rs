@@ -210,7 +210,7 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
     bar.finish_and_clear();
     drop(fs);
     let end = vol.finish()?;
-    if let (Some(e), Some(last)) = (end.unmount_error, out.last_mut()) {
+    if let (Some(e), Some(last)) = (end.problem(), out.last_mut()) {
         last.error.get_or_insert(e);
     }
     Ok(out)
