@@ -115,8 +115,10 @@ pub struct BenchArgs {
     pub sample_ms: u64,
     /// Segments (2 MiB) per section at mkfs, F2FS's `-s`: a number, or `auto` to match the
     /// emulated SSD's GC unit (its line), so that a section the file system frees and
-    /// discards is a whole line the device can erase without copying.
-    #[arg(long, default_value = "1")]
+    /// discards is a whole line the device can erase without copying. `auto` keeps the
+    /// device's own GC out of file-system GC experiments, as ScaleLFS §5 sets up its
+    /// runs; use 1 to study the two collectors stacked (log-on-log).
+    #[arg(long, default_value = "auto")]
     pub segs_per_sec: String,
     /// No progress bars.
     #[arg(long)]
@@ -148,7 +150,7 @@ pub fn default_main_job() -> BenchArgs {
         fill: 0.9,
         write_factor: 3.0,
         sample_ms: 200,
-        segs_per_sec: "1".into(),
+        segs_per_sec: "auto".into(),
         quiet: false,
         flashlog_bin: None,
         no_peers: false,
@@ -180,7 +182,7 @@ impl BenchArgs {
             self.sample_ms,
             self.out.display()
         );
-        if self.segs_per_sec != "1" {
+        if self.segs_per_sec != "auto" {
             s += &format!(" --segs-per-sec {}", self.segs_per_sec);
         }
         if self.no_peers {
