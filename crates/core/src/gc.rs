@@ -415,6 +415,7 @@ fn migrate_data(
         }
         Migration::Eager => {
             let version = fs.nat.version(nid);
+            let newer = fs.dirty_page_bytes(&st, index);
             let new = fs.seg.append(
                 cold_data_head(fs, ino),
                 Summary {
@@ -422,11 +423,14 @@ fn migrate_data(
                     ofs: slot as u16,
                     version,
                 },
-                |_, _, out| out.copy_from_slice(blk),
+                |_, _, out| out.copy_from_slice(newer.as_ref().unwrap_or(blk)),
             )?;
             fs.dnode_set(&mut st, nid, slot, new);
             fs.seg.set_valid(new);
             fs.seg.invalidate(addr);
+            if newer.is_some() {
+                fs.page_written_by_move(&mut st, index);
+            }
             Ok(true)
         }
     }

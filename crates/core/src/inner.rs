@@ -569,6 +569,29 @@ impl FsInner {
         Ok(n)
     }
 
+    /// Eager migration of the block that backs page `idx` of a regular file: if that page
+    /// is dirty in the cache, its newer bytes are what the move must write (F2FS
+    /// `move_data_page` writes the page, not the victim's copy); the old bytes would be
+    /// written now and again at writeback. Returns the page's bytes, or None.
+    pub fn dirty_page_bytes(&self, st: &InodeState, idx: u64) -> Option<Block> {
+        if st.is_dir() {
+            return None; // dentry blocks are sealed at writeback; moved as they are
+        }
+        st.pages.get(&idx).filter(|p| p.dirty).map(|p| *p.data)
+    }
+
+    /// After a move wrote `dirty_page_bytes(idx)`: the page is clean, and written back.
+    pub fn page_written_by_move(&self, st: &mut InodeState, idx: u64) {
+        if let Some(p) = st.pages.remove(&idx) {
+            debug_assert!(p.dirty && !p.reserved);
+            st.dirty_pages -= 1;
+            self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+            self.stats
+                .data_blocks_written
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Write every dirty node of `st` and then its inode, to the node logs by temperature
     /// (checkpoint) or all to the file's warm node log with the fsync mark on the inode.
     pub fn write_all_nodes(&self, st: &mut InodeState, fsync_flags: Option<u32>) -> Result<u64> {

@@ -505,14 +505,23 @@ fn commit_move(
 ) -> Result<Option<BlkAddr>> {
     let nid = sum.nid;
     let slot = sum.ofs as usize;
-    if st.freed
-        || fs.nat.version(nid) != sum.version
-        || crate::gc::owner_index_pub(fs, st, nid, slot)?.is_none()
-        || fs.dnode_get(st, nid, slot) != addr
-    {
+    if st.freed || fs.nat.version(nid) != sum.version {
+        return Ok(None);
+    }
+    let Some(idx) = crate::gc::owner_index_pub(fs, st, nid, slot)? else {
+        return Ok(None);
+    };
+    if fs.dnode_get(st, nid, slot) != addr {
         return Ok(None);
     }
     let version = fs.nat.version(nid);
+    // A page dirty in the cache is newer than the victim's copy: move that (see
+    // `dirty_page_bytes`), which also writes the page back.
+    let newer = if f.dpb {
+        fs.dirty_page_bytes(st, idx)
+    } else {
+        None
+    };
     let new = fs.seg.append(
         gc_head(fs, w, f, st.ino),
         Summary {
@@ -520,10 +529,13 @@ fn commit_move(
             ofs: slot as u16,
             version,
         },
-        |_, _, out| out.copy_from_slice(blk),
+        |_, _, out| out.copy_from_slice(newer.as_ref().unwrap_or(blk)),
     )?;
     fs.dnode_set(st, nid, slot, new);
     fs.seg.set_valid(new);
     fs.seg.invalidate(addr);
+    if newer.is_some() {
+        fs.page_written_by_move(st, idx);
+    }
     Ok(Some(new))
 }
