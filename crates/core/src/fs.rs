@@ -386,7 +386,11 @@ impl Fs {
     pub fn gc(&self, sections: u64) -> Result<u64> {
         let fs = &self.inner;
         let _gc = fs.gc_lock.lock();
-        let target = fs.seg.free_sections() + sections;
+        let target = fs
+            .seg
+            .free_sections()
+            .saturating_add(sections)
+            .min(fs.sb.geo.sections());
         let cleaned = {
             fs.check_writable()?;
             let r = fs.collector.foreground(fs, target);

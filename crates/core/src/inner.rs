@@ -589,6 +589,7 @@ impl FsInner {
             self.stats
                 .data_blocks_written
                 .fetch_add(1, Ordering::Relaxed);
+            self.stats.gc_dirty_moves.fetch_add(1, Ordering::Relaxed);
         }
     }
 

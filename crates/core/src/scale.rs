@@ -262,7 +262,7 @@ fn run_round(
         let bps = BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
         let expected =
             fs.seg.free_after_checkpoint() * bps + sh.pending_gain.load(Ordering::Acquire);
-        if expected >= target * bps
+        if expected >= target.saturating_mul(bps)
             || sh.stop.load(Ordering::Acquire)
             || fs.poisoned.load(Ordering::Acquire)
         {

@@ -20,6 +20,7 @@ pub struct Stats {
     pub gc_moved_blocks: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
     pub gc_read_blocks: AtomicU64,
+    pub gc_dirty_moves: AtomicU64,
     pub gc_ns: AtomicU64,
     pub stall_ns: AtomicU64,
     pub checkpoint_ns: AtomicU64,
@@ -51,6 +52,9 @@ pub struct Counters {
     /// the race (node-lock rule).
     pub gc_skipped_blocks: u64,
     pub gc_read_blocks: u64,
+    /// Moves that wrote a dirty page's newer bytes instead of the victim's copy (the move
+    /// was also the page's writeback).
+    pub gc_dirty_moves: u64,
     /// Seconds spent cleaning.
     pub gc_time_s: f64,
     /// Seconds application threads waited for space (foreground cleaning + checkpoints).
@@ -88,6 +92,7 @@ impl Stats {
             gc_moved_blocks: g(&self.gc_moved_blocks),
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
             gc_read_blocks: g(&self.gc_read_blocks),
+            gc_dirty_moves: g(&self.gc_dirty_moves),
             gc_time_s: g(&self.gc_ns) as f64 / 1e9,
             stall_time_s: g(&self.stall_ns) as f64 / 1e9,
             checkpoint_time_s: g(&self.checkpoint_ns) as f64 / 1e9,

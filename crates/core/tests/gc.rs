@@ -213,6 +213,51 @@ fn threaded_logging_never_writes_data_into_node_segments() {
     assert!(r.is_clean(), "{r}");
 }
 
+/// A victim block whose page is dirty in the cache is moved with the page's newer bytes
+/// (and the page is then clean): reads, fsync, remount and fsck all see the newest data.
+#[test]
+fn cleaning_moves_dirty_pages_with_their_newer_bytes() {
+    for gc in [GcPolicy::F2fs, GcPolicy::Scale] {
+        let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
+        Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+        let o = opts(AllocMode::Lfs, gc);
+        let fs = Fs::mount(dev.clone(), o.clone()).unwrap();
+        let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+        let blocks = fs.statfs().blocks * 60 / 100;
+        let mut versions = vec![0u32; blocks as usize];
+        for b in 0..blocks {
+            fs.write(ino, b * 4096, &block(b, 0)).unwrap();
+        }
+        // Invalidate every other block so that every section is a cheap victim.
+        for b in (0..blocks).step_by(2) {
+            versions[b as usize] = 1;
+            fs.write(ino, b * 4096, &block(b, 1)).unwrap();
+        }
+        fs.sync().unwrap();
+        // Dirty some pages whose blocks are still in those sections, then clean them all.
+        for b in (1..blocks).step_by(16) {
+            versions[b as usize] = 2;
+            fs.write(ino, b * 4096, &block(b, 2)).unwrap();
+        }
+        let before = fs.stats();
+        fs.gc(u64::MAX / 2).unwrap();
+        let after = fs.stats();
+        assert!(
+            after.gc_dirty_moves > before.gc_dirty_moves,
+            "{gc:?}: no dirty page was moved ({after:?})"
+        );
+        verify(&fs, &[ino], blocks, &versions);
+        // The fsync'd state survives a crash: remount from the device as it stands.
+        fs.fsync(ino, false).unwrap();
+        fs.abandon();
+        let fs = Fs::mount(dev.clone(), o.clone()).unwrap();
+        verify(&fs, &[ino], blocks, &versions);
+        fs.unmount().unwrap();
+        let r = fsck(&*dev).unwrap();
+        assert!(r.is_clean(), "{gc:?}: {r}");
+    }
+}
+
 #[test]
 fn threaded_logging_with_large_sections_at_90_percent() {
     run_geo(90, AllocMode::Adaptive, 11, GcPolicy::F2fs, 384 << 20, 4, 3);
