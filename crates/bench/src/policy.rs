@@ -43,6 +43,14 @@ const TABLE: &[Row] = &[
         "ScaleLFS: dedicated per-core collectors (scale:N = N workers)",
     ),
     (
+        "scale-adaptive",
+        GcPolicy::Scale,
+        AllocMode::Adaptive,
+        true,
+        false,
+        "ScaleLFS collectors with F2FS's threaded logging (not in the paper, which runs LFS mode)",
+    ),
+    (
         "none",
         GcPolicy::None,
         AllocMode::Lfs,

@@ -526,6 +526,8 @@ impl FsInner {
             .collect();
         let cold = self.head(st.ino, LogKind::Data, Temp::Cold);
         let mut n = 0;
+        // Pages a lazy collector dirtied are moves, not application data.
+        let mut moves = 0;
         for idx in idxs {
             let (nid, slot) = self.locate(st, idx, true)?.expect("create");
             let version = self.nat.version(nid);
@@ -534,6 +536,7 @@ impl FsInner {
                 flashlog_format::dir::seal_dentry_block(&mut page.data);
             }
             let head = if page.gc { cold } else { hi };
+            moves += u64::from(page.gc);
             let data: &Block = &page.data;
             let addr = self.seg.append(
                 head,
@@ -565,7 +568,7 @@ impl FsInner {
         }
         self.stats
             .data_blocks_written
-            .fetch_add(n, Ordering::Relaxed);
+            .fetch_add(n - moves, Ordering::Relaxed);
         Ok(n)
     }
 
