@@ -235,10 +235,20 @@ impl BlockDevice for Counted {
 /// Raw sequential write bandwidth of a fresh device: `threads` writers, 1 MiB requests, each
 /// over its own region, `bytes` in total, then a flush. MiB/s.
 pub fn raw_write_mib_s(spec: &DeviceSpec, bytes: u64, threads: usize) -> Result<f64> {
+    // The device's best: requests of 256 KiB and of 1 MiB (a device whose write buffer
+    // holds 1 MiB serialises 1 MiB requests), on a fresh device each.
+    let mut best: f64 = 0.0;
+    for chunk in [64u64, 256] {
+        best = best.max(raw_write_with(spec, bytes, threads, chunk)?);
+    }
+    Ok(best)
+}
+
+/// Sequential writes of `chunk` blocks per request from `threads` threads, then a flush.
+fn raw_write_with(spec: &DeviceSpec, bytes: u64, threads: usize, chunk: u64) -> Result<f64> {
     let d = spec.open()?;
     let dev = d.dev.clone();
     let blocks = dev.capabilities().block_count;
-    let chunk = 256u64; // blocks per request (1 MiB)
     let per = (bytes / 4096 / threads as u64).min(blocks / threads as u64) / chunk * chunk;
     if per == 0 {
         bail!("device too small for the raw write measurement");

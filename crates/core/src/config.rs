@@ -12,9 +12,12 @@ pub const DEFAULT_DIRTY_NODES_MAX: u64 = 16_384;
 pub const DEFAULT_INODE_CACHE_MAX: usize = 16_384;
 /// Clean node buffers one file may keep cached (its dirty ones are never dropped).
 pub const NODE_CACHE_PER_FILE: usize = 4096;
-/// Blocks a log head gathers before one device write: 256 blocks = 1 MiB, a large
-/// sequential write, as F2FS merges bios.
-pub const WRITE_BATCH_BLOCKS: usize = 256;
+/// Blocks a log head gathers before one device write: 64 blocks = 256 KiB, a request as
+/// large as the block layer commonly issues to an NVMe SSD (`max_sectors_kb`). Larger is
+/// not better: a request must fit the device's write buffer, and on the emulated
+/// 970pro-like SSD (1 MiB buffer) 1 MiB requests serialise on it (1121 MiB/s at any
+/// depth) while 256 KiB requests overlap (2227 MiB/s at 2 in flight).
+pub const WRITE_BATCH_BLOCKS: usize = 64;
 /// Shards of the inode-cell table (Max's file cells): a power of two well above the core
 /// count so that unrelated files rarely share a shard lock.
 pub const CELL_SHARDS: usize = 128;

@@ -11,8 +11,10 @@
 //! state). With zero threads every submission is a synchronous write (deterministic order
 //! for the crash simulator).
 //!
-//! Lock order: `state` is a leaf lock; the I/O threads take nothing else.
+//! Lock order: `state` and `spare` are leaf locks (never held together); the I/O threads
+//! take nothing else.
 
+use crate::config::WRITE_BATCH_BLOCKS;
 use crate::error::{Error, Result};
 use flashlog_dev::{BlockDevice, BLOCK_SIZE};
 use flashlog_format::BlkAddr;
@@ -22,8 +24,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Buffers queued or being written before submitters wait (8 x 1 MiB by default batch).
-pub const MAX_INFLIGHT: usize = 8;
+/// Buffers queued or being written before submitters wait (32 x 256 KiB = 8 MiB).
+pub const MAX_INFLIGHT: usize = 32;
 
 struct Buf {
     id: u64,
@@ -48,6 +50,9 @@ pub struct IoPool {
     cv: Condvar,
     /// `state.bufs.len()`, readable without the lock (fast path of reads).
     inflight: AtomicUsize,
+    /// Written buffers kept for reuse: a fresh 256 KiB buffer per write costs page faults
+    /// and allocator work comparable to the copy itself. A leaf lock.
+    spare: Mutex<Vec<Vec<u8>>>,
     handles: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -59,6 +64,7 @@ impl IoPool {
             state: Mutex::default(),
             cv: Condvar::new(),
             inflight: AtomicUsize::new(0),
+            spare: Mutex::new(Vec::new()),
             handles: Mutex::new(Vec::new()),
         });
         for i in 0..threads {
@@ -72,10 +78,29 @@ impl IoPool {
         pool
     }
 
+    /// An empty buffer with room for one log write, reused if one is spare.
+    pub fn buffer(&self) -> Vec<u8> {
+        self.spare
+            .lock()
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE))
+    }
+
+    /// Keep a written buffer for `buffer` (up to what the queue can hold).
+    fn recycle(&self, mut v: Vec<u8>) {
+        let mut spare = self.spare.lock();
+        if spare.len() < MAX_INFLIGHT {
+            v.clear();
+            spare.push(v);
+        }
+    }
+
     /// Write `data` at `addr`, now (no threads) or soon (queued).
     pub fn submit(&self, addr: BlkAddr, data: Vec<u8>) -> Result<()> {
         if self.threads == 0 {
-            return Ok(self.dev.write(addr, &data).map(|_| ())?);
+            let r = self.dev.write(addr, &data).map(|_| ());
+            self.recycle(data);
+            return Ok(r?);
         }
         let mut st = self.state.lock();
         while st.bufs.len() >= MAX_INFLIGHT && st.error.is_none() {
@@ -160,6 +185,11 @@ impl IoPool {
             st.bufs.retain(|b| b.id != id);
             self.inflight.store(st.bufs.len(), Ordering::Release);
             self.cv.notify_all();
+            drop(st);
+            // The list held the only other reference, and it is gone.
+            if let Ok(v) = Arc::try_unwrap(data) {
+                self.recycle(v);
+            }
         }
     }
 

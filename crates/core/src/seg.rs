@@ -806,10 +806,7 @@ impl SegManager {
             return Ok(());
         }
         let n = (h.buf.len() / BLOCK_SIZE) as u64;
-        let data = std::mem::replace(
-            &mut h.buf,
-            Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
-        );
+        let data = std::mem::replace(&mut h.buf, self.io.buffer());
         if let Err(e) = self.io.submit(h.buf_start, data) {
             self.poisoned.store(true, Ordering::Release);
             return Err(e);
