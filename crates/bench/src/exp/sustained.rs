@@ -98,6 +98,7 @@ pub struct SustainedResult {
 pub fn run(ctx: &Ctx) -> Result<Report> {
     let threads = ctx.args.threads;
     let vol_bytes = ctx.device.bytes()?;
+    crate::device::warm_up(&ctx.device, threads)?;
     let raw = raw_write_mib_s(&ctx.device, RAW_BYTES.min(vol_bytes / 2), threads)?;
     ctx.say(&format!(
         "raw device sequential write ({threads} threads, best of 256 KiB and 1 MiB requests): {raw:.0} MiB/s"
