@@ -666,8 +666,9 @@ impl<'a> Checker<'a> {
             };
             // The segment's log class decides how the cleaner moves its blocks: node and
             // data blocks never share a segment.
-            let class = se.class as usize;
-            let class_node = class != 0xff && class < g.log_heads as usize && class % 6 >= 3;
+            let class = se.class;
+            let class_node = crate::seg::class_kind(class, g.log_heads as usize)
+                == Some(flashlog_format::cp::LogKind::Node);
             let mut mixed = 0;
             let mut bad = 0;
             for off in 0..BLOCKS_PER_SEG as usize {

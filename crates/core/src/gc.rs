@@ -193,6 +193,14 @@ pub fn has_enough_invalid_blocks(fs: &FsInner) -> bool {
     invalid > user * LIMIT_INVALID_PCT / 100 && free_user < invalid * LIMIT_FREE_PCT / 100
 }
 
+/// Valid blocks of section `sec` if cleaning it makes sense: no log head writes into it,
+/// and it is neither empty nor full.
+pub(crate) fn cleanable(fs: &FsInner, sec: u64) -> Option<u64> {
+    let v = fs.seg.section_valid(sec);
+    let full = BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
+    (v > 0 && v < full && !fs.seg.is_current_section(sec)).then_some(v)
+}
+
 /// Pick and claim a victim section, looking at most at `max_search` candidates.
 pub fn select_victim(fs: &FsInner, cost: Cost, max_search: u64) -> Option<u64> {
     let blocks_per_sec = BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
@@ -206,13 +214,12 @@ pub fn select_victim(fs: &FsInner, cost: Cost, max_search: u64) -> Option<u64> {
             break;
         }
         let sec = (start + k) % nsecs;
-        if fs.seg.is_current_section(sec) || fs.seg.victims.test(sec) {
+        if fs.seg.victims.test(sec) {
             continue;
         }
-        let v = fs.seg.section_valid(sec);
-        if v == 0 || v >= blocks_per_sec {
+        let Some(v) = cleanable(fs, sec) else {
             continue;
-        }
+        };
         looked += 1;
         let m = fs.seg.section_mtime(sec);
         min_m = min_m.min(m);
@@ -414,23 +421,15 @@ fn migrate_data(
             Ok(true)
         }
         Migration::Eager => {
-            let version = fs.nat.version(nid);
-            let newer = fs.dirty_page_bytes(&st, index);
-            let new = fs.seg.append(
+            fs.relocate_data_block(
+                &mut st,
                 cold_data_head(fs, ino),
-                Summary {
-                    nid,
-                    ofs: slot as u16,
-                    version,
-                },
-                |_, _, out| out.copy_from_slice(newer.as_ref().unwrap_or(blk)),
+                nid,
+                slot,
+                index,
+                addr,
+                blk,
             )?;
-            fs.dnode_set(&mut st, nid, slot, new);
-            fs.seg.set_valid(new);
-            fs.seg.invalidate(addr);
-            if newer.is_some() {
-                fs.page_written_by_move(&mut st, index);
-            }
             Ok(true)
         }
     }

@@ -572,20 +572,42 @@ impl FsInner {
         Ok(n)
     }
 
-    /// Eager migration of the block that backs page `idx` of a regular file: if that page
-    /// is dirty in the cache, its newer bytes are what the move must write (F2FS
-    /// `move_data_page` writes the page, not the victim's copy); the old bytes would be
-    /// written now and again at writeback. Returns the page's bytes, or None.
-    pub fn dirty_page_bytes(&self, st: &InodeState, idx: u64) -> Option<Block> {
-        if st.is_dir() {
-            return None; // dentry blocks are sealed at writeback; moved as they are
-        }
-        st.pages.get(&idx).filter(|p| p.dirty).map(|p| *p.data)
-    }
-
-    /// After a move wrote `dirty_page_bytes(idx)`: the page is clean, and written back.
-    pub fn page_written_by_move(&self, st: &mut InodeState, idx: u64) {
-        if let Some(p) = st.pages.remove(&idx) {
+    /// Eager migration: move data block `addr` (slot `slot` of direct node `nid`, page `idx`
+    /// of the locked file; the caller checked under the node-lock rule that the node still
+    /// points at it) to log head `head`. If the page is dirty in the cache, its newer bytes
+    /// are what the move writes, and the page is then clean (F2FS `move_data_page` writes
+    /// the page, not the victim's copy; the old bytes would be written now and again at
+    /// writeback). Directory blocks move as they are (they are sealed at writeback).
+    #[allow(clippy::too_many_arguments)]
+    pub fn relocate_data_block(
+        &self,
+        st: &mut InodeState,
+        head: usize,
+        nid: Nid,
+        slot: usize,
+        idx: u64,
+        addr: BlkAddr,
+        blk: &Block,
+    ) -> Result<BlkAddr> {
+        let newer = if st.is_dir() {
+            None
+        } else {
+            st.pages.get(&idx).filter(|p| p.dirty).map(|p| *p.data)
+        };
+        let new = self.seg.append(
+            head,
+            Summary {
+                nid,
+                ofs: slot as u16,
+                version: self.nat.version(nid),
+            },
+            |_, _, out| out.copy_from_slice(newer.as_ref().unwrap_or(blk)),
+        )?;
+        self.dnode_set(st, nid, slot, new);
+        self.seg.set_valid(new);
+        self.seg.invalidate(addr);
+        if newer.is_some() {
+            let p = st.pages.remove(&idx).expect("dirty page");
             debug_assert!(p.dirty && !p.reserved);
             st.dirty_pages -= 1;
             self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
@@ -594,6 +616,7 @@ impl FsInner {
                 .fetch_add(1, Ordering::Relaxed);
             self.stats.gc_dirty_moves.fetch_add(1, Ordering::Relaxed);
         }
+        Ok(new)
     }
 
     /// Write every dirty node of `st` and then its inode, to the node logs by temperature

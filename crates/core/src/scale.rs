@@ -69,9 +69,6 @@ struct Shared {
 
 pub struct ScaleCollector {
     workers: usize,
-    /// Dedicated write streams: one per worker, unless the overprovision space cannot hold
-    /// that many open sections; then workers share streams round-robin.
-    streams: usize,
     victims_per_worker: Option<usize>,
     features: ScaleFeatures,
     shared: Arc<Shared>,
@@ -92,7 +89,6 @@ impl ScaleCollector {
         }
         Ok(ScaleCollector {
             workers: opts.gc_workers,
-            streams: opts.gc_workers,
             victims_per_worker: opts.gc_victims_per_worker,
             features: opts.scale,
             shared: Arc::new(Shared {
@@ -122,7 +118,7 @@ impl Collector for ScaleCollector {
         // average half empty: with one worker per stream, `scale:1` measured +12 % write
         // amplification over `f2fs-lfs` with 8 MiB sections at 90 % full, from that alone.
         if self.features.dws {
-            self.streams - 1
+            self.workers - 1
         } else {
             0
         }
@@ -305,13 +301,11 @@ fn run_round(
 /// Concurrent victim selection: take the best held victim that is still a candidate,
 /// refilling the held list (up to `m`) by a scan that claims sections with test-and-set.
 fn cvs_next(w: usize, m: usize, sh: &Shared, fs: &FsInner) -> Option<u64> {
-    let blocks_per_sec = BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
     let mut held = sh.held[w].lock();
     loop {
         while let Some((sec, _)) = held.first().copied() {
             held.remove(0);
-            let v = fs.seg.section_valid(sec);
-            if v > 0 && v < blocks_per_sec && !fs.seg.is_current_section(sec) {
+            if crate::gc::cleanable(fs, sec).is_some() {
                 return Some(sec); // still claimed by us
             }
             fs.seg.victims.clear(sec);
@@ -322,13 +316,12 @@ fn cvs_next(w: usize, m: usize, sh: &Shared, fs: &FsInner) -> Option<u64> {
         let start = fs.gc_cursor.fetch_add(nsecs / 2 + 1, Ordering::Relaxed) % nsecs.max(1);
         for k in 0..nsecs {
             let sec = (start + k) % nsecs;
-            if fs.seg.is_current_section(sec) || fs.seg.victims.test(sec) {
+            if fs.seg.victims.test(sec) {
                 continue;
             }
-            let v = fs.seg.section_valid(sec);
-            if v == 0 || v >= blocks_per_sec {
+            let Some(v) = crate::gc::cleanable(fs, sec) else {
                 continue;
-            }
+            };
             if held.len() < m {
                 if !fs.seg.victims.set(sec) {
                     held.push((sec, v));
@@ -514,28 +507,7 @@ fn commit_move(
     if fs.dnode_get(st, nid, slot) != addr {
         return Ok(None);
     }
-    let version = fs.nat.version(nid);
-    // A page dirty in the cache is newer than the victim's copy: move that (see
-    // `dirty_page_bytes`), which also writes the page back.
-    let newer = if f.dpb {
-        fs.dirty_page_bytes(st, idx)
-    } else {
-        None
-    };
-    let new = fs.seg.append(
-        gc_head(fs, w, f, st.ino),
-        Summary {
-            nid,
-            ofs: slot as u16,
-            version,
-        },
-        |_, _, out| out.copy_from_slice(newer.as_ref().unwrap_or(blk)),
-    )?;
-    fs.dnode_set(st, nid, slot, new);
-    fs.seg.set_valid(new);
-    fs.seg.invalidate(addr);
-    if newer.is_some() {
-        fs.page_written_by_move(st, idx);
-    }
+    let head = gc_head(fs, w, f, st.ino);
+    let new = fs.relocate_data_block(st, head, nid, slot, idx, addr, blk)?;
     Ok(Some(new))
 }

@@ -81,6 +81,19 @@ pub fn head_index(mlog: u16, kind: LogKind, temp: Temp) -> usize {
     mlog as usize * 6 + kind as usize * 3 + temp as usize
 }
 
+/// Log kind of the head at table index `class` (a segment's class in the SIT; 0xff: none),
+/// the inverse of `head_index`: collector streams from `log_heads` on hold data.
+pub fn class_kind(class: u8, log_heads: usize) -> Option<LogKind> {
+    let c = class as usize;
+    if class == 0xff {
+        None
+    } else if c >= log_heads || c % 6 < 3 {
+        Some(LogKind::Data)
+    } else {
+        Some(LogKind::Node)
+    }
+}
+
 impl LogHead {
     /// A head at `rec` whose current segment's summary is `ssa`.
     fn new(rec: &LogHeadRecord, ssa: Box<SsaBlock>, ssr: bool) -> Self {
@@ -518,15 +531,7 @@ impl SegManager {
     /// Log kind of the head that last wrote `seg` (collector streams hold data only). Read
     /// from the head's index (`head_index`), so it takes no lock.
     pub fn segment_kind(&self, seg: SegNo, base: usize) -> Option<LogKind> {
-        let class = self.segs[seg as usize].class.load(Ordering::Relaxed) as usize;
-        if class == 0xff {
-            return None;
-        }
-        if class >= base || (class % 6) < 3 {
-            Some(LogKind::Data)
-        } else {
-            Some(LogKind::Node)
-        }
+        class_kind(self.segs[seg as usize].class.load(Ordering::Relaxed), base)
     }
 
     /// Sections the old heads owned (current and next segments) stop being current unless a
