@@ -168,23 +168,22 @@ impl FsInner {
         if !st.pages.contains_key(&idx) {
             let addr = self.block_addr(st, idx)?;
             let mut data = zero_block();
-            if !overwrite_all && addr != NULL_ADDR && addr != NEW_ADDR {
-                self.read_block(addr, &mut data)?;
+            if addr == NULL_ADDR {
+                self.new_dirty_page(st, idx, data)?;
+            } else {
+                if !overwrite_all && addr != NEW_ADDR {
+                    self.read_block(addr, &mut data)?;
+                }
+                st.pages.insert(
+                    idx,
+                    Page {
+                        data,
+                        dirty: false,
+                        reserved: false,
+                        gc: false,
+                    },
+                );
             }
-            let reserved = addr == NULL_ADDR;
-            if reserved {
-                self.reserve_blocks(1)?;
-                st.hdr.blocks += 1;
-            }
-            st.pages.insert(
-                idx,
-                Page {
-                    data,
-                    dirty: false,
-                    reserved,
-                    gc: false,
-                },
-            );
         }
         let p = st.pages.get_mut(&idx).expect("inserted");
         if !p.dirty {
