@@ -16,7 +16,7 @@ use flashlog_format::node::InodeHdr;
 use flashlog_format::{Ino, Nid};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A cached node block of a file (not its inode).
@@ -110,6 +110,12 @@ pub struct InodeCell {
     pub is_new: AtomicBool,
     /// Mirror of `hdr.pino` readable without the cell lock (rename's ancestor walk).
     pub pino: AtomicU32,
+    /// For a directory: the checkpoint version + 1 under which a name last left it by rename
+    /// or rmdir (0: never since mount). Roll-forward cannot redo such a removal, so fsync of a
+    /// file created in this directory since that checkpoint writes a checkpoint instead
+    /// (docs/DESIGN.md, "What fsync promises"). Stale values need no clearing: a checkpoint
+    /// changes the version they are compared with.
+    pub names_left_at: AtomicU64,
 }
 
 impl InodeCell {
@@ -120,6 +126,7 @@ impl InodeCell {
             state: Mutex::new(state),
             open: AtomicU32::new(0),
             is_new: AtomicBool::new(is_new),
+            names_left_at: AtomicU64::new(0),
         })
     }
     /// Lock the cell (timing the wait if contended: waits::Point::Cell).

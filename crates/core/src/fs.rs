@@ -202,6 +202,13 @@ fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// A name left directory `dir` by rename or rmdir: until the next checkpoint, fsync of a file
+/// created in it writes a checkpoint (see `InodeCell::names_left_at`).
+fn note_name_left(fs: &FsInner, dir: &InodeCell) {
+    let v = fs.cp_version.load(Ordering::Acquire).wrapping_add(1);
+    dir.names_left_at.store(v, Ordering::Release);
+}
+
 fn attr_of(st: &InodeState) -> Attr {
     let h = &st.hdr;
     Attr {
@@ -708,6 +715,7 @@ impl Fs {
             let now = fs.now();
             if want_dir {
                 pst.hdr.nlink = pst.hdr.nlink.saturating_sub(1);
+                note_name_left(fs, &pc);
             }
             pst.hdr.mtime = now;
             pst.hdr.ctime = now;
@@ -803,6 +811,10 @@ impl Fs {
                 return Err(Error::NotDir);
             }
             let src = fs.dir_find(&mut sa, name)?.ok_or(Error::NotFound)?;
+            // Whatever follows, names may leave both directories (a failed rename below
+            // leaves them as they were: marking them only costs a checkpoint).
+            note_name_left(fs, &pa);
+            note_name_left(fs, &pb);
             let dst = match sb_opt.as_mut() {
                 Some(sb) => fs.dir_find(sb, new_name)?,
                 None => fs.dir_find(&mut sa, new_name)?,
@@ -1154,12 +1166,16 @@ impl Fs {
             if st.freed {
                 return Ok(false);
             }
-            let parent_new = c.is_new.load(Ordering::Acquire)
-                && fs
-                    .cells
-                    .get(st.hdr.pino)
-                    .is_some_and(|p| p.is_new.load(Ordering::Acquire));
-            if st.is_dir() || st.needs_cp || parent_new || st.hdr.nlink == 0 {
+            // A new file's name is recovered by roll-forward (DENT), which cannot do that
+            // when its parent is new too, or lost a name by rename or rmdir since the
+            // checkpoint (the name may still be taken there, see `names_left_at`).
+            let cp_ver = fs.cp_version.load(Ordering::Acquire);
+            let parent_unsure = c.is_new.load(Ordering::Acquire)
+                && fs.cells.get(st.hdr.pino).is_some_and(|p| {
+                    p.is_new.load(Ordering::Acquire)
+                        || p.names_left_at.load(Ordering::Acquire) == cp_ver.wrapping_add(1)
+                });
+            if st.is_dir() || st.needs_cp || parent_unsure || st.hdr.nlink == 0 {
                 return Ok(true);
             }
             if st.is_clean() {

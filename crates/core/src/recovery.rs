@@ -121,6 +121,18 @@ fn reach(fs: &FsInner, ino: Ino) -> Result<Reach> {
     Ok(r)
 }
 
+/// When an fsync happened, as far as roll-forward can tell. With one mlog every fsync'd
+/// node is on one warm node chain, appended in the order the fsyncs ran (the chain's head is
+/// taken under the log-head lock), so the position on the walked chain orders them. With
+/// several mlogs the chains are walked one after the other and positions on different
+/// chains do not compare: the global version of issue 12 (Max 4.4) replaces this key with
+/// the version every fsync'd node will carry; nothing else here changes.
+type FsyncOrder = usize;
+
+fn fsync_order(_chain: &[ChainNode], pos: usize) -> FsyncOrder {
+    pos
+}
+
 struct ChainNode {
     addr: BlkAddr,
     nid: Nid,
@@ -201,7 +213,10 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
             "the volume needs roll-forward recovery; mount it read-write once",
         ));
     }
-    let mut dent = Vec::new();
+    // Names to recover, with when their fsync happened: names are put back oldest first, so
+    // that where two new inodes were fsync'd under one name (the first unlinked in between,
+    // which only a checkpoint makes durable), the later fsync's inode ends up with the name.
+    let mut dent: Vec<(FsyncOrder, Ino)> = Vec::new();
     for (&ino, &last) in &last_fsync {
         if !fs.nat.valid(ino) {
             continue;
@@ -239,7 +254,7 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
             .roll_forward_nodes
             .fetch_add(latest.len() as u64, Ordering::Relaxed);
         if chain[last].flags & node::flag::DENT != 0 {
-            dent.push(ino);
+            dent.push((fsync_order(&chain, last), ino));
         }
     }
     // Log heads continue in fresh sections so that nothing recovered is overwritten.
@@ -251,7 +266,8 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
         .collect();
     let fresh = fs.seg.fresh_heads(&specs)?;
     fs.seg.install_heads_shared(&fresh)?;
-    for ino in dent {
+    dent.sort_unstable();
+    for (_, ino) in dent {
         recover_dentry(fs, ino)?;
     }
     for &ino in last_fsync.keys() {

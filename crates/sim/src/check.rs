@@ -6,8 +6,10 @@
 //! 1. every entry found is one the model had at some moment since the last durable point
 //!    (nothing never written appears);
 //! 2. every entry the model says is durable is there (when its parent was reached);
-//! 3. every durable entry renamed since is under exactly one of its names (rename atomicity);
-//! 4. every file found has the contents, size and xattrs of one version the model allows
+//! 3. every durable entry renamed since is under the names of its rename chain exactly as
+//!    the inode held them at one moment since the checkpoint (rename atomicity: exactly one
+//!    of them for a file with one name);
+//! 4. every file found has as many names as its link count, and the contents, size and xattrs of one version the model allows
 //!    (the durable one or a later one; after fsync only the fsync'd one or later).
 //!
 //! Also [`check_live`]: the same comparison, strict, against a volume that did not crash
@@ -185,17 +187,47 @@ pub fn check_recovered(fs: &Fs, m: &Model) -> Vec<String> {
             continue;
         }
         let distinct: BTreeSet<&(Ino, Vec<u8>)> = names.iter().collect();
-        let n = distinct
+        let at: BTreeSet<&(Ino, Vec<u8>)> = distinct
             .iter()
+            .copied()
             .filter(|(p, name)| found.entries.contains(&(*p, name.clone(), *ino)))
-            .count();
-        if n != 1 {
+            .collect();
+        // The names of the rename chain found must be those the inode held at one moment
+        // since the checkpoint: for a file with one name, exactly one of them; for a hard
+        // linked one, possibly several (its checkpointed names, say).
+        let held = |s: &BTreeSet<(Ino, Vec<u8>)>| -> BTreeSet<&(Ino, Vec<u8>)> {
+            distinct
+                .iter()
+                .copied()
+                .filter(|k| s.contains(*k))
+                .collect()
+        };
+        let ok = match m.name_sets.get(ino) {
+            Some(sets) => sets.iter().any(|s| held(s) == at),
+            None => at.len() == 1,
+        };
+        if !ok {
             let list: Vec<String> = names
                 .iter()
                 .map(|(p, name)| format!("{p}/{}", String::from_utf8_lossy(name)))
                 .collect();
+            let sets: Vec<Vec<String>> = m
+                .name_sets
+                .get(ino)
+                .map(|v| {
+                    v.iter()
+                        .map(|s| {
+                            s.iter()
+                                .map(|(p, n)| format!("{p}/{}", String::from_utf8_lossy(n)))
+                                .collect()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
             bad.push(format!(
-                "renamed ino {ino} found under {n} of its names {list:?} (rename must be atomic)"
+                "renamed ino {ino} found under {} of its names {list:?}, a set it never held \
+                 (rename must be atomic; its name sets since the checkpoint: {sets:?})",
+                at.len()
             ));
         }
     }
@@ -219,6 +251,15 @@ pub fn check_recovered(fs: &Fs, m: &Model) -> Vec<String> {
         }
         if mi.is_dir {
             continue;
+        }
+        let names = found.entries.iter().filter(|e| e.2 == *ino).count();
+        match fs.getattr(*ino) {
+            Ok(a) if a.nlink as usize == names => {}
+            Ok(a) => bad.push(format!(
+                "ino {ino}: link count {} but found under {names} names",
+                a.nlink
+            )),
+            Err(e) => bad.push(format!("getattr ino {ino}: {e}")),
         }
         match read_version(fs, *ino) {
             Ok(v) if mi.history.contains(&v) => {}

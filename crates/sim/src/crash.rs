@@ -139,22 +139,48 @@ fn mount(dev: Arc<dyn BlockDevice>, policy: GcPolicy) -> flashlog_core::Result<F
 /// log of operations (the one in flight at the cut included, marked).
 type Driven = Result<(Model, Vec<String>, bool), (String, Vec<String>)>;
 
-fn drive(fs: &Fs, seed: u64) -> Driven {
+/// Where a run's operations come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Script<'a> {
+    /// Drawn by the seed's workload from the model (what every case runs).
+    Seed(u64),
+    /// A fixed list (regression tests replay a failing sequence this way, independent of
+    /// how the workload draws operations).
+    Ops(&'a [Op]),
+}
+
+fn drive(fs: &Fs, script: Script) -> Driven {
     let mut m = Model::new();
-    let mut w = Workload::new(seed);
     let mut log = Vec::new();
-    for _ in 0..ops_for(seed) {
-        let op: Op = w.next_op(&m);
+    let mut step = |m: &mut Model, op: &Op| -> Option<Driven> {
         log.push(op.to_string());
-        match apply(fs, &mut m, &op) {
-            Outcome::Done => {}
+        match apply(fs, m, op) {
+            Outcome::Done => None,
             Outcome::Cut(e) => {
                 if let Some(l) = log.last_mut() {
                     l.push_str(&format!("   <- power cut here ({e})"));
                 }
-                return Ok((m, log, true));
+                Some(Ok((m.clone(), log.clone(), true)))
             }
-            Outcome::Mismatch(msg) => return Err((msg, log)),
+            Outcome::Mismatch(msg) => Some(Err((msg, log.clone()))),
+        }
+    };
+    match script {
+        Script::Seed(seed) => {
+            let mut w = Workload::new(seed);
+            for _ in 0..ops_for(seed) {
+                let op: Op = w.next_op(&m);
+                if let Some(r) = step(&mut m, &op) {
+                    return r;
+                }
+            }
+        }
+        Script::Ops(ops) => {
+            for op in ops {
+                if let Some(r) = step(&mut m, op) {
+                    return r;
+                }
+            }
         }
     }
     Ok((m, log, false))
@@ -163,6 +189,15 @@ fn drive(fs: &Fs, seed: u64) -> Driven {
 /// Run `seed` without a crash: record its trace, and check the live volume and a clean
 /// unmount against the model.
 pub fn trace(seed: u64, policy: GcPolicy) -> Result<Trace, Failure> {
+    trace_script(Script::Seed(seed), policy)
+}
+
+/// [`trace`] of any script (a fixed list reports seed 0).
+pub fn trace_script(script: Script, policy: GcPolicy) -> Result<Trace, Failure> {
+    let seed = match script {
+        Script::Seed(s) => s,
+        Script::Ops(_) => 0,
+    };
     let fail = |what: Vec<String>, ops: Vec<String>| Failure {
         case: None,
         seed,
@@ -173,7 +208,7 @@ pub fn trace(seed: u64, policy: GcPolicy) -> Result<Trace, Failure> {
     dev.record_trace(true);
     let fs = mount(dev.clone(), policy)
         .map_err(|e| fail(vec![format!("mount of the base image: {e}")], vec![]))?;
-    let (m, log, _) = drive(&fs, seed).map_err(|(msg, log)| fail(vec![msg], log.clone()))?;
+    let (m, log, _) = drive(&fs, script).map_err(|(msg, log)| fail(vec![msg], log.clone()))?;
     let bad = check_live(&fs, &m);
     if !bad.is_empty() {
         return Err(fail(bad, log));
@@ -196,6 +231,11 @@ pub fn trace(seed: u64, policy: GcPolicy) -> Result<Trace, Failure> {
 
 /// Run one crash case.
 pub fn run_case(case: &Case) -> Result<(), Failure> {
+    run_script_case(Script::Seed(case.seed), case)
+}
+
+/// Run one crash case of any script (`case.seed` is ignored for a fixed list).
+pub fn run_script_case(script: Script, case: &Case) -> Result<(), Failure> {
     let fail = |what: Vec<String>, ops: &[String]| Failure {
         case: Some(*case),
         seed: case.seed,
@@ -206,7 +246,7 @@ pub fn run_case(case: &Case) -> Result<(), Failure> {
     dev.cut_at(case.cut, case.partial);
     let (model, log) = match mount(dev.clone(), case.policy) {
         Ok(fs) => {
-            let r = drive(&fs, case.seed);
+            let r = drive(&fs, script);
             fs.abandon();
             match r {
                 Ok((m, log, _)) => (m, log),

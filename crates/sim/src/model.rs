@@ -6,13 +6,15 @@
 //! - the live state (`entries`, `inodes`): what the mounted volume shows now;
 //! - obligations: `must` (directory entries that were durable at the last completed
 //!   checkpoint or made durable since, by fsync of a new file, and untouched since) and
-//!   `groups` (a durable entry renamed since the checkpoint must be found under exactly one
-//!   of the names it passed through: rename atomicity);
+//!   `groups` (a durable entry renamed since the checkpoint must be found under the names it
+//!   passed through exactly as the inode held them at one moment since the checkpoint:
+//!   rename atomicity; `name_sets` records those moments);
 //! - allowances: `may` (every entry that existed at some moment since the last completed
 //!   checkpoint) and each inode's `history` (its durable version, then every later version).
 //!
 //! Invariants: `history` is never empty and its last element equals `cur`; `must ⊆ may`;
-//! every group's names are in `may`. Durable points only shrink allowances (they forget the
+//! every group's names are in `may`; the last element of an inode's `name_sets` is its live
+//! set of names (the first, its set at the last completed checkpoint, or at its creation). Durable points only shrink allowances (they forget the
 //! versions before them), never obligations.
 //!
 //! The model is sound only for what Flashlog promises (docs/DESIGN.md, durability
@@ -52,6 +54,11 @@ pub struct Model {
     pub must: BTreeSet<Entry>,
     pub may: BTreeSet<Entry>,
     pub groups: BTreeMap<Ino, Vec<Key>>,
+    /// Per inode, every set of names it held since the last completed checkpoint, in order
+    /// (its checkpointed set first). A name change reaches the disk only with a checkpoint
+    /// (docs/DESIGN.md, the fsync case table), so a recovered inode's names are one of these
+    /// sets, up to names a roll-forward replaced (see [`Model::fsync_file`]).
+    pub name_sets: BTreeMap<Ino, Vec<BTreeSet<Key>>>,
     /// Inodes created since the last completed checkpoint, with the entry they were created
     /// under (the name fsync makes durable).
     pub new_since_cp: BTreeMap<Ino, Key>,
@@ -82,7 +89,26 @@ impl Model {
             must: BTreeSet::new(),
             may: BTreeSet::new(),
             groups: BTreeMap::new(),
+            name_sets: BTreeMap::new(),
             new_since_cp: BTreeMap::new(),
+        }
+    }
+
+    /// The names `ino` has now.
+    pub fn names_of(&self, ino: Ino) -> BTreeSet<Key> {
+        self.entries
+            .iter()
+            .filter(|(_, c)| **c == ino)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Record `ino`'s live set of names (after an operation changed them).
+    fn note_names(&mut self, ino: Ino) {
+        let now = self.names_of(ino);
+        let sets = self.name_sets.entry(ino).or_default();
+        if sets.last() != Some(&now) {
+            sets.push(now);
         }
     }
 
@@ -164,6 +190,8 @@ impl Model {
             },
         );
         self.groups.remove(&ino);
+        self.name_sets.remove(&ino);
+        self.note_names(ino);
         self.new_since_cp.insert(ino, key);
         if is_dir {
             if let Some(p) = self.inodes.get_mut(&parent) {
@@ -224,12 +252,11 @@ impl Model {
     pub fn link(&mut self, ino: Ino, parent: Ino, name: &[u8]) {
         let key = (parent, name.to_vec());
         self.touch(&key);
-        // A second dentry of the same inode makes "exactly one of its names" unobservable.
-        self.groups.remove(&ino);
         self.entries.insert(key, ino);
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.nlink += 1;
         }
+        self.note_names(ino);
         self.note_may();
     }
 
@@ -241,6 +268,7 @@ impl Model {
             return;
         };
         self.drop_group_at(ino, &key);
+        self.note_names(ino);
         let is_dir = self.inodes.get(&ino).is_some_and(|i| i.is_dir);
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.nlink = if is_dir { 0 } else { i.nlink.saturating_sub(1) };
@@ -273,6 +301,7 @@ impl Model {
         self.touch(&dst);
         self.entries.remove(&src);
         self.entries.insert(dst.clone(), ino);
+        self.note_names(ino);
         let is_dir = self.inodes.get(&ino).is_some_and(|i| i.is_dir);
         if is_dir && parent != new_parent {
             if let Some(p) = self.inodes.get_mut(&parent) {
@@ -308,18 +337,12 @@ impl Model {
             .collect();
         self.may = self.must.clone();
         self.groups.clear();
+        let live: Vec<Ino> = self.inodes.keys().copied().collect();
+        self.name_sets = live
+            .into_iter()
+            .map(|ino| (ino, vec![self.names_of(ino)]))
+            .collect();
         self.new_since_cp.clear();
-    }
-
-    /// fsync of a file was in flight at the cut: roll-forward may or may not have inserted
-    /// its name (over an older entry of another inode, see [`Model::fsync_file`]).
-    pub fn fsync_in_flight(&mut self, ino: Ino) {
-        if let Some(key) = self.new_since_cp.get(&ino).cloned() {
-            if self.entries.get(&key) == Some(&ino) {
-                self.groups
-                    .retain(|other, names| *other == ino || !names.contains(&key));
-            }
-        }
     }
 
     /// fsync of a file returned without a checkpoint: its contents are durable, and its
@@ -329,12 +352,11 @@ impl Model {
             i.history = vec![i.cur.clone()];
         }
         if let Some(key) = self.new_since_cp.get(&ino).cloned() {
+            // Roll-forward puts the name back, over an older entry of that name only if
+            // that entry's inode was unlinked from it since the checkpoint: fsync writes a
+            // checkpoint where a name left the parent by rename or rmdir (docs/DESIGN.md),
+            // so no durable entry and no rename chain of another inode can hold `key` here.
             if self.entries.get(&key) == Some(&ino) {
-                // Roll-forward inserts the name even over an older durable entry of another
-                // inode (which was renamed or unlinked since the checkpoint), as F2FS's
-                // recover_dentry does; that inode may then lose this name.
-                self.groups
-                    .retain(|other, names| *other == ino || !names.contains(&key));
                 self.must.insert((key.0, key.1, ino));
             }
         }
