@@ -13,8 +13,14 @@
 //! | no node with FSYNC                      | ignore (never made durable)                 |
 //! | nodes up to the last FSYNC-marked one   | adopt the newest copy of each of them       |
 //! | nodes after the last FSYNC mark         | ignore                                      |
-//! | FSYNC inode with DENT                   | also put its name into its parent (replacing a stale entry of that name) |
+//! | FSYNC inode with DENT                   | also put its name into its parent (replacing a stale entry of that name), oldest fsync first |
 //! | adopted inode has nlink 0               | free it (it was unlinked while open)        |
+//!
+//! DENT names go back in the order of the fsyncs (chain order, [`FsyncOrder`]): where two
+//! new inodes were fsync'd under one name, the later keeps it. fsync only rolls forward a new
+//! inode whose parent lost no name by rename or rmdir since the checkpoint, so a stale entry
+//! of that name always belongs to a file unlinked since, and replacing it is what the unlink
+//! did (docs/DESIGN.md, "What fsync promises").
 //!
 //! Adopting sets the NAT, then reconciles block validity by comparing what the old and the
 //! new version of the file's tree reach: blocks only the old tree reaches become invalid,

@@ -221,3 +221,47 @@ fn fsync_of_a_new_file_over_a_renamed_one_keeps_both() {
         },
     );
 }
+
+/// Known failure, outside this file's scope (space accounting, issue 12 item 1): on the
+/// smallest volume mkfs accepts for several mlogs, a crash with anything to roll forward
+/// leaves a volume whose mount fails with ENOSPC: roll-forward moves every log head (6 per
+/// mlog, node heads with their next segment) to a fresh section while the old head sections
+/// stay in use until the recovery checkpoint, and mkfs reserves sections for one set of
+/// heads only. Found by `flashlog-sim run --mlogs 4` (seed 31000) before the simulator's
+/// multi-mlog images got headroom.
+#[test]
+#[ignore = "known failure: roll-forward needs a second set of head sections mkfs does not reserve"]
+fn roll_forward_mounts_on_the_smallest_multi_mlog_volume() {
+    for mlogs in [2u32, 4, 8] {
+        let mut blocks = (64u64 << 20) / 4096;
+        let sim = loop {
+            let sim = Arc::new(SimDevice::new(blocks));
+            let dev: Arc<dyn BlockDevice> = sim.clone();
+            let o = MkfsOptions {
+                mlogs,
+                ..Default::default()
+            };
+            if Fs::mkfs(dev, &o).is_ok() {
+                break sim;
+            }
+            blocks *= 2;
+            assert!(blocks <= (1 << 30) / 4096, "mkfs refuses {mlogs} mlogs");
+        };
+        let dev: Arc<dyn BlockDevice> = sim.clone();
+        let fs = Fs::mount(dev, opts()).unwrap();
+        let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+        fs.write(ino, 0, &[7u8; 8192]).unwrap();
+        fs.fsync(ino, false).unwrap();
+        sim.cut_now();
+        fs.abandon();
+        let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(CrashMode::DropUnflushed, 1));
+        let fs = Fs::mount(img.clone(), opts()).unwrap_or_else(|e| {
+            panic!(
+                "{mlogs} mlogs on {} MiB: mount after the crash: {e}",
+                blocks >> 8
+            )
+        });
+        assert_eq!(read_all(&fs, ino), vec![7u8; 8192]);
+        fs.unmount().unwrap();
+    }
+}

@@ -12,13 +12,14 @@
 //! index; each case re-runs the workload from scratch up to its cut.
 
 use crate::check::{check_live, check_recovered};
-use crate::image::{base_image, sim_mount_options};
+use crate::image::{base_image_mlogs, sim_mount_options};
 use crate::model::Model;
 use crate::workload::{apply, Op, Outcome, Workload};
-use flashlog_core::{fsck, Fs, GcPolicy};
+use flashlog_core::{fsck, Fs, GcPolicy, Ino, ROOT_INO};
 use flashlog_dev::{BlockDevice, CrashMode, RamDevice, SimDevice, SimOp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -60,18 +61,25 @@ pub struct Case {
     /// Blocks of a multi-block write at the cut that still land.
     pub partial: u64,
     pub policy: GcPolicy,
+    /// Log partitions the base image was made with (mkfs `mlogs`).
+    pub mlogs: u32,
 }
 
 impl Case {
     /// The command that replays this case.
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p flashlog-sim --release -- replay --seed {} --mode {} --cut {} --partial {} --policy {}",
+            "cargo run -p flashlog-sim --release -- replay --seed {} --mode {} --cut {} --partial {} --policy {}{}",
             self.seed,
             mode_name(self.mode),
             self.cut,
             self.partial,
-            crate::policy_name(self.policy)
+            crate::policy_name(self.policy),
+            if self.mlogs == 1 {
+                String::new()
+            } else {
+                format!(" --mlogs {}", self.mlogs)
+            }
         )
     }
 
@@ -145,8 +153,40 @@ pub enum Script<'a> {
     /// Drawn by the seed's workload from the model (what every case runs).
     Seed(u64),
     /// A fixed list (regression tests replay a failing sequence this way, independent of
-    /// how the workload draws operations).
+    /// how the workload draws operations). Inode numbers in the list are placeholders: the
+    /// k-th create or mkdir of the list makes inode `ROOT_INO + 1 + k` (what a fresh volume
+    /// hands out from the first nid region), and the driver maps each placeholder to the
+    /// number the file system actually handed out (the nid allocator's region depends on
+    /// the calling thread).
     Ops(&'a [Op]),
+}
+
+/// `op` with every inode number passed through `f`.
+fn map_inos(op: &Op, f: impl Fn(Ino) -> Ino) -> Op {
+    let mut op = op.clone();
+    match &mut op {
+        Op::Create { parent, .. } => *parent = f(*parent),
+        Op::Mkdir { .. } | Op::Sync | Op::Rmdir { .. } => {}
+        Op::Write { ino, .. }
+        | Op::Truncate { ino, .. }
+        | Op::PunchHole { ino, .. }
+        | Op::Fsync { ino, .. }
+        | Op::FsyncDir { ino }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. } => *ino = f(*ino),
+        Op::Rename {
+            parent, new_parent, ..
+        } => {
+            *parent = f(*parent);
+            *new_parent = f(*new_parent);
+        }
+        Op::Link { ino, parent, .. } => {
+            *ino = f(*ino);
+            *parent = f(*parent);
+        }
+        Op::Unlink { parent, .. } => *parent = f(*parent),
+    }
+    op
 }
 
 fn drive(fs: &Fs, script: Script) -> Driven {
@@ -176,9 +216,20 @@ fn drive(fs: &Fs, script: Script) -> Driven {
             }
         }
         Script::Ops(ops) => {
+            let mut real: BTreeMap<Ino, Ino> = BTreeMap::new();
+            let mut created = 0;
             for op in ops {
-                if let Some(r) = step(&mut m, op) {
+                let op = map_inos(op, |i| real.get(&i).copied().unwrap_or(i));
+                let before: BTreeSet<Ino> = m.inodes.keys().copied().collect();
+                if let Some(r) = step(&mut m, &op) {
                     return r;
+                }
+                if matches!(op, Op::Create { .. } | Op::Mkdir { .. }) {
+                    let placeholder = ROOT_INO + 1 + created;
+                    created += 1;
+                    if let Some(&new) = m.inodes.keys().find(|i| !before.contains(i)) {
+                        real.insert(placeholder, new);
+                    }
                 }
             }
         }
@@ -189,11 +240,12 @@ fn drive(fs: &Fs, script: Script) -> Driven {
 /// Run `seed` without a crash: record its trace, and check the live volume and a clean
 /// unmount against the model.
 pub fn trace(seed: u64, policy: GcPolicy) -> Result<Trace, Failure> {
-    trace_script(Script::Seed(seed), policy)
+    trace_script(Script::Seed(seed), policy, 1)
 }
 
-/// [`trace`] of any script (a fixed list reports seed 0).
-pub fn trace_script(script: Script, policy: GcPolicy) -> Result<Trace, Failure> {
+/// [`trace`] of any script on a base image with `mlogs` log partitions (a fixed list
+/// reports seed 0).
+pub fn trace_script(script: Script, policy: GcPolicy, mlogs: u32) -> Result<Trace, Failure> {
     let seed = match script {
         Script::Seed(s) => s,
         Script::Ops(_) => 0,
@@ -204,7 +256,8 @@ pub fn trace_script(script: Script, policy: GcPolicy) -> Result<Trace, Failure> 
         what,
         ops,
     };
-    let dev = Arc::new(SimDevice::from_image(base_image()));
+    let base = base_image_mlogs(mlogs).map_err(|e| fail(vec![e], vec![]))?;
+    let dev = Arc::new(SimDevice::from_image(base));
     dev.record_trace(true);
     let fs = mount(dev.clone(), policy)
         .map_err(|e| fail(vec![format!("mount of the base image: {e}")], vec![]))?;
@@ -242,7 +295,8 @@ pub fn run_script_case(script: Script, case: &Case) -> Result<(), Failure> {
         what,
         ops: ops.to_vec(),
     };
-    let dev = Arc::new(SimDevice::from_image(base_image()));
+    let base = base_image_mlogs(case.mlogs).map_err(|e| fail(vec![e], &[]))?;
+    let dev = Arc::new(SimDevice::from_image(base));
     dev.cut_at(case.cut, case.partial);
     let (model, log) = match mount(dev.clone(), case.policy) {
         Ok(fs) => {
@@ -324,6 +378,8 @@ pub struct RunOptions {
     /// Cut points sampled per seed and mode.
     pub cuts_per_mode: u64,
     pub policies: Vec<GcPolicy>,
+    /// Mlog counts of the base images (each policy runs on each).
+    pub mlogs: Vec<u32>,
     pub threads: usize,
     /// Stop after this many failures.
     pub max_failures: usize,
@@ -338,6 +394,7 @@ impl Default for RunOptions {
             modes: CrashMode::ALL.to_vec(),
             cuts_per_mode: 4,
             policies: crate::POLICIES.to_vec(),
+            mlogs: vec![1],
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
@@ -348,7 +405,13 @@ impl Default for RunOptions {
 }
 
 /// Cases of one seed: `cuts_per_mode` cut points per mode, drawn from the seed.
-pub fn sampled_cases(seed: u64, trace: &[SimOp], o: &RunOptions, policy: GcPolicy) -> Vec<Case> {
+pub fn sampled_cases(
+    seed: u64,
+    trace: &[SimOp],
+    o: &RunOptions,
+    policy: GcPolicy,
+    mlogs: u32,
+) -> Vec<Case> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc0ff_ee00_dead_beef);
     let n = trace.len() as u64;
     let mut out = Vec::new();
@@ -362,6 +425,7 @@ pub fn sampled_cases(seed: u64, trace: &[SimOp], o: &RunOptions, policy: GcPolic
                 cut,
                 partial: partial_for(trace, cut, &mut rng),
                 policy,
+                mlogs,
             });
         }
     }
@@ -375,6 +439,7 @@ pub fn exhaustive_cases(
     trace: &[SimOp],
     modes: &[CrashMode],
     policy: GcPolicy,
+    mlogs: u32,
 ) -> Vec<Case> {
     let mut out = Vec::new();
     for cut in 0..=trace.len() as u64 {
@@ -394,6 +459,7 @@ pub fn exhaustive_cases(
                     cut,
                     partial,
                     policy,
+                    mlogs,
                 });
             }
         }
@@ -403,21 +469,21 @@ pub fn exhaustive_cases(
 
 /// Run cases for a range of seeds on `o.threads` threads.
 pub fn run_sampled(o: &RunOptions) -> Summary {
-    run_seeds(o, |seed, trace, policy| {
-        sampled_cases(seed, trace, o, policy)
+    run_seeds(o, |seed, trace, policy, mlogs| {
+        sampled_cases(seed, trace, o, policy, mlogs)
     })
 }
 
 /// Exhaustive run of the seeds in `o.seeds`.
 pub fn run_exhaustive(o: &RunOptions) -> Summary {
-    run_seeds(o, |seed, trace, policy| {
-        exhaustive_cases(seed, trace, &o.modes, policy)
+    run_seeds(o, |seed, trace, policy, mlogs| {
+        exhaustive_cases(seed, trace, &o.modes, policy, mlogs)
     })
 }
 
 fn run_seeds(
     o: &RunOptions,
-    cases_of: impl Fn(u64, &[SimOp], GcPolicy) -> Vec<Case> + Sync,
+    cases_of: impl Fn(u64, &[SimOp], GcPolicy, u32) -> Vec<Case> + Sync,
 ) -> Summary {
     let next = AtomicU64::new(o.seeds.start);
     let cases = AtomicU64::new(0);
@@ -439,15 +505,19 @@ fn run_seeds(
                 if seed >= o.seeds.end || failed.load(Ordering::Relaxed) >= o.max_failures {
                     return;
                 }
-                for &policy in &o.policies {
-                    let t = match trace(seed, policy) {
+                let setups = o
+                    .policies
+                    .iter()
+                    .flat_map(|&p| o.mlogs.iter().map(move |&m| (p, m)));
+                for (policy, mlogs) in setups {
+                    let t = match trace_script(Script::Seed(seed), policy, mlogs) {
                         Ok(t) => t,
                         Err(f) => {
                             record(f);
                             continue;
                         }
                     };
-                    for case in cases_of(seed, &t.ops, policy) {
+                    for case in cases_of(seed, &t.ops, policy, mlogs) {
                         cases.fetch_add(1, Ordering::Relaxed);
                         per_mode[mode_index(case.mode)].fetch_add(1, Ordering::Relaxed);
                         if let Err(f) = run_case(&case) {

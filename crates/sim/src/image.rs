@@ -14,14 +14,16 @@ use flashlog_format::codec::{as_block, get_u32, zero_block};
 use flashlog_format::node::{self, iflag, InodeHdr, NodeKind};
 use flashlog_format::sb::Superblock;
 use flashlog_format::{tag, BLOCK_SIZE};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// Pinned superblock fields (see the module invariant).
 const PINNED_HASH_SEED: u32 = 0x5eed_f1a5;
 const PINNED_CREATED_UNIX: u64 = 1_700_000_000;
 
-static BASE: OnceLock<RamDevice> = OnceLock::new();
+/// Base images by mlog count (mkfs'd once per process and count, then cloned).
+static BASES: Mutex<BTreeMap<u32, Arc<RamDevice>>> = Mutex::new(BTreeMap::new());
 
 /// Mount options of every simulated mount: no timer threads and synchronous log writes,
 /// so that checkpoints happen only where the workload asks for them, the device sees
@@ -36,21 +38,40 @@ pub fn sim_mount_options(gc: flashlog_core::GcPolicy) -> MountOptions {
     }
 }
 
-fn make_base() -> RamDevice {
-    let ram = Arc::new(RamDevice::new(crate::VOLUME_BLOCKS));
+/// mkfs of the base volume for `mlogs` log partitions: 64 MiB for one (the smallest mkfs
+/// accepts); for more, twice the smallest power-of-two size mkfs accepts (each mlog has its
+/// own log heads, each head its own section), at most 2 GiB. Twice, because at the smallest
+/// size a crash with anything to roll forward leaves a volume that does not mount (see
+/// docs/TESTING.md, "Known failures"), which would hide everything else.
+fn make_base(mlogs: u32) -> Result<RamDevice, String> {
+    let mut blocks = crate::VOLUME_BLOCKS;
+    let mut doubled = mlogs == 1;
+    let ram = loop {
+        let ram = Arc::new(RamDevice::new(blocks));
+        let dev: Arc<dyn BlockDevice> = ram.clone();
+        match Fs::mkfs(
+            dev,
+            &MkfsOptions {
+                seed: Some(0x5EED),
+                mlogs,
+                ..Default::default()
+            },
+        ) {
+            Ok(_) if doubled => break ram,
+            Ok(_) => {
+                doubled = true;
+                blocks *= 2;
+            }
+            Err(e) if blocks >= crate::VOLUME_BLOCKS << 4 => {
+                return Err(format!(
+                    "mkfs of a {} MiB base image with {mlogs} mlogs failed: {e}",
+                    blocks >> 8
+                ))
+            }
+            Err(_) => blocks *= 2,
+        }
+    };
     let dev: Arc<dyn BlockDevice> = ram.clone();
-    if let Err(e) = Fs::mkfs(
-        dev.clone(),
-        &MkfsOptions {
-            seed: Some(0x5EED),
-            ..Default::default()
-        },
-    ) {
-        panic!(
-            "mkfs of the {} block base image failed: {e}",
-            crate::VOLUME_BLOCKS
-        );
-    }
     let mut b = zero_block();
     if let Err(e) = dev.read(0, &mut b[..]) {
         panic!("reading the superblock of the base image: {e}");
@@ -68,12 +89,24 @@ fn make_base() -> RamDevice {
             panic!("pinning superblock copy {copy}: {e}");
         }
     }
-    ram.deep_clone()
+    Ok(ram.deep_clone())
 }
 
-/// A fresh copy of the base image (mkfs'd once per process, then cloned).
+/// A fresh copy of the base image (one mlog; mkfs'd once per process, then cloned).
 pub fn base_image() -> RamDevice {
-    BASE.get_or_init(make_base).deep_clone()
+    base_image_mlogs(1).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A fresh copy of the base image made with `mlogs` log partitions (mkfs refuses counts
+/// the 64 MiB volume cannot hold: the error says so).
+pub fn base_image_mlogs(mlogs: u32) -> Result<RamDevice, String> {
+    let mut bases = BASES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(b) = bases.get(&mlogs) {
+        return Ok(b.deep_clone());
+    }
+    let b = Arc::new(make_base(mlogs)?);
+    bases.insert(mlogs, b.clone());
+    Ok(b.deep_clone())
 }
 
 /// A "real" image for corpora and fuzzing: the base image after a short workload that

@@ -30,7 +30,8 @@ use flashlog_core::GcPolicy;
 /// here when it is.)
 pub const POLICIES: &[GcPolicy] = &[GcPolicy::F2fs, GcPolicy::Scale, GcPolicy::None];
 
-/// Volume size of every simulated case: the smallest mkfs accepts (64 MiB). The RAM device is
+/// Volume size of every simulated case with one mlog: the smallest mkfs accepts (64 MiB);
+/// more mlogs take the smallest power-of-two multiple mkfs accepts (`image::base_image_mlogs`). The RAM device is
 /// sparse, so only the metadata mkfs writes and the workload's blocks cost memory.
 pub const VOLUME_BLOCKS: u64 = (64 << 20) / 4096;
 

@@ -12,6 +12,7 @@ fn case(seed: u64, mode: CrashMode, cut: u64) -> Case {
         cut,
         partial: 0,
         policy: GcPolicy::F2fs,
+        mlogs: 1,
     }
 }
 
@@ -115,17 +116,17 @@ fn rename_over_own_unlinked_link_cut_in_fsync() {
     let mut points = 0;
     for policy in flashlog_sim::POLICIES.iter().copied() {
         // Requests before the last fsync, and all of them: the cuts cover the last fsync.
-        let before = trace_script(Script::Ops(&ops[..ops.len() - 1]), policy)
+        let before = trace_script(Script::Ops(&ops[..ops.len() - 1]), policy, 1)
             .unwrap_or_else(|f| panic!("{f}"))
             .ops
             .len() as u64;
-        let all = trace_script(Script::Ops(&ops), policy).unwrap_or_else(|f| panic!("{f}"));
+        let all = trace_script(Script::Ops(&ops), policy, 1).unwrap_or_else(|f| panic!("{f}"));
         assert!(
             all.ops.len() as u64 > before + 3,
             "the last fsync should be a checkpoint (several requests), it issued {}",
             all.ops.len() as u64 - before
         );
-        for c in flashlog_sim::crash::exhaustive_cases(0, &all.ops, &CrashMode::ALL, policy)
+        for c in flashlog_sim::crash::exhaustive_cases(0, &all.ops, &CrashMode::ALL, policy, 1)
             .into_iter()
             .filter(|c| c.cut >= before)
         {

@@ -33,6 +33,12 @@ enum Cmd {
         threads: Option<usize>,
         #[arg(long, default_value_t = 10)]
         max_failures: usize,
+        /// GC policies, comma separated, or all.
+        #[arg(long, default_value = "all")]
+        policies: String,
+        /// Mlog counts of the base image (mkfs `mlogs`), comma separated.
+        #[arg(long, default_value = "1")]
+        mlogs: String,
     },
     /// Replay one crash case exactly.
     Replay {
@@ -46,6 +52,8 @@ enum Cmd {
         partial: u64,
         #[arg(long, default_value = "f2fs")]
         policy: GcPolicy,
+        #[arg(long, default_value_t = 1)]
+        mlogs: u32,
     },
     /// Crash at every point of the seed's trace (littlefs style).
     Exhaustive {
@@ -58,6 +66,9 @@ enum Cmd {
         mode: String,
         #[arg(long)]
         threads: Option<usize>,
+        /// Mlog counts of the base image (mkfs `mlogs`), comma separated.
+        #[arg(long, default_value = "1")]
+        mlogs: String,
     },
     /// Print a seed's operations and device requests (no crash).
     Trace {
@@ -65,6 +76,8 @@ enum Cmd {
         seed: u64,
         #[arg(long, default_value = "f2fs")]
         policy: GcPolicy,
+        #[arg(long, default_value_t = 1)]
+        mlogs: u32,
     },
     /// Inject a device fault: the `at`-th request of a kind fails (or, without --at, every
     /// request number of the seed's trace in turn).
@@ -91,6 +104,26 @@ fn modes(s: &str) -> Result<Vec<flashlog_dev::CrashMode>, String> {
         return Ok(flashlog_dev::CrashMode::ALL.to_vec());
     }
     s.split(',').map(parse_mode).collect()
+}
+
+fn policies(s: &str) -> Result<Vec<GcPolicy>, String> {
+    if s == "all" {
+        return Ok(flashlog_sim::POLICIES.to_vec());
+    }
+    s.split(',').map(|p| p.parse()).collect()
+}
+
+fn mlog_counts(s: &str) -> Result<Vec<u32>, String> {
+    s.split(',')
+        .map(|m| {
+            m.parse::<u32>()
+                .map_err(|e| format!("mlogs {m:?}: {e}"))
+                .and_then(|n| {
+                    flashlog_sim::image::base_image_mlogs(n)?;
+                    Ok(n)
+                })
+        })
+        .collect()
 }
 
 fn seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
@@ -147,15 +180,18 @@ fn real_main() -> Result<ExitCode, String> {
             cuts,
             threads: t,
             max_failures,
+            policies: p,
+            mlogs,
         } => {
             let o = RunOptions {
                 seeds: seeds(&s)?,
                 modes: modes(&mode)?,
+                policies: policies(&p)?,
+                mlogs: mlog_counts(&mlogs)?,
                 cuts_per_mode: cuts,
                 threads: threads(t),
                 max_failures,
                 progress_every: 100,
-                ..Default::default()
             };
             Ok(report(&crash::run_sampled(&o), start))
         }
@@ -165,13 +201,16 @@ fn real_main() -> Result<ExitCode, String> {
             cut,
             partial,
             policy,
+            mlogs,
         } => {
+            mlog_counts(&mlogs.to_string())?;
             let case = Case {
                 seed,
                 mode: parse_mode(&mode)?,
                 cut,
                 partial,
                 policy,
+                mlogs,
             };
             match crash::run_case(&case) {
                 Ok(()) => {
@@ -189,16 +228,22 @@ fn real_main() -> Result<ExitCode, String> {
             count,
             mode,
             threads: t,
+            mlogs,
         } => {
             let o = RunOptions {
                 seeds: seed..seed + count,
                 modes: modes(&mode)?,
+                mlogs: mlog_counts(&mlogs)?,
                 threads: threads(t),
                 ..Default::default()
             };
             Ok(report(&crash::run_exhaustive(&o), start))
         }
-        Cmd::Trace { seed, policy } => match crash::trace(seed, policy) {
+        Cmd::Trace {
+            seed,
+            policy,
+            mlogs,
+        } => match crash::trace_script(crash::Script::Seed(seed), policy, mlogs) {
             Ok(t) => {
                 for (i, o) in t.log.iter().enumerate() {
                     println!("op {i:3}: {o}");
