@@ -157,3 +157,61 @@ fn rename_over_own_unlinked_link_seeds() {
         assert!(s.failures.is_empty(), "seed {seed}: {}", s.failures[0]);
     }
 }
+
+/// Known failure, for the multi-mlog global version (issue 12 item 3, docs/DESIGN.md
+/// "Several mlogs"): `create a (X); fsync X; unlink a; create a (Y); fsync Y` with two
+/// mlogs, power cut after the last request. Y must keep the name. Roll-forward puts names
+/// back in chain order, and walks mlog 0's chain before mlog 1's: when X is on mlog 1 and
+/// Y on mlog 0 (`ino mod 2`), X's name goes back last and Y, fsync'd last, is freed. One of
+/// the two variants (zero or one file created before X) puts X on mlog 1.
+#[test]
+#[ignore = "known failure until fsync'd nodes carry a global version (issue 12 item 3)"]
+fn two_mlogs_later_fsync_keeps_the_name() {
+    use flashlog_sim::crash::{run_script_case, trace_script, Case, Script};
+    use flashlog_sim::workload::Op;
+    let root = flashlog_core::ROOT_INO;
+    for before in 0..2u32 {
+        let mut ops: Vec<Op> = (0..before)
+            .map(|i| Op::Create {
+                parent: root,
+                name: format!("z{i}").into_bytes(),
+            })
+            .collect();
+        let (x, y) = (root + 1 + before, root + 2 + before);
+        for (ino, fill) in [(x, 0x11), (y, 0x22)] {
+            ops.push(Op::Create {
+                parent: root,
+                name: b"a".to_vec(),
+            });
+            ops.push(Op::Write {
+                ino,
+                off: 0,
+                len: 5000,
+                fill,
+            });
+            ops.push(Op::Fsync {
+                ino,
+                datasync: false,
+            });
+            if ino == x {
+                ops.push(Op::Unlink {
+                    parent: root,
+                    name: b"a".to_vec(),
+                });
+            }
+        }
+        let t =
+            trace_script(Script::Ops(&ops), GcPolicy::F2fs, 2).unwrap_or_else(|f| panic!("{f}"));
+        let c = Case {
+            seed: 0,
+            mode: CrashMode::DropUnflushed,
+            cut: t.ops.len() as u64,
+            partial: 0,
+            policy: GcPolicy::F2fs,
+            mlogs: 2,
+        };
+        if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
+            panic!("{before} files before X: {:?}\n{:#?}", f.what, f.ops);
+        }
+    }
+}
