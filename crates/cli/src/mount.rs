@@ -37,6 +37,8 @@ Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
   allow_other|noallow_other let every user use the mount (default: on when mounted by root)
   default_permissions|nodefault_permissions
                             the kernel checks permissions from the mode bits (default on)
+  acl|noacl                 POSIX ACLs (default acl; implies default_permissions); with
+                            noacl setting an ACL fails with EOPNOTSUPP, so tools use chmod
   inline|noinline           small files and directories inside the inode (default inline)
   writeback|nowriteback     kernel write-back cache (default writeback)
   threads=N                 FUSE request threads (default: one per core)

@@ -33,7 +33,7 @@ pub fn session_config(source: &str, cfg: &MountConfig) -> fuser::Config {
         M::FSName(source.to_string()),
         M::CUSTOM("subtype=flashlog".into()),
     ];
-    if cfg.default_permissions {
+    if cfg.checks_permissions() {
         opts.push(M::DefaultPermissions);
     }
     opts.push(if cfg.core.read_only { M::RO } else { M::RW });
