@@ -346,6 +346,11 @@ t_mount_helper() {
     mount -T "$work/fstab" "$mnt" || return 1
     grep " $mnt fuse.flashlog " /proc/mounts || return 1
     umount "$mnt" || return 1
+    # What fstests does with FSTYP=fuse, FUSE_SUBTYP=.flashlog (scripts/fstests/local.config):
+    # mount through the helper with nosubtype, expect type "fuse", unmount by the image.
+    mount -t fuse.flashlog -o nosubtype "$img" "$mnt" || return 1
+    grep " $mnt fuse rw" /proc/mounts || { echo "-o nosubtype: type is not plain fuse"; return 1; }
+    umount "$img" || return 1
     fsck_clean # waits for the helper's daemon to write its final checkpoint
 }
 
@@ -419,7 +424,7 @@ step "remount: cp back, tar, sqlite3, git" t_remount_check
 step "remount: metadata still identical" t_meta_remount
 step "read-only mount" t_readonly
 step "-o noacl: setfacl refused, cp -p ok" t_noacl
-step "mount -t fuse.flashlog + fstab line" t_mount_helper
+step "mount -t fuse.flashlog, fstab, nosubtype" t_mount_helper
 step "SIGTERM/SIGINT unmount cleanly" t_sigterm
 step "SIGKILL loses nothing fsync'd" t_sigkill
 step "final remount + umount + fsck" t_final

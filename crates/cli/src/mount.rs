@@ -39,6 +39,7 @@ Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
                             the kernel checks permissions from the mode bits (default on)
   acl|noacl                 POSIX ACLs (default acl; implies default_permissions); with
                             noacl setting an ACL fails with EOPNOTSUPP, so tools use chmod
+  nosubtype                 type fuse instead of fuse.flashlog in /proc/mounts (fstests)
   inline|noinline           small files and directories inside the inode (default inline)
   writeback|nowriteback     kernel write-back cache (default writeback)
   threads=N                 FUSE request threads (default: one per core)

@@ -27,6 +27,9 @@ pub struct MountConfig {
     pub threads: usize,
     /// Kernel write-back cache (`writeback` / `nowriteback`).
     pub writeback_cache: bool,
+    /// Mount with the subtype, so the type in /proc/mounts is `fuse.flashlog`; `nosubtype`
+    /// makes it plain `fuse`, which is what fstests' `FSTYP=fuse` checks for.
+    pub subtype: bool,
     /// Generic kernel mount flags passed through (nodev, noexec, noatime, sync, ...).
     pub kernel_flags: Vec<fuser::MountOption>,
 }
@@ -45,6 +48,7 @@ impl MountConfig {
                 .unwrap_or(1)
                 .min(MAX_THREADS),
             writeback_cache: true,
+            subtype: true,
             kernel_flags: Vec::new(),
         }
     }
@@ -104,6 +108,10 @@ impl MountConfig {
             "inline" | "noinline" => {
                 flag(val)?;
                 self.core.inline = key == "inline";
+            }
+            "nosubtype" => {
+                flag(val)?;
+                self.subtype = false;
             }
             "acl" | "noacl" => {
                 flag(val)?;
@@ -231,7 +239,7 @@ impl MountConfig {
         Err(format!(
             "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, \
              allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
-             writeback, nowriteback, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
+             writeback, nowriteback, nosubtype, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
              _netdev, nofail, x-*"
         ))
@@ -250,7 +258,7 @@ impl MountConfig {
         let mode = format!("{:?}", c.alloc_mode).to_lowercase();
         let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
         format!(
-            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{}",
+            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{}{}",
             if c.read_only { "ro" } else { "rw" },
             if self.allow_other { "allow_other," } else { "" },
             if self.checks_permissions() {
@@ -267,6 +275,7 @@ impl MountConfig {
             } else {
                 "nowriteback"
             },
+            if self.subtype { "" } else { ",nosubtype" },
         )
     }
 }
@@ -342,6 +351,7 @@ mod tests {
         let c = parse("noacl,nodefault_permissions").unwrap();
         assert!(!c.core.acl && !c.checks_permissions());
         assert!(c.summary().contains("noacl"));
+        assert!(!parse("nosubtype").unwrap().subtype && MountConfig::defaults(false).subtype);
         let c = parse("nodefault_permissions").unwrap();
         assert!(c.checks_permissions(), "ACLs imply default_permissions");
         assert!(
