@@ -296,3 +296,74 @@ fn noacl_refuses_acls_and_hides_stored_ones() {
     fs.unmount().unwrap();
     assert!(fsck(&*dev).unwrap().is_clean());
 }
+
+#[test]
+fn fsck_checks_stored_acls() {
+    use flashlog_core::fsck::Severity;
+    use flashlog_format::codec::seal;
+    use flashlog_format::{tag as block_tag, BLOCK_SIZE};
+    let ram = Arc::new(RamDevice::new((128 << 20) / 4096));
+    let dev: Arc<dyn BlockDevice> = ram.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts(true)).unwrap();
+    let f = fs.create(fs.root(), b"f", 0o600, 0, 0).unwrap().ino;
+    fs.setxattr(f, ACCESS_NAME, &named_acl(), XattrMode::Any)
+        .unwrap();
+    let xnid = fs.inner().cell(f).unwrap().state.lock().hdr.xattr_nid;
+    fs.unmount().unwrap();
+    let r = fsck(&*dev).unwrap();
+    assert!(r.is_clean() && r.findings.is_empty(), "{r}");
+    let fs = Fs::mount(dev.clone(), opts(true)).unwrap();
+    let xaddr = fs.inner().nat.addr(xnid);
+    fs.abandon();
+    // Rewrite one byte of the stored ACL value in place (resealing the node block).
+    let pos = {
+        let mut b = [0u8; BLOCK_SIZE];
+        ram.read(xaddr, &mut b).unwrap();
+        let acl = named_acl();
+        b.windows(acl.len())
+            .position(|w| w == acl.as_slice())
+            .expect("the ACL value is in the xattr node")
+    };
+    let poke = |at: usize, v: u8| {
+        let mut b = [0u8; BLOCK_SIZE];
+        ram.read(xaddr, &mut b).unwrap();
+        b[pos + at] = v;
+        seal(&mut b, block_tag::NODE);
+        ram.write(xaddr, &b).unwrap();
+    };
+    // OTHER (entry 4) rwx while the mode says ---: allowed, but a warning.
+    poke(4 + 4 * 8 + 2, 7);
+    let r = fsck(&*dev).unwrap();
+    assert!(r.is_clean(), "{r}");
+    assert!(
+        r.findings
+            .iter()
+            .any(|x| x.severity == Severity::Warning && x.area == "acl"),
+        "{r}"
+    );
+    // A permission bit that does not exist: corruption.
+    poke(4 + 4 * 8 + 2, 0x40);
+    let r = fsck(&*dev).unwrap();
+    assert!(
+        r.findings
+            .iter()
+            .any(|x| x.severity == Severity::Error && x.area == "acl"),
+        "{r}"
+    );
+    // The mount reports it as corruption (EIO) instead of using it, and does not panic.
+    let fs = Fs::mount(dev.clone(), opts(true)).unwrap();
+    let f = fs.resolve("/f").unwrap();
+    assert!(matches!(
+        fs.setattr(
+            f,
+            &SetAttr {
+                mode: Some(0o644),
+                ..Default::default()
+            }
+        ),
+        Err(Error::Corrupt(_))
+    ));
+    assert_eq!(perm(&fs, f), 0o670, "a failed chmod changes nothing");
+    fs.abandon();
+}
