@@ -197,10 +197,16 @@ fn which(cmd: &str) -> Option<PathBuf> {
 
 pub fn run(a: Args) -> Result<ExitCode> {
     let p = prepare(&a)?;
+    // Relative paths name files in the caller's directory: resolve them before daemonize
+    // moves to "/" (a relative --pid-file used to land in /).
+    let pid_file = a
+        .pid_file
+        .as_ref()
+        .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.clone()));
     let mut ready = None;
     if a.daemon {
         let log = match &a.log {
-            Some(l) => l.clone(),
+            Some(l) => std::path::absolute(l).unwrap_or_else(|_| l.clone()),
             None => default_log(&p.mountpoint),
         };
         ready = Some(daemonize(&log, &p)?);
@@ -208,10 +214,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     } else {
         crate::init_logging("info,fuser=error", std::io::stderr().is_terminal());
     }
-    let pid_file = a
-        .pid_file
-        .as_ref()
-        .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.clone()));
     let r = serve(&p, &mut ready, pid_file.as_deref());
     if let Some(f) = &pid_file {
         let _ = std::fs::remove_file(f);
