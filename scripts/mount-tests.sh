@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Flashlog through a real FUSE mount: the POSIX suite, fsx with fixed seeds, a
 # multi-process stress run, real tools (cp -a, tar, sqlite3, git) across a remount,
-# the mount(8) helper and an fstab line, signals, a SIGKILL of the daemon (nothing
-# fsync'd may be lost), and a clean fsck at the end.
+# every entry's metadata after cp -a / cp -p / rsync / tar (scripts/meta-check.sh), POSIX
+# ACLs (setfacl/getfacl, enforced for other users, inherited) and -o noacl, the mount(8)
+# helper and an fstab line, signals, a SIGKILL of the daemon (nothing fsync'd may be
+# lost), and a clean fsck at the end.
 #
 #   scripts/mount-tests.sh            # builds nothing; run scripts/test.sh for everything
 #
-# Needs root, fuse3 (fusermount3), sqlite3 and git (scripts/test.sh installs them) and the
-# release binaries (cargo build --release). Each step prints one PASS/FAIL line; the exit
+# Needs root, fuse3 (fusermount3), sqlite3, git, acl (setfacl), attr (setfattr), rsync and
+# python3 (scripts/test.sh installs them) and the release binaries (cargo build --release). Each step prints one PASS/FAIL line; the exit
 # status is the number of failed steps (0 = all passed).
 # Environment: KEEP=1 keeps the work directory; STRESS_SECONDS (20), FSX_OPS (20000).
 set -uo pipefail
@@ -18,6 +20,12 @@ FL=$bin/flashlog
 for b in flashlog flashlog-posix flashlog-fsx flashlog-stress; do
     if [[ ! -x $bin/$b ]]; then
         echo "mount-tests: $bin/$b is missing: run \`cargo build --release\` (or scripts/test.sh)" >&2
+        exit 1
+    fi
+done
+for t in setfacl getfacl setfattr getfattr rsync python3 setpriv; do
+    if ! command -v "$t" >/dev/null 2>&1; then
+        echo "mount-tests: $t is missing: apt-get install acl attr rsync python3 util-linux (or run scripts/test.sh)" >&2
         exit 1
     fi
 done
@@ -180,6 +188,77 @@ t_cp_in() {
     result "cp -a $src ($(du -sh "$src" | cut -f1), $(find "$src" | wc -l) entries) in, diff -r identical"
 }
 
+# Metadata of every entry after cp -a, cp -p, rsync -aHAX and tar --xattrs --acls of a
+# real tree (/etc and the scripts, plus special cases: modes, owners, xattrs, ACLs,
+# nanosecond times), built on the host's file system first.
+t_meta_in() {
+    "$root/scripts/meta-check.sh" source "$work/metasrc" /etc "$snap/scripts" || return 1
+    "$root/scripts/meta-check.sh" copy "$work/metasrc" "$mnt/meta" || return 1
+    "$root/scripts/meta-check.sh" compare "$work/metasrc" "$mnt/meta"
+}
+
+t_meta_remount() {
+    "$root/scripts/meta-check.sh" compare "$work/metasrc" "$mnt/meta"
+}
+
+# Run a command as uid $1, gid $2, no supplementary groups.
+as_user() {
+    local uid=$1 gid=$2
+    shift 2
+    setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$@"
+}
+
+# POSIX ACLs through the mount: the mode follows an ACL, the kernel enforces named users,
+# named groups and the mask for other users, chmod rewrites the mask, default ACLs are
+# inherited with the umask ignored.
+t_acl() {
+    local d=$mnt/acl
+    mkdir "$d" && chmod 0755 "$d" || return 1
+    # cp -p of a 0644 file: 0644 and no ACL (the issue: 0600 plus an ACL mark).
+    printf 'x\n' >"$work/p644" && chmod 0644 "$work/p644" && cp -p "$work/p644" "$d/p" || return 1
+    [[ $(stat -c %a "$d/p") == 644 ]] || { echo "cp -p: mode $(stat -c %a "$d/p"), not 644"; return 1; }
+    getfattr -m- -d "$d/p" 2>/dev/null | grep -q posix_acl && { echo "cp -p left an ACL that equals the mode"; return 1; }
+    # A named user may read a 0600 file only through its ACL entry; the mask bounds it.
+    printf 'secret\n' >"$d/f" && chmod 0600 "$d/f" || return 1
+    as_user 65534 65534 cat "$d/f" >/dev/null 2>&1 && { echo "uid 65534 read a 0600 file"; return 1; }
+    setfacl -m u:65534:r "$d/f" || return 1
+    [[ $(stat -c %a "$d/f") == 640 ]] || { echo "after setfacl: mode $(stat -c %a "$d/f"), not 640 (mask r)"; return 1; }
+    [[ $(as_user 65534 65534 cat "$d/f") == secret ]] || { echo "named user entry not honoured"; return 1; }
+    as_user 65533 65533 cat "$d/f" >/dev/null 2>&1 && { echo "uid 65533 read through another user's entry"; return 1; }
+    chmod 0600 "$d/f" || return 1
+    getfacl -pn "$d/f" | grep -qx 'mask::---' || { echo "chmod did not rewrite the mask"; getfacl -pn "$d/f"; return 1; }
+    as_user 65534 65534 cat "$d/f" >/dev/null 2>&1 && { echo "the mask (---) was not applied"; return 1; }
+    setfacl -m g:65532:r,m::r "$d/f" || return 1
+    [[ $(as_user 65531 65532 cat "$d/f") == secret ]] || { echo "named group entry not honoured"; return 1; }
+    setfacl -b "$d/f" || return 1
+    [[ $(stat -c %a "$d/f") == 600 ]] && ! getfattr -m- -d "$d/f" 2>/dev/null | grep -q posix_acl || { echo "setfacl -b"; return 1; }
+    as_user 65531 65532 cat "$d/f" >/dev/null 2>&1 && { echo "access after setfacl -b"; return 1; }
+    # Default ACL: inherited under umask 077 (which is ignored), by files and directories.
+    mkdir "$d/inh" && setfacl -d -m u:65534:rwx "$d/inh" && chmod 0777 "$d/inh" || return 1
+    (umask 077 && : >"$d/inh/file" && mkdir "$d/inh/sub" && : >"$d/inh/sub/deep") || return 1
+    [[ $(stat -c %a "$d/inh/file") == 664 && $(stat -c %a "$d/inh/sub") == 775 ]] ||
+        { echo "inherited modes $(stat -c %a "$d/inh/file") $(stat -c %a "$d/inh/sub"), not 664 775"; return 1; }
+    getfacl -pn "$d/inh/sub/deep" | grep -qx 'user:65534:rwx.*' || { echo "not inherited two levels down"; getfacl -pn "$d/inh/sub/deep"; return 1; }
+    getfacl -pn "$d/inh/sub" | grep -qx 'default:user:65534:rwx' || { echo "a subdirectory did not inherit the default ACL"; return 1; }
+    echo appended | as_user 65534 65534 tee -a "$d/inh/file" >/dev/null || { echo "inherited entry not honoured"; return 1; }
+    # setgid is cleared when a non-member of the group sets an ACL (posix_acl_update_mode).
+    : >"$d/sg" && chown 65534:0 "$d/sg" && chmod 2770 "$d/sg" || return 1
+    as_user 65534 65534 setfacl -m u:65533:r "$d/sg" || return 1
+    [[ $(stat -c %a "$d/sg") == 770 ]] || { echo "setgid kept by a non-member: $(stat -c %a "$d/sg")"; return 1; }
+    result "mode follows ACLs; named user, group and mask enforced; default ACL inherited (umask ignored)"
+}
+
+# -o noacl: ACLs are "not supported", so tools fall back to chmod; stored ACLs are hidden.
+t_noacl() {
+    mount_fs -o noacl || return 1
+    local out
+    out=$(setfacl -m u:65534:r "$mnt/acl/p" 2>&1) && { echo "setfacl succeeded with noacl"; umount_fs; return 1; }
+    grep -q "not supported" <<<"$out" || { echo "setfacl: $out"; umount_fs; return 1; }
+    cp -p "$work/p644" "$mnt/acl/p2" && [[ $(stat -c %a "$mnt/acl/p2") == 644 ]] || { echo "cp -p with noacl"; umount_fs; return 1; }
+    getfattr -m- -d "$mnt/meta/cp-a/special/acl-file" 2>/dev/null | grep -q posix_acl && { echo "a stored ACL is visible with noacl"; umount_fs; return 1; }
+    umount_fs && fsck_clean
+}
+
 t_tar_in() {
     tar -C "$snap" -cf "$mnt/repo.tar" crates scripts || return 1
     mkdir "$mnt/untar" && tar -C "$mnt/untar" -xf "$mnt/repo.tar" || return 1
@@ -267,6 +346,11 @@ t_mount_helper() {
     mount -T "$work/fstab" "$mnt" || return 1
     grep " $mnt fuse.flashlog " /proc/mounts || return 1
     umount "$mnt" || return 1
+    # What fstests does with FSTYP=fuse, FUSE_SUBTYP=.flashlog (scripts/fstests/local.config):
+    # mount through the helper with nosubtype, expect type "fuse", unmount by the image.
+    mount -t fuse.flashlog -o nosubtype "$img" "$mnt" || return 1
+    grep " $mnt fuse rw" /proc/mounts || { echo "-o nosubtype: type is not plain fuse"; return 1; }
+    umount "$img" || return 1
     fsck_clean # waits for the helper's daemon to write its final checkpoint
 }
 
@@ -330,13 +414,17 @@ step "POSIX suite (flashlog-posix)" t_posix
 step "fsx, fixed seeds (flashlog-fsx)" t_fsx
 step "stress, 4 procs (flashlog-stress)" t_stress
 step "cp -a source tree in + diff" t_cp_in
+step "metadata after cp -a/-p, rsync, tar" t_meta_in
+step "POSIX ACLs (setfacl, enforcement)" t_acl
 step "tar round trip" t_tar_in
 step "sqlite3 write + integrity_check" t_sqlite_in
 step "git init/add/commit/log/fsck" t_git_in
 step "umount + fsck clean" t_umount_fsck
 step "remount: cp back, tar, sqlite3, git" t_remount_check
+step "remount: metadata still identical" t_meta_remount
 step "read-only mount" t_readonly
-step "mount -t fuse.flashlog + fstab line" t_mount_helper
+step "-o noacl: setfacl refused, cp -p ok" t_noacl
+step "mount -t fuse.flashlog, fstab, nosubtype" t_mount_helper
 step "SIGTERM/SIGINT unmount cleanly" t_sigterm
 step "SIGKILL loses nothing fsync'd" t_sigkill
 step "final remount + umount + fsck" t_final

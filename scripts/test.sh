@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every Flashlog test on this machine (Debian/Ubuntu, as root): installs what is
-# missing (fuse3, sqlite3, git), builds, runs the unit and property tests, then the tests
+# missing (fuse3, sqlite3, git, python3, acl, attr, rsync), builds, runs the unit and property tests, then the tests
 # through a real FUSE mount (scripts/mount-tests.sh). Exit status 0 only if all passed.
 # This is what CI runs (.ci/run).
 set -euo pipefail
@@ -19,6 +19,9 @@ command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)
 command -v git >/dev/null 2>&1 || missing+=(git)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v diff >/dev/null 2>&1 || missing+=(diffutils)
+command -v setfacl >/dev/null 2>&1 || missing+=(acl)
+command -v setfattr >/dev/null 2>&1 || missing+=(attr)
+command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 if ((${#missing[@]})); then
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

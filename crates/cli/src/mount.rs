@@ -37,6 +37,9 @@ Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
   allow_other|noallow_other let every user use the mount (default: on when mounted by root)
   default_permissions|nodefault_permissions
                             the kernel checks permissions from the mode bits (default on)
+  acl|noacl                 POSIX ACLs (default acl; implies default_permissions); with
+                            noacl setting an ACL fails with EOPNOTSUPP, so tools use chmod
+  nosubtype                 type fuse instead of fuse.flashlog in /proc/mounts (fstests)
   inline|noinline           small files and directories inside the inode (default inline)
   writeback|nowriteback     kernel write-back cache (default writeback)
   threads=N                 FUSE request threads (default: one per core)
@@ -194,10 +197,16 @@ fn which(cmd: &str) -> Option<PathBuf> {
 
 pub fn run(a: Args) -> Result<ExitCode> {
     let p = prepare(&a)?;
+    // Relative paths name files in the caller's directory: resolve them before daemonize
+    // moves to "/" (a relative --pid-file used to land in /).
+    let pid_file = a
+        .pid_file
+        .as_ref()
+        .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.clone()));
     let mut ready = None;
     if a.daemon {
         let log = match &a.log {
-            Some(l) => l.clone(),
+            Some(l) => std::path::absolute(l).unwrap_or_else(|_| l.clone()),
             None => default_log(&p.mountpoint),
         };
         ready = Some(daemonize(&log, &p)?);
@@ -205,10 +214,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     } else {
         crate::init_logging("info,fuser=error", std::io::stderr().is_terminal());
     }
-    let pid_file = a
-        .pid_file
-        .as_ref()
-        .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.clone()));
     let r = serve(&p, &mut ready, pid_file.as_deref());
     if let Some(f) = &pid_file {
         let _ = std::fs::remove_file(f);

@@ -134,6 +134,10 @@ pub struct MountOptions {
     pub gc: GcPolicy,
     /// Store small files and directories inside the inode.
     pub inline: bool,
+    /// POSIX ACLs (`acl`/`noacl`): the `system.posix_acl_*` attributes keep the mode bits in
+    /// step and default ACLs are inherited (`crate::acl`); off, setting or reading them is
+    /// "not supported", as on a Linux file system mounted with noacl.
+    pub acl: bool,
     /// Background cleaning period; None disables the background cleaner.
     pub gc_interval: Option<Duration>,
     /// The volume counts as idle (background cleaning may run) after this long without a
@@ -161,6 +165,7 @@ impl Default for MountOptions {
             alloc_mode: AllocMode::Adaptive,
             gc: GcPolicy::F2fs,
             inline: true,
+            acl: true,
             gc_interval: Some(DEFAULT_GC_INTERVAL),
             gc_idle: DEFAULT_GC_IDLE,
             gc_workers: std::thread::available_parallelism()

@@ -5,6 +5,7 @@
 //! refuse on a read-only or poisoned mount. After an operation, the caller's thread does any
 //! writeback or checkpoint that the dirty limits ask for, holding no cell lock.
 
+use crate::acl::{self, AclKind};
 use crate::cell::{libc_mode::*, InodeCell, InodeState};
 use crate::checkpoint::{self, MkfsOptions, MkfsReport};
 use crate::config::{MountOptions, LINK_MAX};
@@ -14,6 +15,7 @@ use crate::file::FallocMode;
 use crate::inner::FsInner;
 use crate::stats::Counters;
 use flashlog_dev::BlockDevice;
+use flashlog_format::acl::{Acl, ACCESS_NAME, DEFAULT_NAME};
 use flashlog_format::dir::ftype;
 use flashlog_format::node::{self, iflag, InodeHdr, NodeKind, Timespec};
 use flashlog_format::{Ino, BLOCK_SIZE, FIRST_FREE_NID, NAME_MAX, ROOT_INO};
@@ -78,6 +80,16 @@ pub struct SetAttr {
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+}
+
+/// Who creates an inode: its owner, and the umask to apply when the parent directory has no
+/// default ACL (with a default ACL the umask is ignored, `crate::acl`). Callers that applied
+/// the umask already pass 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Creator {
+    pub uid: u32,
+    pub gid: u32,
+    pub umask: u32,
 }
 
 /// setxattr flags.
@@ -524,6 +536,21 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
+        self.make_node(parent, name, mode, rdev, Creator { uid, gid, umask: 0 })
+    }
+
+    /// [`Fs::mknod`] with the umask not yet applied: the new inode inherits the parent's
+    /// default ACL (when ACLs are on) or else has `who.umask` cleared from its mode, as
+    /// Linux's `posix_acl_create` does. The inode and its inherited ACLs appear at once.
+    pub fn make_node(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        who: Creator,
+    ) -> Result<Attr> {
+        let Creator { uid, gid, umask } = who;
         check_name(name)?;
         let kind = mode & S_IFMT;
         if !matches!(
@@ -547,6 +574,15 @@ impl Fs {
             if kind == S_IFDIR && pst.hdr.nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks);
             }
+            let inherited = {
+                let default = if fs.opts.acl && kind != S_IFLNK {
+                    Self::stored_acl(fs, &mut pst, DEFAULT_NAME)?
+                } else {
+                    None
+                };
+                acl::inherit(default.as_ref(), mode, umask)
+            };
+            let mode = inherited.mode;
             fs.reserve_blocks(1)?;
             let ino = match fs.nat.alloc() {
                 Ok(n) => n,
@@ -597,6 +633,12 @@ impl Fs {
             let st = InodeState::new(ino, blk, hdr, true);
             let cell = fs.cells.insert(InodeCell::new(st, true));
             let mut st = cell.lock();
+            if !inherited.xattrs.is_empty() {
+                if let Err(e) = Self::store_xattrs(fs, &mut st, &inherited.xattrs) {
+                    fs.free_inode(&mut st)?;
+                    return Err(e);
+                }
+            }
             if let Err(e) = fs.dir_insert(&mut pst, name, ino, ftype_of(mode)) {
                 fs.free_inode(&mut st)?;
                 return Err(e);
@@ -1064,6 +1106,17 @@ impl Fs {
                 return Err(Error::NotFound);
             }
             let now = fs.now();
+            // chmod rewrites a stored access ACL (decoded before anything changes, so a
+            // corrupt one fails the whole request).
+            let acl_after_chmod = match a.mode {
+                Some(m) if fs.opts.acl => {
+                    Self::stored_acl(fs, &mut st, ACCESS_NAME)?.map(|mut x| {
+                        acl::chmod(&mut x, m);
+                        x
+                    })
+                }
+                _ => None,
+            };
             if let Some(size) = a.size {
                 if !st.is_reg() {
                     return Err(if st.is_dir() {
@@ -1077,6 +1130,15 @@ impl Fs {
             }
             if let Some(m) = a.mode {
                 st.hdr.mode = (st.hdr.mode & S_IFMT) | (m & 0o7777);
+            }
+            if let Some(x) = acl_after_chmod {
+                let mut list = Self::xattr_list(fs, &mut st)?;
+                for (n, v) in &mut list {
+                    if n == ACCESS_NAME {
+                        *v = x.encode();
+                    }
+                }
+                Self::store_xattrs(fs, &mut st, &list)?;
             }
             if let Some(u) = a.uid {
                 st.hdr.uid = u;
@@ -1249,6 +1311,73 @@ impl Fs {
         Ok(node::xattrs(&st.nodes[&x].blk)?)
     }
 
+    /// The ACL stored under `name` (an ACL attribute name), decoded; a value that does not
+    /// decode is corruption (every stored ACL passed `Acl::decode` on the way in).
+    fn stored_acl(fs: &FsInner, st: &mut InodeState, name: &[u8]) -> Result<Option<Acl>> {
+        if st.hdr.xattr_nid == 0 {
+            return Ok(None);
+        }
+        let list = Self::xattr_list(fs, st)?;
+        match list.iter().find(|(n, _)| n == name) {
+            None => Ok(None),
+            Some((_, v)) => Acl::decode(v).map(Some).map_err(|e| {
+                Error::Corrupt(format!(
+                    "inode {}: {}: {e}",
+                    st.ino,
+                    String::from_utf8_lossy(name)
+                ))
+            }),
+        }
+    }
+
+    /// The error for an ACL attribute on a mount without ACLs.
+    fn acl_off() -> Error {
+        Error::NotSupported("POSIX ACLs are off on this mount (noacl)")
+    }
+
+    /// setxattr of `system.posix_acl_access` / `_default`: validate, keep the mode bits in
+    /// step, store only what the mode bits cannot say (`crate::acl`). The XATTR_CREATE /
+    /// XATTR_REPLACE flags do not apply, as in Linux, where ACLs bypass them.
+    fn set_acl(&self, ino: Ino, kind: AclKind, name: &[u8], value: &[u8]) -> Result<()> {
+        if !self.inner.opts.acl {
+            return Err(Self::acl_off());
+        }
+        let new = Acl::decode(value).map_err(|_| Error::Invalid("malformed POSIX ACL"))?;
+        self.write_op(|fs| {
+            let c = fs.cell(ino)?;
+            let mut st = c.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
+            if st.is_symlink() {
+                return Err(Error::NotSupported("ACLs on a symbolic link"));
+            }
+            let (mode, keep) = match kind {
+                AclKind::Access => acl::from_access(&new, st.hdr.mode),
+                AclKind::Default if !st.is_dir() => {
+                    return Err(Error::Invalid("a default ACL is for directories only"))
+                }
+                AclKind::Default => (st.hdr.mode, (!new.is_empty()).then_some(new)),
+            };
+            let mut list = Self::xattr_list(fs, &mut st)?;
+            let pos = list.iter().position(|(n, _)| n == name);
+            match (keep, pos) {
+                (Some(a), Some(i)) => list[i].1 = a.encode(),
+                (Some(a), None) => list.push((name.to_vec(), a.encode())),
+                (None, Some(i)) => {
+                    list.remove(i);
+                }
+                (None, None) => {}
+            }
+            if node::xattrs_size(&list) > node::XATTR_SPACE {
+                return Err(Error::NoSpace);
+            }
+            Self::store_xattrs(fs, &mut st, &list)?;
+            st.hdr.mode = mode;
+            Ok(())
+        })
+    }
+
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> {
         if name.is_empty() || name.len() > 255 {
             return Err(if name.is_empty() {
@@ -1259,6 +1388,9 @@ impl Fs {
         }
         if value.len() > u16::MAX as usize {
             return Err(Error::TooBig);
+        }
+        if let Some(kind) = acl::kind_of(name) {
+            return self.set_acl(ino, kind, name, value);
         }
         self.write_op(|fs| {
             let c = fs.cell(ino)?;
@@ -1319,6 +1451,9 @@ impl Fs {
     }
 
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        if !self.inner.opts.acl && acl::kind_of(name).is_some() {
+            return Err(Self::acl_off());
+        }
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
@@ -1337,11 +1472,15 @@ impl Fs {
             Ok(Self::xattr_list(fs, &mut st)?
                 .into_iter()
                 .map(|(n, _)| n)
+                .filter(|n| fs.opts.acl || acl::kind_of(n).is_none())
                 .collect())
         })
     }
 
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> Result<()> {
+        if !self.inner.opts.acl && acl::kind_of(name).is_some() {
+            return Err(Self::acl_off());
+        }
         self.write_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();

@@ -17,6 +17,7 @@
 //! - checkpoint counters and free-space accounting; log heads point at unused space;
 //! - orphan inodes.
 
+use crate::cell::libc_mode::{S_IFDIR, S_IFMT};
 use crate::checkpoint::{read_checkpoint, read_pack, read_superblock};
 use crate::error::Result;
 use flashlog_dev::BlockDevice;
@@ -160,6 +161,47 @@ impl<'a> Checker<'a> {
     }
     fn err(&mut self, area: &'static str, message: String) {
         self.add(Severity::Error, area, message)
+    }
+
+    /// The ACL invariants of docs/FORMAT.md ("POSIX ACLs"): a stored ACL decodes, a default
+    /// ACL sits on a directory (errors); an access ACL agrees with the mode bits and says
+    /// more than they do (a warning: volumes written before ACL support kept ACLs opaque, and
+    /// chmod or setfacl on the file repairs it).
+    fn check_acls(&mut self, ino: Ino, mode: u32, list: &[(Vec<u8>, Vec<u8>)]) {
+        for (name, value) in list {
+            let Some(kind) = crate::acl::kind_of(name) else {
+                continue;
+            };
+            let acl = match flashlog_format::acl::Acl::decode(value) {
+                Ok(a) => a,
+                Err(e) => {
+                    let n = String::from_utf8_lossy(name);
+                    self.err("acl", format!("inode {ino}: {n}: {e}"));
+                    continue;
+                }
+            };
+            match kind {
+                crate::acl::AclKind::Default if mode & S_IFMT != S_IFDIR => self.err(
+                    "acl",
+                    format!("inode {ino}: a default ACL on a non-directory (mode {mode:o})"),
+                ),
+                crate::acl::AclKind::Default => {}
+                crate::acl::AclKind::Access => {
+                    let (perm, extended) = crate::acl::equiv_mode(&acl);
+                    if perm != mode & crate::acl::PERM_BITS || !extended {
+                        self.add(
+                            Severity::Warning,
+                            "acl",
+                            format!(
+                                "inode {ino}: access ACL (permissions {perm:o}{}) and mode {:o} disagree; chmod or setfacl repairs it",
+                                if extended { "" } else { ", no more than the mode" },
+                                mode & 0o7777
+                            ),
+                        );
+                    }
+                }
+            }
+        }
     }
 
     fn read(&mut self, addr: BlkAddr) -> Option<Box<Block>> {
@@ -357,8 +399,9 @@ impl<'a> Checker<'a> {
         }
         if hdr.xattr_nid != 0 {
             if let Some(x) = self.node(hdr.xattr_nid, ino, NodeKind::Xattr, None) {
-                if let Err(e) = node::xattrs(&x) {
-                    self.err("xattr", format!("inode {ino}: {e}"));
+                match node::xattrs(&x) {
+                    Err(e) => self.err("xattr", format!("inode {ino}: {e}")),
+                    Ok(list) => self.check_acls(ino, hdr.mode, &list),
                 }
             }
         }

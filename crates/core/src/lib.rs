@@ -30,6 +30,7 @@
 //! -> directory cells (ascending ino) -> other cells (ascending ino) -> log heads -> leaf
 //! locks (SSA dirty set, prefree sets, cell-table shards, NAT prefree list).
 
+pub mod acl;
 pub mod bitmap;
 pub mod cell;
 pub mod checkpoint;
@@ -58,6 +59,6 @@ pub use error::{Error, Result};
 pub use file::FallocMode;
 pub use flashlog_format::node::Timespec;
 pub use flashlog_format::{Ino, BLOCKS_PER_SEG, BLOCK_SIZE, ROOT_INO};
-pub use fs::{Attr, Fs, RenameFlags, SetAttr, StatFs, TimeSet, XattrMode};
+pub use fs::{Attr, Creator, Fs, RenameFlags, SetAttr, StatFs, TimeSet, XattrMode};
 pub use fsck::{fsck, FsckReport};
 pub use stats::Counters;

@@ -13,6 +13,7 @@
 //!
 //! No I/O and no locks here.
 
+pub mod acl;
 pub mod codec;
 pub mod cp;
 pub mod dir;

@@ -26,7 +26,13 @@
 //! - forget / batch_forget: drop the kernel pin of an unlinked inode, if any (the core does
 //!   not count kernel lookups otherwise).
 //! - opendir / releasedir: nothing to do (directories are not open-counted).
-//! - access: only sent without default_permissions; answered from the mode bits.
+//! - access: only sent without default_permissions (so never with ACLs on); answered from
+//!   the mode bits.
+//! - POSIX ACLs (unless `noacl`): INIT negotiates POSIX_ACL (the kernel checks ACLs) and
+//!   DONT_MASK; mknod, mkdir and create hand the caller's umask to the core, which applies it
+//!   or the parent's default ACL; the ACL xattrs go to the core, which keeps the mode in step;
+//!   setting an access ACL as a non-member of the file's group clears setgid
+//!   (docs/DESIGN.md, "POSIX ACLs").
 //! - getlk / setlk / flock: never sent, since POSIX_LOCKS and FLOCK_LOCKS are not
 //!   negotiated: the kernel keeps locks itself, which is right for a local file system.
 //! - lseek, copy_file_range, ioctl, bmap, poll: ENOSYS, after which the kernel uses its own
@@ -37,7 +43,8 @@
 use crate::errno::errno_of;
 use crate::options::MountConfig;
 use flashlog_core::{
-    Attr, Error, FallocMode, Fs, Ino, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode, ROOT_INO,
+    Attr, Creator, Error, FallocMode, Fs, Ino, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode,
+    ROOT_INO,
 };
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -69,6 +76,8 @@ const READDIR_BATCH: usize = 160;
 // fallocate(2) modes (linux/falloc.h).
 const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
 const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;
+/// The access ACL's attribute name (flashlog_format::acl::ACCESS_NAME).
+const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
 // setxattr(2) flags.
 const XATTR_CREATE: i32 = 1;
 const XATTR_REPLACE: i32 = 2;
@@ -232,6 +241,32 @@ fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The creator of a new inode. With DONT_MASK (negotiated with POSIX ACLs) the kernel leaves
+/// the umask to us; without it the kernel has applied it already and applying it again
+/// changes nothing.
+fn creator(req: &Request, umask: u32) -> Creator {
+    Creator {
+        uid: req.uid(),
+        gid: req.gid(),
+        umask,
+    }
+}
+
+/// Whether the caller of `req` is root or a member of group `gid` (its fsgid or one of its
+/// supplementary groups, from /proc/PID/status; a caller that is gone counts as not).
+fn caller_in_group(req: &Request, gid: u32) -> bool {
+    if req.uid() == 0 || req.gid() == gid {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+}
+
 fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
         TimeOrNow::Now => TimeSet::Now,
@@ -267,6 +302,24 @@ macro_rules! ino {
 }
 
 impl FlashlogFuse {
+    /// After an access ACL was set: clear the setgid bit unless the caller is root or in the
+    /// file's group, as Linux's `posix_acl_update_mode` does. (The kernel tells a FUSE file
+    /// system so with FUSE_SETXATTR_ACL_KILL_SGID only over FUSE_SETXATTR_EXT, whose request
+    /// layout fuser 0.18 does not decode, so the adapter asks /proc for the caller's groups.)
+    fn acl_kill_sgid(&self, req: &Request, ino: Ino) {
+        let Ok(a) = self.fs.getattr(ino) else { return };
+        if a.mode & libc::S_ISGID == 0 || caller_in_group(req, a.gid) {
+            return;
+        }
+        let sa = SetAttr {
+            mode: Some(a.mode & 0o7777 & !libc::S_ISGID),
+            ..Default::default()
+        };
+        if let Err(e) = self.fs.setattr(ino, &sa) {
+            tracing::warn!("clearing setgid of inode {ino} after an ACL change: {e}");
+        }
+    }
+
     fn open_flags(&self, attr: &Attr) -> FopenFlags {
         // We are the only writer, so cached pages stay valid across opens.
         if attr.is_file() {
@@ -293,6 +346,21 @@ impl Filesystem for FlashlogFuse {
             | InitFlags::FUSE_CACHE_SYMLINKS;
         if self.cfg.writeback_cache && !self.cfg.core.read_only {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        if self.cfg.core.acl {
+            // The kernel checks permissions against the ACLs (and turns default_permissions
+            // on); the core keeps mode and ACLs in step and applies the umask or the parent's
+            // default ACL on create, so the kernel must pass the umask unapplied (DONT_MASK).
+            // Without both, ACLs cannot work: refuse the mount rather than half-work.
+            let need = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+            if let Err(lacks) = config.add_capabilities(need) {
+                tracing::error!(
+                    "this kernel's FUSE lacks {lacks:?}, which POSIX ACLs need: mount with -o noacl"
+                );
+                return Err(std::io::Error::other(format!(
+                    "the kernel's FUSE lacks {lacks:?} (POSIX ACLs); mount with -o noacl"
+                )));
+            }
         }
         let mut got = Vec::new();
         let mut missing = Vec::new();
@@ -385,16 +453,15 @@ impl Filesystem for FlashlogFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
         let parent = ino!(reply, parent);
-        // The kernel already applied the umask (FUSE_DONT_MASK is not negotiated).
         let a = tri!(
             reply,
             self.fs
-                .mknod(parent, name.as_bytes(), mode, rdev, req.uid(), req.gid())
+                .make_node(parent, name.as_bytes(), mode, rdev, creator(req, umask))
         );
         reply.entry(&TTL, &file_attr(&a), Generation(0));
     }
@@ -405,14 +472,19 @@ impl Filesystem for FlashlogFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
-            self.fs
-                .mkdir(parent, name.as_bytes(), mode & 0o7777, req.uid(), req.gid())
+            self.fs.make_node(
+                parent,
+                name.as_bytes(),
+                libc::S_IFDIR | (mode & 0o7777),
+                0,
+                creator(req, umask)
+            )
         );
         reply.entry(&TTL, &file_attr(&a), Generation(0));
     }
@@ -671,7 +743,7 @@ impl Filesystem for FlashlogFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -690,6 +762,9 @@ impl Filesystem for FlashlogFuse {
             }
         };
         tri!(reply, self.fs.setxattr(ino, name.as_bytes(), value, mode));
+        if self.cfg.core.acl && name.as_bytes() == ACL_ACCESS_NAME {
+            self.acl_kill_sgid(req, ino);
+        }
         reply.ok();
     }
 
@@ -749,15 +824,20 @@ impl Filesystem for FlashlogFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
-            self.fs
-                .create(parent, name.as_bytes(), mode & 0o7777, req.uid(), req.gid())
+            self.fs.make_node(
+                parent,
+                name.as_bytes(),
+                libc::S_IFREG | (mode & 0o7777),
+                0,
+                creator(req, umask)
+            )
         );
         let a = tri!(reply, self.fs.open(a.ino));
         reply.created(

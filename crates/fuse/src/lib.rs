@@ -28,12 +28,13 @@ pub fn session_config(source: &str, cfg: &MountConfig) -> fuser::Config {
     c.n_threads = Some(cfg.threads.max(1));
     c.clone_fd = true;
     // "subtype" as a kernel option (not fuser's Subtype, which only fusermount3 passes on)
-    // makes /proc/mounts and df -T say "fuse.flashlog", as fstab lines do.
-    let mut opts = vec![
-        M::FSName(source.to_string()),
-        M::CUSTOM("subtype=flashlog".into()),
-    ];
-    if cfg.default_permissions {
+    // makes /proc/mounts and df -T say "fuse.flashlog", as fstab lines do; without it
+    // (`nosubtype`) the type is plain "fuse".
+    let mut opts = vec![M::FSName(source.to_string())];
+    if cfg.subtype {
+        opts.push(M::CUSTOM("subtype=flashlog".into()));
+    }
+    if cfg.checks_permissions() {
         opts.push(M::DefaultPermissions);
     }
     opts.push(if cfg.core.read_only { M::RO } else { M::RW });

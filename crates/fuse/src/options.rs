@@ -20,12 +20,16 @@ pub struct MountConfig {
     pub core: MountOptions,
     /// Let users other than the one who mounted access the file system (`allow_other`).
     pub allow_other: bool,
-    /// Let the kernel check permissions from the mode bits (`default_permissions`).
+    /// Let the kernel check permissions from the mode bits (`default_permissions`). POSIX
+    /// ACLs (`core.acl`, the default) imply it: the kernel then checks the ACLs too.
     pub default_permissions: bool,
     /// FUSE request threads (`threads=N`).
     pub threads: usize,
     /// Kernel write-back cache (`writeback` / `nowriteback`).
     pub writeback_cache: bool,
+    /// Mount with the subtype, so the type in /proc/mounts is `fuse.flashlog`; `nosubtype`
+    /// makes it plain `fuse`, which is what fstests' `FSTYP=fuse` checks for.
+    pub subtype: bool,
     /// Generic kernel mount flags passed through (nodev, noexec, noatime, sync, ...).
     pub kernel_flags: Vec<fuser::MountOption>,
 }
@@ -44,6 +48,7 @@ impl MountConfig {
                 .unwrap_or(1)
                 .min(MAX_THREADS),
             writeback_cache: true,
+            subtype: true,
             kernel_flags: Vec::new(),
         }
     }
@@ -103,6 +108,14 @@ impl MountConfig {
             "inline" | "noinline" => {
                 flag(val)?;
                 self.core.inline = key == "inline";
+            }
+            "nosubtype" => {
+                flag(val)?;
+                self.subtype = false;
+            }
+            "acl" | "noacl" => {
+                flag(val)?;
+                self.core.acl = key == "acl";
             }
             "writeback" | "nowriteback" => {
                 flag(val)?;
@@ -225,11 +238,17 @@ impl MountConfig {
         }
         Err(format!(
             "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, \
-             allow_other, noallow_other, default_permissions, nodefault_permissions, inline, noinline, writeback, \
-             nowriteback, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
+             allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
+             writeback, nowriteback, nosubtype, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
              _netdev, nofail, x-*"
         ))
+    }
+
+    /// Whether the kernel checks permissions: asked for, or implied by POSIX ACLs (FUSE's
+    /// POSIX_ACL capability turns default_permissions on whatever the mount options say).
+    pub fn checks_permissions(&self) -> bool {
+        self.default_permissions || self.core.acl
     }
 
     /// The options as one comma-separated string (for logs and `--daemon` messages).
@@ -239,14 +258,15 @@ impl MountConfig {
         let mode = format!("{:?}", c.alloc_mode).to_lowercase();
         let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
         format!(
-            "{},gc={gc},mode={mode},{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{}",
+            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{}{}",
             if c.read_only { "ro" } else { "rw" },
             if self.allow_other { "allow_other," } else { "" },
-            if self.default_permissions {
+            if self.checks_permissions() {
                 "default_permissions,"
             } else {
                 ""
             },
+            if c.acl { "acl," } else { "noacl," },
             if c.inline { "inline," } else { "noinline," },
             self.threads,
             c.dirty_cap_bytes >> 20,
@@ -255,6 +275,7 @@ impl MountConfig {
             } else {
                 "nowriteback"
             },
+            if self.subtype { "" } else { ",nosubtype" },
         )
     }
 }
@@ -326,6 +347,13 @@ mod tests {
         assert_eq!(c.core.cp_interval, None);
         assert_eq!(c.core.dirty_cap_bytes, 128 << 20);
         assert!(!c.core.inline && !c.writeback_cache);
+        assert!(c.core.acl, "ACLs are on by default");
+        let c = parse("noacl,nodefault_permissions").unwrap();
+        assert!(!c.core.acl && !c.checks_permissions());
+        assert!(c.summary().contains("noacl"));
+        assert!(!parse("nosubtype").unwrap().subtype && MountConfig::defaults(false).subtype);
+        let c = parse("nodefault_permissions").unwrap();
+        assert!(c.checks_permissions(), "ACLs imply default_permissions");
         assert!(
             !parse("ro,rw").unwrap().core.read_only,
             "the last option wins"
