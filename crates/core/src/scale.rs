@@ -195,7 +195,10 @@ impl Collector for ScaleCollector {
             return Ok(0);
         };
         let _g = fs.oplock.op();
-        let r = clean_section(fs, sec, Migration::Lazy);
+        let r = match crate::gc::reserve_victim(fs, sec, true) {
+            Some(_space) => clean_section(fs, sec, Migration::Lazy),
+            None => Ok(false),
+        };
         fs.seg.victims.clear(sec);
         Ok(r? as u64)
     }
@@ -264,10 +267,6 @@ fn run_round(
         {
             return Ok(());
         }
-        // Leave room for the checkpoint that turns our prefree sections into free ones.
-        if fs.seg.free_sections() <= fs.gc_floor() {
-            return Ok(());
-        }
         let sec = if f.cvs {
             cvs_next(w, m, sh, fs)
         } else {
@@ -275,14 +274,21 @@ fn run_round(
             select_victim(fs, Cost::Greedy, u64::MAX)
         };
         let Some(sec) = sec else { return Ok(()) };
+        // The space the moves need is reserved before anything moves (space.rs): when the
+        // budget cannot cover one more victim, parallel cleaning shrinks instead of taking
+        // what the checkpoint that frees our prefree sections needs.
+        let Some(space) = crate::gc::reserve_victim(fs, sec, false) else {
+            fs.seg.victims.clear(sec);
+            return Ok(());
+        };
         let gain = bps.saturating_sub(fs.seg.section_valid(sec));
         sh.pending_gain.fetch_add(gain, Ordering::AcqRel);
         let t0 = Instant::now();
         let r = {
             let _g = fs.oplock.op();
-            let _gc = crate::gc::GcActive::new(fs);
             clean_section_scale(fs, sec, w, f, buf)
         };
+        drop(space);
         sh.pending_gain.fetch_sub(gain, Ordering::AcqRel);
         fs.seg.victims.clear(sec);
         fs.stats
