@@ -326,6 +326,7 @@ pub(crate) fn build(
         svp: Default::default(),
         deferred_free: Mutex::new(Vec::new()),
         epoch: std::time::Instant::now(),
+        test_hook: Default::default(),
     }
 }
 

@@ -351,6 +351,13 @@ impl Fs {
         let _ = self.finish(false);
     }
 
+    /// Tests only: call `hook` at named points of concurrent code (see `FsInner::test_point`)
+    /// to force an interleaving.
+    #[doc(hidden)]
+    pub fn set_test_hook(&self, hook: Option<crate::inner::TestHook>) {
+        *self.inner.test_hook.write() = hook;
+    }
+
     pub fn inner(&self) -> &Arc<FsInner> {
         &self.inner
     }

@@ -71,7 +71,13 @@ pub struct FsInner {
     pub deferred_free: Mutex<Vec<Ino>>,
     /// Mount time, the origin of `last_op_ns`.
     pub epoch: std::time::Instant,
+    /// Test hook called at named points of concurrent code (`Fs::set_test_hook`); tests use
+    /// it to force an interleaving. None outside tests: one uncontended read per use.
+    pub test_hook: parking_lot::RwLock<Option<TestHook>>,
 }
+
+/// See `FsInner::test_hook`.
+pub type TestHook = Arc<dyn Fn(&'static str) + Send + Sync>;
 
 /// Checkpoint debt of one dirty page in blocks: its own block, and the direct node (or
 /// inode) that writing it will dirty. Charged whole so that writeback never needs space
@@ -88,6 +94,14 @@ pub fn node_temp(is_dir: bool, kind: NodeKind) -> Temp {
 }
 
 impl FsInner {
+    /// Call the test hook, if one is set, at point `what`.
+    pub fn test_point(&self, what: &'static str) {
+        let h = self.test_hook.read().clone();
+        if let Some(h) = h {
+            h(what);
+        }
+    }
+
     pub fn geo(&self) -> &flashlog_format::sb::Geometry {
         &self.sb.geo
     }

@@ -273,6 +273,7 @@ fn run_round(
             let _l = waits::lock(Point::VictimSelect, &sh.select_lock);
             select_victim(fs, Cost::Greedy, u64::MAX)
         };
+        fs.test_point("collector-decided");
         let Some(sec) = sec else { return Ok(()) };
         // The space the moves need is reserved before anything moves (space.rs): when the
         // budget cannot cover one more victim, parallel cleaning shrinks instead of taking

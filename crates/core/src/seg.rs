@@ -205,9 +205,7 @@ impl SegManager {
         let room = match h.kind {
             LogKind::Data => room_cur + BLOCKS_PER_SEG * (self.sps() - 1 - h.seg % self.sps()),
             LogKind::Node if h.next_seg == NO_SEG => room_cur,
-            LogKind::Node => {
-                room_cur + BLOCKS_PER_SEG * (self.sps() - 1 - h.next_seg % self.sps())
-            }
+            LogKind::Node => room_cur + BLOCKS_PER_SEG * (self.sps() - 1 - h.next_seg % self.sps()),
         };
         bps - room.min(bps)
     }
@@ -255,11 +253,7 @@ impl SegManager {
             heads: Vec::new(),
             pending: Vec::new(),
             reserve_secs,
-            space: crate::space::SpaceBudget::new(
-                BLOCKS_PER_SEG * geo.segs_per_sec as u64,
-                0,
-                0,
-            ),
+            space: crate::space::SpaceBudget::new(BLOCKS_PER_SEG * geo.segs_per_sec as u64, 0, 0),
             clock_secs: AtomicU64::new(elapsed),
             blocks_written: AtomicU64::new(0),
             discarded_blocks: AtomicU64::new(0),

@@ -215,7 +215,11 @@ mod tests {
             let _a = b.try_reserve(100, true).expect("room");
             assert_eq!(b.headroom(), 5020);
             b.charge(30);
-            assert_eq!(b.headroom(), 5020, "charges inside the allowance stay local");
+            assert_eq!(
+                b.headroom(),
+                5020,
+                "charges inside the allowance stay local"
+            );
             assert_eq!(b.allowance_left(), 70);
         }
         assert_eq!(b.headroom(), 5090, "70 unused blocks came back");
@@ -231,7 +235,9 @@ mod tests {
         assert!(b.try_reserve(513, true).is_none());
         let a = b.try_reserve(512, true).expect("above the floor");
         assert!(b.try_reserve(1, true).is_none());
-        let g = b.try_reserve(1024, false).expect("collectors may use the floor");
+        let g = b
+            .try_reserve(1024, false)
+            .expect("collectors may use the floor");
         assert!(b.try_reserve(1, false).is_none());
         drop(g);
         drop(a);
