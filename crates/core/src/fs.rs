@@ -2,7 +2,9 @@
 //! helpers for programs that embed Flashlog.
 //!
 //! Every operation runs under the shared side of the op lock; mutating operations first
-//! refuse on a read-only or poisoned mount. After an operation, the caller's thread does any
+//! reserve the space they may dirty from the space budget (`space.rs`; cleaning first when
+//! it has no room; ENOSPC from here), holding no lock, then refuse on a read-only or
+//! poisoned mount. After an operation, the caller's thread does any
 //! writeback or checkpoint that the dirty limits ask for, holding no cell lock.
 
 use crate::cell::{libc_mode::*, InodeCell, InodeState};

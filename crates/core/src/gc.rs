@@ -8,6 +8,8 @@
 //! issues and refuse to mount until they exist.
 //!
 //! Migration of one victim section:
+//! 0. reserve from the space budget what the moves may use (`reserve_victim`: the copies
+//!    and the nodes they dirty); without room the victim is given back;
 //! 1. read its summary blocks and, per the SIT, every valid block, all reads submitted at
 //!    once (`BlockDevice::read_many`), before anything moves, as F2FS does;
 //! 2. for each block, find the owner through the SSA and lock the owner's file cell;

@@ -10,7 +10,10 @@
 //!   that the checkpoint persists and recovery knows;
 //! - protects each page it moves in the victim protector (SVP) instead of locking the file
 //!   for the whole migration, and commits a move only under the node-lock rule;
-//! - updates the SIT with atomics (LSU, in `seg`).
+//! - updates the SIT with atomics (LSU, in `seg`);
+//! - reserves from the space budget what each victim's moves may use before it takes the
+//!   op lock for it (`gc::reserve_victim`), so that parallel workers can never take the
+//!   space the next checkpoint needs; a worker that gets no reservation ends its round.
 //!
 //! A foreground call starts a round on every worker and returns as soon as enough sections
 //! are free (or prefree, for the next checkpoint), so blocked writers wake early; workers
