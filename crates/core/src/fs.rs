@@ -646,6 +646,8 @@ impl Fs {
             let st = InodeState::new(ino, blk, hdr, true);
             let cell = fs.cells.insert(InodeCell::new(st, true));
             let mut st = cell.lock();
+            // The new inode block is checkpoint debt from now on, charged to this operation.
+            fs.dirty_inode(&mut st);
             if let Err(e) = fs.dir_insert(&mut pst, name, ino, ftype_of(mode)) {
                 fs.free_inode(&mut st)?;
                 return Err(e);
