@@ -42,6 +42,9 @@ pub struct InodeState {
     pub hdr: InodeHdr,
     /// The inode block differs from disk.
     pub dirty: bool,
+    /// The dirty inode block is charged to the space budget as checkpoint debt (set by
+    /// `FsInner::dirty_inode`; an inode marked dirty without it is charged when written).
+    pub inode_charged: bool,
     pub nodes: HashMap<Nid, NodeBuf>,
     pub pages: BTreeMap<u64, Page>,
     pub dirty_pages: u64,
@@ -60,6 +63,7 @@ impl InodeState {
             node,
             hdr,
             dirty,
+            inode_charged: false,
             nodes: HashMap::new(),
             pages: BTreeMap::new(),
             dirty_pages: 0,

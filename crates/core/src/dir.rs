@@ -14,7 +14,6 @@ use flashlog_format::dir::{
 };
 use flashlog_format::node::{self, iflag};
 use flashlog_format::{Ino, BLOCK_SIZE, NEW_ADDR, NULL_ADDR};
-use std::sync::atomic::Ordering;
 
 /// One directory entry as listed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,17 +67,19 @@ impl FsInner {
     fn dir_page_dirty(&self, st: &mut InodeState, idx: u64) -> Result<()> {
         let addr_null =
             !st.pages.get(&idx).is_some_and(|p| p.dirty) && self.block_addr(st, idx)? == NULL_ADDR;
-        let p = st.pages.get_mut(&idx).expect("loaded");
+        let p = st.pages.get(&idx).expect("loaded");
         if !p.dirty {
             if addr_null && !p.reserved {
+                // Nodes first, as for file pages (file.rs `new_dirty_page`).
+                self.locate(st, idx, true)?;
                 self.reserve_blocks(1)?;
-                p.reserved = true;
+                st.pages.get_mut(&idx).expect("loaded").reserved = true;
                 st.hdr.blocks += 1;
             }
             let p = st.pages.get_mut(&idx).expect("loaded");
             p.dirty = true;
             st.dirty_pages += 1;
-            self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+            self.charge_dirty_page();
         }
         Ok(())
     }
@@ -134,7 +135,7 @@ impl FsInner {
         st.hdr.flags &= !iflag::INLINE_DENTRY;
         st.hdr.depth = 1;
         st.hdr.size = fdir::level_start(1) * BLOCK_SIZE as u64;
-        st.dirty = true;
+        self.dirty_inode(st);
         Ok(())
     }
 
@@ -146,7 +147,7 @@ impl FsInner {
             let area = node::inode_area_mut(&mut st.node);
             if let Some(slot) = INLINE_LAYOUT.find_space(area, need) {
                 INLINE_LAYOUT.insert(area, slot, name, h, ino, ftype);
-                st.dirty = true;
+                self.dirty_inode(st);
                 return Ok(());
             }
             self.convert_inline_dir(st)?;
@@ -167,7 +168,7 @@ impl FsInner {
                     }
                     let end = fdir::level_start(st.hdr.depth) * BLOCK_SIZE as u64;
                     st.hdr.size = st.hdr.size.max(end);
-                    st.dirty = true;
+                    self.dirty_inode(st);
                     return Ok(());
                 }
             }
@@ -179,7 +180,7 @@ impl FsInner {
         match f.block {
             None => {
                 INLINE_LAYOUT.remove(node::inode_area_mut(&mut st.node), f.slot);
-                st.dirty = true;
+                self.dirty_inode(st);
             }
             Some(idx) => {
                 self.dir_page(st, idx)?;
@@ -198,7 +199,7 @@ impl FsInner {
         match f.block {
             None => {
                 INLINE_LAYOUT.set_ino(node::inode_area_mut(&mut st.node), f.slot, ino, ftype);
-                st.dirty = true;
+                self.dirty_inode(st);
             }
             Some(idx) => {
                 self.dir_page(st, idx)?;

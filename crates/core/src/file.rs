@@ -122,6 +122,10 @@ impl FsInner {
         idx: u64,
         data: Box<Block>,
     ) -> Result<()> {
+        // The nodes that will map the block exist from now on (F2FS allocates the dnode at
+        // write_begin): their user space and checkpoint debt are taken here, by the write,
+        // and writeback never has to create a node.
+        self.locate(st, idx, true)?;
         self.reserve_blocks(1)?;
         st.hdr.blocks += 1;
         st.pages.insert(
@@ -134,8 +138,8 @@ impl FsInner {
             },
         );
         st.dirty_pages += 1;
-        self.dirty_pages.fetch_add(1, Ordering::Relaxed);
-        st.dirty = true;
+        self.charge_dirty_page();
+        self.dirty_inode(st);
         Ok(())
     }
 
@@ -153,7 +157,7 @@ impl FsInner {
         }
         node::inode_area_mut(&mut st.node).fill(0);
         st.hdr.flags &= !iflag::INLINE_DATA;
-        st.dirty = true;
+        self.dirty_inode(st);
         Ok(())
     }
 
@@ -189,7 +193,7 @@ impl FsInner {
         if !p.dirty {
             p.dirty = true;
             st.dirty_pages += 1;
-            self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+            self.charge_dirty_page();
         }
         Ok(st.pages.get_mut(&idx).expect("inserted"))
     }
@@ -211,7 +215,7 @@ impl FsInner {
                 node::inode_area_mut(&mut st.node)[off as usize..end as usize]
                     .copy_from_slice(data);
                 st.hdr.size = st.hdr.size.max(end);
-                st.dirty = true;
+                self.dirty_inode(st);
                 self.stats
                     .app_write_bytes
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -236,7 +240,7 @@ impl FsInner {
             done += take;
             st.hdr.size = st.hdr.size.max(off + done as u64);
         }
-        st.dirty = true;
+        self.dirty_inode(st);
         self.stats
             .app_write_bytes
             .fetch_add(done as u64, Ordering::Relaxed);
@@ -266,7 +270,7 @@ impl FsInner {
             let p = st.pages.remove(&i).expect("present");
             if p.dirty {
                 st.dirty_pages -= 1;
-                self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+                self.drop_dirty_page();
             }
             if p.reserved {
                 self.release_blocks(1);
@@ -290,7 +294,7 @@ impl FsInner {
                     node::inode_area_mut(&mut st.node)[size as usize..].fill(0);
                 }
                 st.hdr.size = size;
-                st.dirty = true;
+                self.dirty_inode(st);
                 return Ok(());
             }
             self.convert_inline(st)?;
@@ -305,7 +309,7 @@ impl FsInner {
             }
         }
         st.hdr.size = size;
-        st.dirty = true;
+        self.dirty_inode(st);
         Ok(())
     }
 
@@ -333,7 +337,7 @@ impl FsInner {
                     if end <= MAX_INLINE_DATA as u64 {
                         if mode == FallocMode::Allocate && end > st.hdr.size {
                             st.hdr.size = end;
-                            st.dirty = true;
+                            self.dirty_inode(st);
                         }
                         return Ok(());
                     }
@@ -353,14 +357,14 @@ impl FsInner {
                 if mode == FallocMode::Allocate && end > st.hdr.size {
                     st.hdr.size = end;
                 }
-                st.dirty = true;
+                self.dirty_inode(st);
             }
             FallocMode::PunchHole => {
                 if Self::is_inline(st) {
                     let s = off.min(st.hdr.size) as usize;
                     let e = end.min(st.hdr.size) as usize;
                     node::inode_area_mut(&mut st.node)[s..e].fill(0);
-                    st.dirty = true;
+                    self.dirty_inode(st);
                     return Ok(());
                 }
                 let first_full = off.div_ceil(BS);
@@ -378,7 +382,7 @@ impl FsInner {
                     self.drop_pages(st, first_full, end_full);
                     self.punch_blocks(st, first_full, end_full)?;
                 }
-                st.dirty = true;
+                self.dirty_inode(st);
             }
         }
         Ok(())

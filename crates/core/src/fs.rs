@@ -2,7 +2,9 @@
 //! helpers for programs that embed Flashlog.
 //!
 //! Every operation runs under the shared side of the op lock; mutating operations first
-//! refuse on a read-only or poisoned mount. After an operation, the caller's thread does any
+//! reserve the space they may dirty from the space budget (`space.rs`; cleaning first when
+//! it has no room; ENOSPC from here), holding no lock, then refuse on a read-only or
+//! poisoned mount. After an operation, the caller's thread does any
 //! writeback or checkpoint that the dirty limits ask for, holding no cell lock.
 
 use crate::acl::{self, AclKind};
@@ -26,6 +28,13 @@ use std::thread::JoinHandle;
 
 /// Pages written back from one file before free space is checked again.
 const WRITEBACK_CHUNK: u64 = 512;
+/// Bytes of one `write` call that one operation (one space reservation) covers: a larger
+/// write runs as several operations, so that its reservation never has to be larger than
+/// what cleaning can make room for.
+const WRITE_OP_BYTES: usize = 1 << 20;
+/// Reservation attempts in a row after which cleaning freed nothing and the operation
+/// fails with ENOSPC (the volume holds only valid data).
+const MAX_FRUITLESS_RESERVES: u32 = 4;
 
 /// File attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -363,6 +372,13 @@ impl Fs {
         let _ = self.finish(false);
     }
 
+    /// Tests only: call `hook` at named points of concurrent code (see `FsInner::test_point`)
+    /// to force an interleaving.
+    #[doc(hidden)]
+    pub fn set_test_hook(&self, hook: Option<crate::inner::TestHook>) {
+        *self.inner.test_hook.write() = hook;
+    }
+
     pub fn inner(&self) -> &Arc<FsInner> {
         &self.inner
     }
@@ -375,11 +391,19 @@ impl Fs {
 
     /// Run a mutating operation, then any writeback or checkpoint the limits ask for.
     fn write_op<T>(&self, f: impl FnOnce(&FsInner) -> Result<T>) -> Result<T> {
+        self.write_op_sized(crate::space::OP_META_BLOCKS, f)
+    }
+
+    /// `write_op` for an operation that may dirty up to `blocks` blocks of checkpoint debt
+    /// (see `space.rs`): they are reserved before any lock is taken, cleaning first if the
+    /// budget has no room, so ENOSPC comes from here and never from a checkpoint.
+    fn write_op_sized<T>(&self, blocks: u64, f: impl FnOnce(&FsInner) -> Result<T>) -> Result<T> {
         self.inner.last_op_ns.store(
             self.inner.epoch.elapsed().as_nanos() as u64,
             Ordering::Relaxed,
         );
         self.ensure_space(false)?;
+        let space = self.reserve_space(blocks)?;
         let r = {
             let _g = self.inner.oplock.op();
             self.inner.check_writable()?;
@@ -388,8 +412,44 @@ impl Fs {
             self.inner.free_deferred()?;
             r
         };
+        drop(space);
         self.balance()?;
         r
+    }
+
+    /// Reserve `blocks` of the space budget for this thread's next operation. While the
+    /// budget has no room, clean and checkpoint (prefree sections become free); ENOSPC only
+    /// when rounds of cleaning free nothing, i.e. valid data fills the volume.
+    fn reserve_space(&self, blocks: u64) -> Result<crate::space::Allowance<'_>> {
+        let inner = &self.inner;
+        let mut fruitless = 0;
+        loop {
+            if let Some(a) = inner.seg.space.try_reserve(blocks, true) {
+                return Ok(a);
+            }
+            inner.check_writable()?;
+            let before = (inner.seg.space.released_secs(), inner.seg.space.headroom());
+            self.ensure_space(true)?;
+            let after = (inner.seg.space.released_secs(), inner.seg.space.headroom());
+            if after.0 == before.0 && after.1 <= before.1 {
+                fruitless += 1;
+                if fruitless >= MAX_FRUITLESS_RESERVES {
+                    tracing::info!(
+                        "ENOSPC: {blocks} blocks not reservable after cleaning: headroom {} \
+                         blocks, {} free sections, {} of {} user blocks allocated",
+                        inner.seg.space.headroom(),
+                        inner.seg.free_sections(),
+                        inner.alloc_blocks.load(Ordering::Relaxed),
+                        inner.sb.geo.user_blocks
+                    );
+                    return Err(Error::NoSpace);
+                }
+                // Other operations' reservations are short-lived: let them finish.
+                std::thread::yield_now();
+            } else {
+                fruitless = 0;
+            }
+        }
     }
 
     fn dirty_cap_pages(&self) -> u64 {
@@ -434,10 +494,6 @@ impl Fs {
                 let _g = inner.oplock.op();
                 for c in inner.cells.all() {
                     if inner.dirty_pages.load(Ordering::Relaxed) <= cap_pages / 2 {
-                        break;
-                    }
-                    if inner.seg.free_sections() <= inner.seg.reserve_sections() {
-                        no_space = true;
                         break;
                     }
                     if let Some(mut st) = c.state.try_lock() {
@@ -633,6 +689,8 @@ impl Fs {
             let st = InodeState::new(ino, blk, hdr, true);
             let cell = fs.cells.insert(InodeCell::new(st, true));
             let mut st = cell.lock();
+            // The new inode block is checkpoint debt from now on, charged to this operation.
+            fs.dirty_inode(&mut st);
             if !inherited.xattrs.is_empty() {
                 if let Err(e) = Self::store_xattrs(fs, &mut st, &inherited.xattrs) {
                     fs.free_inode(&mut st)?;
@@ -648,7 +706,7 @@ impl Fs {
             }
             pst.hdr.mtime = now;
             pst.hdr.ctime = now;
-            pst.dirty = true;
+            fs.dirty_inode(&mut pst);
             Ok(attr_of(&st))
         })
     }
@@ -710,7 +768,7 @@ impl Fs {
             st.hdr.nlink.saturating_sub(1)
         };
         st.hdr.ctime = now;
-        st.dirty = true;
+        fs.dirty_inode(st);
         // The entry removal reaches the disk only with a checkpoint; roll-forward must not
         // replay the lower link count alone (found by the crash simulator, seed 152).
         st.needs_cp = true;
@@ -761,7 +819,7 @@ impl Fs {
             }
             pst.hdr.mtime = now;
             pst.hdr.ctime = now;
-            pst.dirty = true;
+            fs.dirty_inode(&mut pst);
             self.drop_link(fs, &cc, &mut cst, now)
         })
     }
@@ -806,11 +864,11 @@ impl Fs {
             let now = fs.now();
             cst.hdr.nlink += 1;
             cst.hdr.ctime = now;
-            cst.dirty = true;
+            fs.dirty_inode(&mut cst);
             cst.needs_cp = true;
             pst.hdr.mtime = now;
             pst.hdr.ctime = now;
-            pst.dirty = true;
+            fs.dirty_inode(&mut pst);
             Ok(attr_of(&cst))
         })
     }
@@ -914,13 +972,13 @@ impl Fs {
                 dc.pino.store(parent, Ordering::Release);
                 for s in [&mut cs, &mut cd] {
                     s.hdr.ctime = now;
-                    s.dirty = true;
+                    fs.dirty_inode(s);
                     s.needs_cp = true;
                 }
                 for p in std::iter::once(&mut sa).chain(sb_opt.as_mut()) {
                     p.hdr.mtime = now;
                     p.hdr.ctime = now;
-                    p.dirty = true;
+                    fs.dirty_inode(p);
                 }
                 return Ok(());
             }
@@ -987,13 +1045,13 @@ impl Fs {
             cs.hdr.pino = new_parent;
             cs.hdr.name = new_name.to_vec();
             cs.hdr.ctime = now;
-            cs.dirty = true;
+            fs.dirty_inode(&mut cs);
             cs.needs_cp = true;
             sc.pino.store(new_parent, Ordering::Release);
             for p in std::iter::once(&mut sa).chain(sb_opt.as_mut()) {
                 p.hdr.mtime = now;
                 p.hdr.ctime = now;
-                p.dirty = true;
+                fs.dirty_inode(p);
             }
             Ok(())
         })
@@ -1046,7 +1104,35 @@ impl Fs {
     }
 
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
-        self.write_op(|fs| {
+        if data.is_empty() {
+            return self.write_chunk(ino, off, data);
+        }
+        let mut done = 0;
+        while done < data.len() {
+            let take = (data.len() - done).min(WRITE_OP_BYTES);
+            let pos = off.checked_add(done as u64).ok_or(Error::TooBig)?;
+            match self.write_chunk(ino, pos, &data[done..done + take]) {
+                Ok(n) => {
+                    done += n;
+                    if n < take {
+                        break;
+                    }
+                }
+                Err(Error::NoSpace) if done > 0 => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    /// One operation of `write`: its pages, the nodes above them and the inode reserved.
+    fn write_chunk(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        let bs = BLOCK_SIZE as u64;
+        let pages = (off % bs + data.len() as u64).div_ceil(bs);
+        let blocks = pages * crate::inner::PAGE_DEBT
+            + pages.div_ceil(node::ADDRS_PER_BLOCK as u64) * 2
+            + crate::space::OP_META_BLOCKS;
+        self.write_op_sized(blocks, |fs| {
             let _p = fs.protect(
                 ino,
                 off / BLOCK_SIZE as u64,
@@ -1066,7 +1152,11 @@ impl Fs {
     }
 
     pub fn fallocate(&self, ino: Ino, mode: FallocMode, off: u64, len: u64) -> Result<()> {
-        self.write_op(|fs| {
+        // Direct nodes the range touches (each dirtied once), capped: a punch over a huge
+        // sparse range touches only the nodes that exist.
+        let dnodes = (len / BLOCK_SIZE as u64 + 2).div_ceil(node::ADDRS_PER_BLOCK as u64);
+        let blocks = crate::space::OP_META_BLOCKS + (2 * dnodes).min(4096);
+        self.write_op_sized(blocks, |fs| {
             let _p = (mode == FallocMode::PunchHole)
                 .then(|| {
                     fs.protect(
@@ -1157,7 +1247,7 @@ impl Fs {
                 st.hdr.mtime = resolve(t);
             }
             st.hdr.ctime = a.ctime.unwrap_or(now);
-            st.dirty = true;
+            fs.dirty_inode(&mut st);
             Ok(attr_of(&st))
         })
     }
@@ -1201,7 +1291,11 @@ impl Fs {
         self.ensure_space(false)?;
         let mut attempts = 0;
         let need_cp = loop {
-            match self.fsync_once(ino) {
+            // fsync writes the inode even when clean: that block is reserved too.
+            let space = self.reserve_space(crate::space::OP_META_BLOCKS)?;
+            let r = self.fsync_once(ino);
+            drop(space);
+            match r {
                 Err(Error::NoSpace) if attempts < 3 => {
                     attempts += 1;
                     self.ensure_space(true)?;
@@ -1290,10 +1384,14 @@ impl Fs {
     }
 
     pub fn stats(&self) -> Counters {
-        self.inner.stats.snapshot(
+        let mut c = self.inner.stats.snapshot(
             self.inner.seg.blocks_written.load(Ordering::Relaxed),
             self.inner.seg.ssr_blocks.load(Ordering::Relaxed),
-        )
+        );
+        let space = &self.inner.seg.space;
+        c.space_overcommit_blocks = space.overcommit_blocks.load(Ordering::Relaxed);
+        c.space_refusals = space.refusals.load(Ordering::Relaxed);
+        c
     }
 
     // ---- xattrs ----
@@ -1443,10 +1541,11 @@ impl Fs {
             if !nb.dirty {
                 nb.dirty = true;
                 fs.dirty_nodes.fetch_add(1, Ordering::Relaxed);
+                fs.seg.space.charge(1);
             }
         }
         st.hdr.ctime = fs.now();
-        st.dirty = true;
+        fs.dirty_inode(st);
         Ok(())
     }
 

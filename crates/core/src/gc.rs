@@ -8,6 +8,8 @@
 //! issues and refuse to mount until they exist.
 //!
 //! Migration of one victim section:
+//! 0. reserve from the space budget what the moves may use (`reserve_victim`: the copies
+//!    and the nodes they dirty); without room the victim is given back;
 //! 1. read its summary blocks and, per the SIT, every valid block, all reads submitted at
 //!    once (`BlockDevice::read_many`), before anything moves, as F2FS does;
 //! 2. for each block, find the owner through the SSA and lock the owner's file cell;
@@ -63,20 +65,18 @@ pub enum Migration {
     Lazy,
 }
 
-/// Marks a collector at work (its writes may use the reserve) for its lifetime.
-pub struct GcActive<'a>(&'a FsInner);
+/// Budget blocks one valid block of a victim may need: its copy, and the node (or inode)
+/// the move dirties, which the next checkpoint writes. A node victim needs one (the node is
+/// dirtied and written at once), a lazy move one or two (the page's debt): two covers all.
+pub const VICTIM_BLOCKS_PER_VALID: u64 = 2;
 
-impl<'a> GcActive<'a> {
-    pub fn new(fs: &'a FsInner) -> Self {
-        fs.seg.in_gc.fetch_add(1, Ordering::AcqRel);
-        GcActive(fs)
-    }
-}
-
-impl Drop for GcActive<'_> {
-    fn drop(&mut self) {
-        self.0.seg.in_gc.fetch_sub(1, Ordering::AcqRel);
-    }
+/// Reserve from the space budget what cleaning `sec` may use, before anything moves: the
+/// collector's own reservation, which no writer and no other collector can take. `app`:
+/// leave the application floor (background cleaning, which nobody waits for). None: not
+/// enough headroom; the caller gives the victim back.
+pub fn reserve_victim(fs: &FsInner, sec: u64, app: bool) -> Option<crate::space::Allowance<'_>> {
+    let need = VICTIM_BLOCKS_PER_VALID * fs.seg.section_valid(sec);
+    fs.seg.space.try_reserve(need, app)
 }
 
 /// A garbage-collection policy.
@@ -140,10 +140,7 @@ impl Collector for F2fsCollector {
         // Bounded by attempts, not successes: a victim that cannot be emptied (its blocks
         // lost every race) must not make a caller loop.
         let mut attempts = 0;
-        while fs.seg.free_after_checkpoint() < target
-            && attempts < FG_VICTIMS_PER_ROUND
-            && fs.seg.free_sections() > fs.gc_floor()
-        {
+        while fs.seg.free_after_checkpoint() < target && attempts < FG_VICTIMS_PER_ROUND {
             attempts += 1;
             let Some(sec) = select_victim(fs, Cost::Greedy, u64::MAX) else {
                 break;
@@ -151,7 +148,12 @@ impl Collector for F2fsCollector {
             // The op lock is held per victim, so a checkpoint can run between victims.
             let r = {
                 let _g = fs.oplock.op();
-                let _gc = GcActive::new(fs);
+                // What the moves need is reserved first; if the budget has no room for it,
+                // the checkpoint that frees our prefree sections must come first.
+                let Some(_space) = reserve_victim(fs, sec, false) else {
+                    fs.seg.victims.clear(sec);
+                    break;
+                };
                 clean_section(fs, sec, Migration::Eager)
             };
             fs.seg.victims.clear(sec);
@@ -174,7 +176,10 @@ impl Collector for F2fsCollector {
         let Some(sec) = select_victim(fs, Cost::CostBenefit, BG_VICTIM_SEARCH) else {
             return Ok(0);
         };
-        let r = clean_section(fs, sec, Migration::Lazy);
+        let r = match reserve_victim(fs, sec, true) {
+            Some(_space) => clean_section(fs, sec, Migration::Lazy),
+            None => Ok(false),
+        };
         fs.seg.victims.clear(sec);
         fs.stats
             .gc_ns
@@ -402,7 +407,7 @@ fn migrate_data(
                     p.dirty = true;
                     p.gc = true;
                     st.dirty_pages += 1;
-                    fs.dirty_pages.fetch_add(1, Ordering::Relaxed);
+                    fs.charge_dirty_page();
                 }
                 None => {
                     st.pages.insert(
@@ -415,7 +420,7 @@ fn migrate_data(
                         },
                     );
                     st.dirty_pages += 1;
-                    fs.dirty_pages.fetch_add(1, Ordering::Relaxed);
+                    fs.charge_dirty_page();
                 }
             }
             Ok(true)
@@ -473,7 +478,7 @@ fn migrate_node(fs: &FsInner, nid: Nid, addr: BlkAddr, how: Migration) -> Result
         return Ok(false);
     }
     let kind = if nid == ino {
-        st.dirty = true;
+        fs.dirty_inode(&mut st);
         NodeKind::Inode
     } else {
         let k = node::footer(fs.node_of(&mut st, nid)?)
@@ -518,26 +523,34 @@ impl FsInner {
             .max(64)
     }
 
-    /// Free sections a collector must leave before it starts a victim: what the next
-    /// checkpoint needs for everything dirty, plus one section for each collector already
-    /// at work and one for this one. Counting the collectors actually working (not the
-    /// configured number) makes parallelism shrink when space is short instead of stopping
-    /// cleaning altogether.
-    pub fn gc_floor(&self) -> u64 {
-        let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
-        let dirty =
-            self.dirty_pages.load(Ordering::Relaxed) + self.dirty_nodes.load(Ordering::Relaxed);
-        dirty.div_ceil(per_sec) + self.seg.in_gc.load(Ordering::Acquire) as u64 + 1
-    }
-
     /// Free sections wanted before more work proceeds (F2FS `has_not_enough_free_secs`):
     /// the data floor, room for everything dirty, and a quarter of the headroom as slack
     /// so that cleaning starts before writers reach the floor.
+    ///
+    /// The space budget has its own view (`space.rs`): the target is also never below what
+    /// brings its headroom back to the application floor plus the same slack, so that
+    /// operations refused a reservation find cleaning under way.
+    /// The space budget's headroom is below the application floor plus the cleaning slack.
+    pub fn budget_short(&self) -> bool {
+        let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
+        let slack = (self.headroom_secs() / 4).max(1);
+        let space = &self.seg.space;
+        space.headroom() < space.app_floor() + (slack * per_sec) as i64
+    }
+
     pub fn space_target(&self) -> u64 {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         let dirty =
             self.dirty_pages.load(Ordering::Relaxed) + self.dirty_nodes.load(Ordering::Relaxed);
-        self.seg.reserve_sections() + dirty.div_ceil(per_sec) + (self.headroom_secs() / 4).max(1)
+        let slack = (self.headroom_secs() / 4).max(1);
+        let base = self.seg.reserve_sections() + dirty.div_ceil(per_sec) + slack;
+        let space = &self.seg.space;
+        let short = space.app_floor() + (slack * per_sec) as i64 - space.headroom();
+        if short > 0 {
+            base.max(self.seg.free_sections() + (short as u64).div_ceil(per_sec))
+        } else {
+            base
+        }
     }
 
     /// F2FS `f2fs_balance_fs`: when free sections run short, clean in the foreground (one
@@ -576,7 +589,12 @@ impl FsInner {
                 let r = fs.collector.foreground(fs, goal);
                 fs.guard(r)?
             };
-            if fs.seg.prefree_sections() > 0 {
+            // A checkpoint makes prefree sections free; it also writes every dirty page,
+            // which gives back the part of each page's debt held for a direct node that
+            // was dirty anyway (`PAGE_DEBT`): worth it when the space budget is short.
+            if fs.seg.prefree_sections() > 0
+                || (self.budget_short() && fs.dirty_pages.load(Ordering::Relaxed) > 0)
+            {
                 let _g = fs.oplock.checkpoint();
                 fs.write_checkpoint(false)?;
             }

@@ -71,7 +71,18 @@ pub struct FsInner {
     pub deferred_free: Mutex<Vec<Ino>>,
     /// Mount time, the origin of `last_op_ns`.
     pub epoch: std::time::Instant,
+    /// Test hook called at named points of concurrent code (`Fs::set_test_hook`); tests use
+    /// it to force an interleaving. None outside tests: one uncontended read per use.
+    pub test_hook: parking_lot::RwLock<Option<TestHook>>,
 }
+
+/// See `FsInner::test_hook`.
+pub type TestHook = Arc<dyn Fn(&'static str) + Send + Sync>;
+
+/// Checkpoint debt of one dirty page in blocks: its own block, and the direct node (or
+/// inode) that writing it will dirty. Charged whole so that writeback never needs space
+/// nobody reserved, whoever writes the page back (checkpoint, writeback, fsync, collector).
+pub const PAGE_DEBT: u64 = 2;
 
 /// Which log a node goes to (F2FS paper Table 1).
 pub fn node_temp(is_dir: bool, kind: NodeKind) -> Temp {
@@ -83,6 +94,14 @@ pub fn node_temp(is_dir: bool, kind: NodeKind) -> Temp {
 }
 
 impl FsInner {
+    /// Call the test hook, if one is set, at point `what`.
+    pub fn test_point(&self, what: &'static str) {
+        let h = self.test_hook.read().clone();
+        if let Some(h) = h {
+            h(what);
+        }
+    }
+
     pub fn geo(&self) -> &flashlog_format::sb::Geometry {
         &self.sb.geo
     }
@@ -204,8 +223,40 @@ impl FsInner {
             if !n.dirty {
                 n.dirty = true;
                 self.dirty_nodes.fetch_add(1, Ordering::Relaxed);
+                // Checkpoint debt: the block this node will be written to.
+                self.seg.space.charge(1);
             }
         }
+    }
+
+    /// Mark the inode block dirty, charging it to the space budget once (checkpoint debt).
+    pub fn dirty_inode(&self, st: &mut InodeState) {
+        st.dirty = true;
+        if !st.inode_charged {
+            st.inode_charged = true;
+            self.seg.space.charge(1);
+        }
+    }
+
+    /// A page of a locked file became dirty: `PAGE_DEBT` blocks of checkpoint debt, the
+    /// page's own block and the direct node its writeback will dirty.
+    pub fn charge_dirty_page(&self) {
+        self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+        self.seg.space.charge(PAGE_DEBT);
+    }
+
+    /// A dirty page was dropped without being written: its debt goes back.
+    pub fn drop_dirty_page(&self) {
+        self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+        self.seg.space.refund(PAGE_DEBT);
+    }
+
+    /// A dirty page was just written (its block used the page's own debt): the part held
+    /// for its direct node goes back, before the caller's `dnode_set` charges the node if
+    /// that makes it dirty.
+    fn page_written(&self) {
+        self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+        self.seg.space.refund(PAGE_DEBT - 1);
     }
 
     /// The direct node (nid, or the inode's own nid for blocks held by the inode) and slot
@@ -232,7 +283,7 @@ impl FsInner {
             };
             nid = self.new_node(st, kind, p.node_ofs[1])?;
             node::set_inode_nid(&mut st.node, p.slots[0], nid);
-            st.dirty = true;
+            self.dirty_inode(st);
         }
         for d in 1..p.depth {
             let parent = nid;
@@ -304,7 +355,7 @@ impl FsInner {
     pub fn dnode_set(&self, st: &mut InodeState, nid: Nid, slot: usize, addr: BlkAddr) {
         if nid == st.ino {
             node::set_inode_addr(&mut st.node, slot, addr);
-            st.dirty = true;
+            self.dirty_inode(st);
         } else if let Some(n) = st.nodes.get_mut(&nid) {
             node::set_dnode_addr(&mut n.blk, slot, addr);
             self.mark_dirty_node(st, nid);
@@ -329,7 +380,7 @@ impl FsInner {
         }
         self.release_blocks(1);
         st.hdr.blocks = st.hdr.blocks.saturating_sub(1);
-        st.dirty = true;
+        self.dirty_inode(st);
     }
 
     /// Free a node (not the inode): its block, its nid, its cache entry.
@@ -341,6 +392,7 @@ impl FsInner {
         if let Some(n) = st.nodes.remove(&nid) {
             if n.dirty {
                 self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
+                self.seg.space.refund(1);
             }
         }
         self.nat.free(nid);
@@ -362,7 +414,7 @@ impl FsInner {
                 if addr != NULL_ADDR {
                     self.free_data_addr(st, addr);
                     node::set_inode_addr(&mut st.node, slot, NULL_ADDR);
-                    st.dirty = true;
+                    self.dirty_inode(st);
                 }
             }
         }
@@ -380,7 +432,7 @@ impl FsInner {
             }
             if self.free_subtree(st, nid, level, start, first, 0)? {
                 node::set_inode_nid(&mut st.node, k, 0);
-                st.dirty = true;
+                self.dirty_inode(st);
             }
         }
         Ok(())
@@ -487,6 +539,17 @@ impl FsInner {
         if old != NULL_ADDR {
             self.seg.invalidate(old);
         }
+        // Space: a dirty node (a charged inode) was debt, and writing it uses what the debt
+        // held; anything else (an inode written by fsync although clean, one marked dirty
+        // outside `dirty_inode`) is charged now.
+        let was_debt = if nid == ino {
+            std::mem::take(&mut st.inode_charged)
+        } else {
+            was_dirty
+        };
+        if !was_debt {
+            self.seg.space.charge(1);
+        }
         if nid == ino {
             st.dirty = false;
         } else if let Some(n) = st.nodes.get_mut(&nid) {
@@ -552,7 +615,7 @@ impl FsInner {
             page.reserved = false;
             page.gc = false;
             st.dirty_pages -= 1;
-            self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+            self.page_written();
             let old = self.dnode_get(st, nid, slot);
             self.dnode_set(st, nid, slot, addr);
             self.seg.set_valid(addr);
@@ -603,14 +666,19 @@ impl FsInner {
             },
             |_, _, out| out.copy_from_slice(newer.as_ref().unwrap_or(blk)),
         )?;
+        if newer.is_none() {
+            // A move of a clean block is no debt: the collector's reservation pays it.
+            self.seg.space.charge(1);
+        } else {
+            let p = st.pages.remove(&idx).expect("dirty page");
+            debug_assert!(p.dirty && !p.reserved);
+            st.dirty_pages -= 1;
+            self.page_written();
+        }
         self.dnode_set(st, nid, slot, new);
         self.seg.set_valid(new);
         self.seg.invalidate(addr);
         if newer.is_some() {
-            let p = st.pages.remove(&idx).expect("dirty page");
-            debug_assert!(p.dirty && !p.reserved);
-            st.dirty_pages -= 1;
-            self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
             self.stats
                 .data_blocks_written
                 .fetch_add(1, Ordering::Relaxed);
@@ -713,7 +781,7 @@ impl FsInner {
         let pages = std::mem::take(&mut st.pages);
         for (_, p) in pages {
             if p.dirty {
-                self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+                self.drop_dirty_page();
             }
             if p.reserved {
                 self.release_blocks(1);
@@ -742,7 +810,11 @@ impl FsInner {
         for (_, n) in st.nodes.drain() {
             if n.dirty {
                 self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
+                self.seg.space.refund(1);
             }
+        }
+        if std::mem::take(&mut st.inode_charged) {
+            self.seg.space.refund(1);
         }
         st.dirty = false;
         st.freed = true;

@@ -48,6 +48,7 @@ pub mod nat;
 pub mod recovery;
 pub mod scale;
 pub mod seg;
+pub mod space;
 pub mod stats;
 pub mod svp;
 pub mod waits;

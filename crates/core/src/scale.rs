@@ -10,7 +10,10 @@
 //!   that the checkpoint persists and recovery knows;
 //! - protects each page it moves in the victim protector (SVP) instead of locking the file
 //!   for the whole migration, and commits a move only under the node-lock rule;
-//! - updates the SIT with atomics (LSU, in `seg`).
+//! - updates the SIT with atomics (LSU, in `seg`);
+//! - reserves from the space budget what each victim's moves may use before it takes the
+//!   op lock for it (`gc::reserve_victim`), so that parallel workers can never take the
+//!   space the next checkpoint needs; a worker that gets no reservation ends its round.
 //!
 //! A foreground call starts a round on every worker and returns as soon as enough sections
 //! are free (or prefree, for the next checkpoint), so blocked writers wake early; workers
@@ -195,7 +198,10 @@ impl Collector for ScaleCollector {
             return Ok(0);
         };
         let _g = fs.oplock.op();
-        let r = clean_section(fs, sec, Migration::Lazy);
+        let r = match crate::gc::reserve_victim(fs, sec, true) {
+            Some(_space) => clean_section(fs, sec, Migration::Lazy),
+            None => Ok(false),
+        };
         fs.seg.victims.clear(sec);
         Ok(r? as u64)
     }
@@ -264,25 +270,29 @@ fn run_round(
         {
             return Ok(());
         }
-        // Leave room for the checkpoint that turns our prefree sections into free ones.
-        if fs.seg.free_sections() <= fs.gc_floor() {
-            return Ok(());
-        }
         let sec = if f.cvs {
             cvs_next(w, m, sh, fs)
         } else {
             let _l = waits::lock(Point::VictimSelect, &sh.select_lock);
             select_victim(fs, Cost::Greedy, u64::MAX)
         };
+        fs.test_point("collector-decided");
         let Some(sec) = sec else { return Ok(()) };
+        // The space the moves need is reserved before anything moves (space.rs): when the
+        // budget cannot cover one more victim, parallel cleaning shrinks instead of taking
+        // what the checkpoint that frees our prefree sections needs.
+        let Some(space) = crate::gc::reserve_victim(fs, sec, false) else {
+            fs.seg.victims.clear(sec);
+            return Ok(());
+        };
         let gain = bps.saturating_sub(fs.seg.section_valid(sec));
         sh.pending_gain.fetch_add(gain, Ordering::AcqRel);
         let t0 = Instant::now();
         let r = {
             let _g = fs.oplock.op();
-            let _gc = crate::gc::GcActive::new(fs);
             clean_section_scale(fs, sec, w, f, buf)
         };
+        drop(space);
         sh.pending_gain.fetch_sub(gain, Ordering::AcqRel);
         fs.seg.victims.clear(sec);
         fs.stats

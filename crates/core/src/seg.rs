@@ -11,8 +11,13 @@
 //! - each log head writes its segment strictly in order; node heads know their next segment
 //!   in advance so that a node footer can name the next block of the roll-forward chain.
 //!
+//! - space: every change of the free-section count and of a head's room before its next
+//!   claim is reported to the space budget (`space.rs`), exactly, so that its headroom stays
+//!   what it claims to be; claiming a section is never refused by a floor here: whoever
+//!   writes was covered by the budget before it dirtied the block.
+//!
 //! Lock order: a log head's mutex, then `ssa_dirty`, then `prefree` (leaves). A thread holds
-//! at most one log head at a time.
+//! at most one log head at a time. The space budget is atomics only.
 
 use crate::bitmap::AtomicBitmap;
 use crate::config::WRITE_BATCH_BLOCKS;
@@ -150,9 +155,11 @@ pub struct SegManager {
     pub heads: Vec<Mutex<LogHead>>,
     /// Per head: [start, end) of blocks buffered but not yet written, for lock-free checks.
     pending: Vec<(AtomicU64, AtomicU64)>,
-    /// Sections kept back from data allocation so that nodes and checkpoints can always be
-    /// written.
+    /// The data floor in sections: a tuning number for the cleaning targets and dirty caps
+    /// (`gc.rs`); space itself is owned by `space`.
     reserve_secs: u64,
+    /// The one owner of space (`space.rs`).
+    pub space: crate::space::SpaceBudget,
     /// Volume lifetime seconds, for segment ages.
     pub clock_secs: AtomicU64,
     pub blocks_written: AtomicU64,
@@ -166,10 +173,6 @@ pub struct SegManager {
     /// Threaded logging starts below this many free sections (F2FS: 5 %).
     pub ssr_below_secs: AtomicU64,
     pub ssr_blocks: AtomicU64,
-    /// While a checkpoint writes, data may use the reserve too.
-    pub in_checkpoint: AtomicBool,
-    /// Collectors at work: their writes may use the reserve (cleaning is what frees it).
-    pub in_gc: std::sync::atomic::AtomicU32,
     /// ScaleLFS ablation without LSU: every SIT update takes `sit_lock`.
     pub lsu_off: AtomicBool,
     sit_lock: Mutex<()>,
@@ -182,6 +185,34 @@ pub const SSR_SEARCH_MAX: u64 = 4096;
 impl SegManager {
     fn sps(&self) -> u64 {
         self.geo.segs_per_sec as u64
+    }
+    /// Blocks per section.
+    pub fn bps(&self) -> u64 {
+        self.sps() * BLOCKS_PER_SEG
+    }
+
+    /// Blocks head `h` has written of what it may write before its next section claim,
+    /// counted from the section size: `bps - room(h)` (see `space.rs`). A data head claims
+    /// when it leaves the last segment of its section; a node head when it enters the last
+    /// segment of a section (it then claims the section after, for its `next_seg`). An SSR
+    /// head may need a section at any block (room 0).
+    fn head_used(&self, h: &LogHead) -> u64 {
+        let bps = self.bps();
+        if h.ssr {
+            return bps;
+        }
+        let room_cur = BLOCKS_PER_SEG.saturating_sub(h.blkoff as u64);
+        let room = match h.kind {
+            LogKind::Data => room_cur + BLOCKS_PER_SEG * (self.sps() - 1 - h.seg % self.sps()),
+            LogKind::Node if h.next_seg == NO_SEG => room_cur,
+            LogKind::Node => room_cur + BLOCKS_PER_SEG * (self.sps() - 1 - h.next_seg % self.sps()),
+        };
+        bps - room.min(bps)
+    }
+
+    /// Sum of `head_used` over the table (for whole-table changes).
+    fn heads_used(&self) -> u64 {
+        self.heads.iter().map(|h| self.head_used(&h.lock())).sum()
     }
     pub fn sec_of(&self, seg: SegNo) -> u64 {
         seg / self.sps()
@@ -222,6 +253,7 @@ impl SegManager {
             heads: Vec::new(),
             pending: Vec::new(),
             reserve_secs,
+            space: crate::space::SpaceBudget::new(BLOCKS_PER_SEG * geo.segs_per_sec as u64, 0, 0),
             clock_secs: AtomicU64::new(elapsed),
             blocks_written: AtomicU64::new(0),
             discarded_blocks: AtomicU64::new(0),
@@ -230,8 +262,6 @@ impl SegManager {
             lfs_mode: AtomicBool::new(false),
             ssr_below_secs: AtomicU64::new((nsecs / 20).max(reserve_secs + 1)),
             ssr_blocks: AtomicU64::new(0),
-            in_checkpoint: AtomicBool::new(false),
-            in_gc: std::sync::atomic::AtomicU32::new(0),
             lsu_off: AtomicBool::new(false),
             sit_lock: Mutex::new(()),
             ssr_cursor: AtomicU64::new(0),
@@ -296,8 +326,10 @@ impl SegManager {
             m.pending
                 .push((AtomicU64::new(start), AtomicU64::new(start)));
         }
-        m.free_secs
-            .store(nsecs - m.used.count_ones(), Ordering::Relaxed);
+        let free = nsecs - m.used.count_ones();
+        m.free_secs.store(free, Ordering::Relaxed);
+        let used: u64 = m.heads.iter().map(|h| m.head_used(&h.lock())).sum();
+        m.space = crate::space::SpaceBudget::new(m.bps(), free, used);
         Ok(m)
     }
 
@@ -396,16 +428,18 @@ impl SegManager {
             .is_some_and(|(seg, off)| self.segs[seg as usize].is_valid(off))
     }
 
-    /// Claim a free section; data allocations leave `reserve_secs` for nodes.
-    fn claim_section(&self, for_node: bool, hint_right: bool) -> Result<u64> {
-        let reserve = if for_node || self.in_checkpoint.load(Ordering::Acquire) {
-            0
-        } else {
-            self.reserve_secs
-        };
+    /// Claim a free section. No floor here: the space budget covered the write that needs
+    /// it before the block was dirtied, so running out means the budget was overcommitted.
+    fn claim_section(&self, hint_right: bool) -> Result<u64> {
         let mut free = self.free_secs.load(Ordering::Acquire);
         loop {
-            if free <= reserve {
+            if free == 0 {
+                tracing::error!(
+                    "no free section although the space budget covered the write \
+                     (headroom {} blocks, overcommitted {})",
+                    self.space.headroom(),
+                    self.space.overcommit_blocks.load(Ordering::Relaxed)
+                );
                 return Err(Error::NoSpace);
             }
             match self.free_secs.compare_exchange(
@@ -423,6 +457,7 @@ impl SegManager {
         match self.used.claim_zero(hint) {
             Some(sec) => {
                 self.current.set(sec);
+                self.space.sections_changed(-1);
                 Ok(sec)
             }
             None => {
@@ -439,14 +474,14 @@ impl SegManager {
             return Ok(seg + 1);
         }
         let right = kind == LogKind::Data && matches!(temp, Temp::Warm | Temp::Cold | Temp::Gc);
-        Ok(self.claim_section(self.may_use_reserve(kind, temp), right)? * self.sps())
+        Ok(self.claim_section(right)? * self.sps())
     }
 
     /// Set up a fresh head table at mkfs / after recovery: every head gets a new section.
     pub fn fresh_heads(&self, specs: &[(LogKind, Temp, u16, u16)]) -> Result<Vec<LogHeadRecord>> {
         let mut out = Vec::new();
         for &(kind, temp, mlog, stream) in specs {
-            let seg = self.claim_section(true, kind == LogKind::Data)? * self.sps();
+            let seg = self.claim_section(kind == LogKind::Data)? * self.sps();
             let next_seg = if kind == LogKind::Node {
                 self.following_segment(seg, kind, temp)?
             } else {
@@ -476,6 +511,7 @@ impl SegManager {
                 (h.seg, h.next_seg)
             })
             .collect();
+        let used_before = self.heads_used();
         let mut new_heads = Vec::new();
         let mut pending = Vec::new();
         for h in recs {
@@ -487,6 +523,8 @@ impl SegManager {
         }
         self.heads = new_heads;
         self.pending = pending;
+        self.space
+            .used_changed(self.heads_used() as i64 - used_before as i64);
         self.retire_sections(&old, recs);
         Ok(())
     }
@@ -495,6 +533,14 @@ impl SegManager {
     /// rows: missing ones get fresh sections; surplus ones (an earlier mount had more
     /// collectors) are retired, their segments becoming ordinary dirty segments.
     pub fn set_gc_streams(&mut self, base: usize, streams: usize) -> Result<()> {
+        let used_before = self.heads_used();
+        let r = self.set_gc_streams_inner(base, streams);
+        self.space
+            .used_changed(self.heads_used() as i64 - used_before as i64);
+        r
+    }
+
+    fn set_gc_streams_inner(&mut self, base: usize, streams: usize) -> Result<()> {
         let have = self.heads.len() - base;
         if have > streams {
             let retired: Vec<_> = self
@@ -567,6 +613,7 @@ impl SegManager {
         for (hi, (h, r)) in self.heads.iter().zip(recs).enumerate() {
             let mut h = h.lock();
             self.submit(hi, &mut h)?;
+            let used_before = self.head_used(&h);
             old.push((h.seg, h.next_seg));
             let prev = std::mem::replace(&mut h.ssa, Box::new(SsaBlock::empty(r.seg)));
             self.ssa_dirty.lock().insert(h.seg, prev);
@@ -577,6 +624,8 @@ impl SegManager {
             h.buf_start = self.geo.seg_start(r.seg) + r.blkoff as u64;
             self.pending[hi].0.store(h.buf_start, Ordering::Release);
             self.pending[hi].1.store(h.buf_start, Ordering::Release);
+            self.space
+                .used_changed(self.head_used(&h) as i64 - used_before as i64);
         }
         self.retire_sections(&old, recs);
         Ok(())
@@ -589,6 +638,7 @@ impl SegManager {
             let sec = self.sec_of(seg);
             if !self.used.set(sec) {
                 self.free_secs.fetch_sub(1, Ordering::AcqRel);
+                self.space.sections_changed(-1);
             }
             self.prefree.lock().remove(&sec);
         }
@@ -625,6 +675,8 @@ impl SegManager {
         }
         if h.ssr {
             self.ssr_blocks.fetch_add(1, Ordering::Relaxed);
+            // A hole of a used section: no room of a claimed section is used up.
+            self.space.refund(1);
         }
         let next_addr = if (h.blkoff as u64 + 1) < BLOCKS_PER_SEG {
             addr + 1
@@ -660,6 +712,14 @@ impl SegManager {
     /// Move head `hi` to its next segment.
     fn advance(&self, hi: usize, h: &mut LogHead) -> Result<()> {
         self.submit(hi, h)?;
+        let used_before = self.head_used(h);
+        let r = self.advance_inner(h);
+        self.space
+            .used_changed(self.head_used(h) as i64 - used_before as i64);
+        r
+    }
+
+    fn advance_inner(&self, h: &mut LogHead) -> Result<()> {
         let old_seg = h.seg;
         let old_sec = self.sec_of(old_seg);
         // An SSR segment is never followed by its neighbour (which belongs to someone else):
@@ -678,7 +738,7 @@ impl SegManager {
                     h.next_seg
                 } else if h.ssr {
                     let right = matches!(h.temp, Temp::Warm | Temp::Cold | Temp::Gc);
-                    self.claim_section(self.may_use_reserve(h.kind, h.temp), right)? * self.sps()
+                    self.claim_section(right)? * self.sps()
                 } else {
                     self.following_segment(h.seg, h.kind, h.temp)?
                 };
@@ -704,14 +764,6 @@ impl SegManager {
             }
         }
         Ok(())
-    }
-
-    /// Nodes, collector streams, and the cold log while a collector works may allocate
-    /// below the data floor.
-    fn may_use_reserve(&self, kind: LogKind, temp: Temp) -> bool {
-        kind == LogKind::Node
-            || temp == Temp::Gc
-            || (temp == Temp::Cold && self.in_gc.load(Ordering::Acquire) > 0)
     }
 
     /// Threaded logging is due: adaptive mode and free sections below the threshold.
@@ -1015,6 +1067,7 @@ impl SegManager {
                 n += 1;
             }
         }
+        self.space.sections_changed(n as i64);
         n
     }
 

@@ -63,6 +63,12 @@ pub struct Counters {
     pub checkpoint_time_s: f64,
     /// Blocks written by threaded logging into holes (SSR).
     pub ssr_blocks: u64,
+    /// Space budget (`space.rs`): blocks charged beyond every reservation while the
+    /// headroom was below zero. Nonzero means a checkpoint could have run out of space.
+    pub space_overcommit_blocks: u64,
+    /// Space budget: reservations refused (an operation cleaned first, or a collector
+    /// stopped taking victims).
+    pub space_refusals: u64,
     /// Device bytes written / application bytes written (page-cache absorption of repeated
     /// overwrites can make this < 1).
     pub write_amplification: f64,
@@ -97,6 +103,8 @@ impl Stats {
             stall_time_s: g(&self.stall_ns) as f64 / 1e9,
             checkpoint_time_s: g(&self.checkpoint_ns) as f64 / 1e9,
             ssr_blocks,
+            space_overcommit_blocks: 0,
+            space_refusals: 0,
             fs_write_amplification: if g(&self.data_blocks_written) == 0 {
                 0.0
             } else {

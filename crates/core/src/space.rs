@@ -1,0 +1,253 @@
+//! The space budget: the one owner of "may I use main-area space?" (issue 12 item 1).
+//!
+//! Owns one signed counter, the **headroom** `H` in blocks:
+//!
+//! ```text
+//! H = free_sections * blocks_per_section   (capacity no log head owns)
+//!   - debt                                 (dirty pages, nodes and inodes: blocks the next
+//!                                           checkpoint must write)
+//!   - allowances                           (blocks reserved by operations and collectors
+//!                                           in flight, not yet turned into debt or writes)
+//!   - sum over log heads of used(h)        (blocks head h can write before it must claim
+//!                                           a new section, counted from the other side:
+//!                                           used(h) = section size - room(h))
+//! ```
+//!
+//! Invariant: `H >= 0` outside an overcommit (counted in `overcommit_blocks`; the tests
+//! assert it stays 0). From it, the next checkpoint always finds its sections: writing
+//! `k_h` blocks through head `h` claims at most `ceil(max(0, k_h - room(h)) / bps)` sections,
+//! which is `<= (k_h + used(h)) / bps`; summed over heads that is at most
+//! `(debt + allowances + sum used) / bps <= free_sections`. So a checkpoint needs no check
+//! and can never fail for space, and no one else can take what it needs.
+//!
+//! How each event moves `H` (docs/DESIGN.md "Space budget" has the full table):
+//! - a page, node or inode becomes dirty: `-1`, drawn from the thread's allowance if it
+//!   holds one (then `H` does not move: the allowance was subtracted when taken);
+//! - a dirty block is written: debt `-1`, `used(h)` `+1`: no change; a block that was not
+//!   debt (a collector's move of a clean block, a clean inode written by fsync) is drawn
+//!   from the allowance like a charge;
+//! - a head claims a section: free `-bps`, `used(h)` falls from `bps` to 0: no change (the
+//!   segment manager applies the exact difference); an SSR head fills holes of used
+//!   sections, so its `used` stays `bps` and each block it writes gives `+1`;
+//! - a dirty block is dropped unwritten (truncate, unlink): `+1`;
+//! - the checkpoint frees prefree sections: `+bps` each.
+//!
+//! Only two things may fail, both before any lock is held: an operation's allowance
+//! (`try_reserve` with the application floor, at the start of each modifying call: ENOSPC
+//! comes from here after cleaning could not help) and a collector's reservation for one
+//! victim (`try_reserve` with floor 0). The application floor keeps one victim's worth of
+//! blocks that only collectors may take, so cleaning can always start.
+//!
+//! The allowance of the current thread lives in a thread-local (`Allowance` guard), so the
+//! node-tree code charges without new parameters and without touching the global counter
+//! per block.
+//!
+//! Lock order: none. Everything here is atomics; callers may hold any lock.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Blocks an operation that changes only metadata may dirty (inodes of a rename's two
+/// directories and two files, a new dentry page and the nodes above it, an xattr node).
+pub const OP_META_BLOCKS: u64 = 32;
+
+thread_local! {
+    /// (budget address, blocks left) of the allowance this thread holds, if any.
+    static ALLOWANCE: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+}
+
+pub struct SpaceBudget {
+    /// Blocks per section.
+    bps: i64,
+    /// `H` above.
+    headroom: AtomicI64,
+    /// Blocks an application operation must leave: one cleaning victim's reservation.
+    app_floor: i64,
+    /// Blocks charged with no allowance while `H` was below zero (an accounting bug if
+    /// nonzero; reported by the bench and asserted by the tests).
+    pub overcommit_blocks: AtomicU64,
+    /// Reservations refused (operations that had to clean first, collectors that stopped).
+    pub refusals: AtomicU64,
+    /// Sections released by checkpoints so far (progress for callers that wait on cleaning).
+    released: AtomicU64,
+}
+
+impl SpaceBudget {
+    /// A budget over `free_secs` free sections of `bps` blocks, heads already using
+    /// `used` blocks.
+    pub fn new(bps: u64, free_secs: u64, used: u64) -> Self {
+        SpaceBudget {
+            bps: bps as i64,
+            headroom: AtomicI64::new((free_secs * bps) as i64 - used as i64),
+            app_floor: 2 * bps as i64,
+            overcommit_blocks: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+        }
+    }
+
+    fn id(&self) -> usize {
+        self as *const _ as usize
+    }
+
+    /// Current headroom in blocks (negative only after an overcommit).
+    pub fn headroom(&self) -> i64 {
+        self.headroom.load(Ordering::Acquire)
+    }
+
+    /// The floor application reservations must leave, in blocks.
+    pub fn app_floor(&self) -> i64 {
+        self.app_floor
+    }
+
+    /// Free sections changed by `secs` (claim: -1, release after a checkpoint: +n).
+    pub fn sections_changed(&self, secs: i64) {
+        self.headroom.fetch_add(secs * self.bps, Ordering::AcqRel);
+        if secs > 0 {
+            self.released.fetch_add(secs as u64, Ordering::AcqRel);
+        }
+    }
+
+    /// Sections released so far.
+    pub fn released_secs(&self) -> u64 {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// The heads' `used` sum changed by `delta` blocks.
+    pub fn used_changed(&self, delta: i64) {
+        if delta != 0 {
+            self.headroom.fetch_sub(delta, Ordering::AcqRel);
+        }
+    }
+
+    /// Reserve `n` blocks if `H - n >= floor`; the allowance becomes this thread's until the
+    /// guard drops (then what is left returns). `app`: use the application floor, else 0.
+    pub fn try_reserve(&self, n: u64, app: bool) -> Option<Allowance<'_>> {
+        let floor = if app { self.app_floor } else { 0 };
+        let n_i = n as i64;
+        let mut cur = self.headroom.load(Ordering::Acquire);
+        loop {
+            if cur - n_i < floor {
+                self.refusals.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            match self.headroom.compare_exchange_weak(
+                cur,
+                cur - n_i,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        let prev = ALLOWANCE.with(|a| a.replace((self.id(), n)));
+        Some(Allowance { budget: self, prev })
+    }
+
+    /// `n` blocks of new debt (or a write that was not debt): from this thread's allowance
+    /// when it has one, else straight from `H` (an overcommit if `H` goes below zero).
+    pub fn charge(&self, n: u64) {
+        let id = self.id();
+        let rest = ALLOWANCE.with(|a| {
+            let (owner, left) = a.get();
+            if owner == id {
+                let take = left.min(n);
+                a.set((owner, left - take));
+                n - take
+            } else {
+                n
+            }
+        });
+        if rest > 0 {
+            let before = self.headroom.fetch_sub(rest as i64, Ordering::AcqRel);
+            let below = (rest as i64 - before.max(0)).max(0);
+            if below > 0 {
+                self.overcommit_blocks
+                    .fetch_add(below as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `n` blocks of debt dropped without being written (truncate, unlink), or a block
+    /// written into a hole of a used section (SSR).
+    pub fn refund(&self, n: u64) {
+        self.headroom.fetch_add(n as i64, Ordering::AcqRel);
+    }
+
+    /// Blocks left in this thread's allowance on this budget (tests).
+    pub fn allowance_left(&self) -> u64 {
+        ALLOWANCE.with(|a| {
+            let (owner, left) = a.get();
+            if owner == self.id() {
+                left
+            } else {
+                0
+            }
+        })
+    }
+}
+
+/// A thread's reservation; what is left returns to the budget on drop.
+pub struct Allowance<'a> {
+    budget: &'a SpaceBudget,
+    prev: (usize, u64),
+}
+
+impl Drop for Allowance<'_> {
+    fn drop(&mut self) {
+        let (_, left) = ALLOWANCE.with(|a| a.replace(self.prev));
+        if left > 0 {
+            self.budget.refund(left);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowance_draws_locally_and_returns_the_rest() {
+        let b = SpaceBudget::new(512, 10, 0);
+        assert_eq!(b.headroom(), 5120);
+        {
+            let _a = b.try_reserve(100, true).expect("room");
+            assert_eq!(b.headroom(), 5020);
+            b.charge(30);
+            assert_eq!(
+                b.headroom(),
+                5020,
+                "charges inside the allowance stay local"
+            );
+            assert_eq!(b.allowance_left(), 70);
+        }
+        assert_eq!(b.headroom(), 5090, "70 unused blocks came back");
+        b.charge(5);
+        assert_eq!(b.headroom(), 5085);
+        assert_eq!(b.overcommit_blocks.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn application_floor_is_left_for_collectors() {
+        let b = SpaceBudget::new(512, 3, 0);
+        // 1536 blocks, floor 1024: an application may take 512, a collector the rest.
+        assert!(b.try_reserve(513, true).is_none());
+        let a = b.try_reserve(512, true).expect("above the floor");
+        assert!(b.try_reserve(1, true).is_none());
+        let g = b
+            .try_reserve(1024, false)
+            .expect("collectors may use the floor");
+        assert!(b.try_reserve(1, false).is_none());
+        drop(g);
+        drop(a);
+        assert_eq!(b.headroom(), 1536);
+    }
+
+    #[test]
+    fn overcommit_is_counted() {
+        let b = SpaceBudget::new(512, 1, 0);
+        b.charge(600);
+        assert_eq!(b.overcommit_blocks.load(Ordering::Relaxed), 88);
+    }
+}
