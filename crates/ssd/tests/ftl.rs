@@ -483,8 +483,8 @@ fn coupled_resends_unacknowledged_upcalls_after_a_power_cut() {
     dev.check_invariants().unwrap();
 }
 
-/// The GC region is the device's: host writes there are refused; so are rewrites below a
-/// zone's write pointer. The logical space is conventional + degree × capacity + capacity.
+/// The GC region is the device's: host writes there are refused; so are rewrites of a zone
+/// block before the zone is reclaimed. The logical space is conventional + degree × capacity + capacity.
 #[test]
 fn coupled_layout_and_refusals() {
     for degree in [1.0, 1.4, 2.0] {
@@ -504,11 +504,24 @@ fn coupled_layout_and_refusals() {
             other => panic!("{other:?}"),
         }
         let c = caps.conventional_blocks;
-        dev.write(c + 2, &block(1)).unwrap();
-        assert!(matches!(
-            dev.write(c + 1, &block(1)),
-            Err(DevError::Refused(_))
-        ));
+        // Zone blocks are write-once, in any order (I/O threads may reorder a section).
+        dev.write(c + 2, &block(12)).unwrap();
+        dev.write(c + 1, &block(11)).unwrap();
+        match dev.write(c + 2, &block(13)) {
+            Err(DevError::Refused(m)) => assert!(m.contains("write-once"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(read(&dev, c + 1), block(11));
+        assert_eq!(read(&dev, c + 2), block(12));
+        // Once the host discards every block of a complete zone, the zone is reset and takes
+        // writes again.
+        for o in (0..z).filter(|&o| o != 1 && o != 2) {
+            dev.write(c + o, &block(o)).unwrap();
+        }
+        dev.discard(c, z).unwrap();
+        assert_eq!(dev.ftl_stats().zone_resets, 1);
+        dev.write(c + 2, &block(14)).unwrap();
+        assert_eq!(read(&dev, c + 2), block(14));
         // The conventional region takes rewrites.
         dev.write(0, &block(1)).unwrap();
         dev.write(0, &block(2)).unwrap();

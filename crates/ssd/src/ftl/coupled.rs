@@ -16,9 +16,11 @@
 //! old address lies in it.
 //!
 //! Mapping: block mapping with identity offsets (block `o` of a zone sits at slot `o` of the
-//! zone's line). Host writes into a zone are append-only: an offset below the zone's write
-//! pointer is refused until the zone is reclaimed (gaps are allowed; skipped slots count as
-//! invalid). A zone's line is sealed (a GC candidate) when its last slot is written.
+//! zone's line). Zone blocks are write-once: a block written since its zone got its line is
+//! refused until the zone is reclaimed (device GC or every block discarded). Any order is
+//! accepted, so a host whose I/O threads reorder the writes of a section works; slots never
+//! written count as invalid. A zone's line is sealed (a GC candidate) when all its slots or
+//! its last slot are written.
 //!
 //! Coupled GC: greedy victim among sealed zone lines; each valid page goes to the next slot of
 //! the GC destination zone (block-associative migration: its offset changes), gets the new
@@ -112,7 +114,12 @@ pub struct CoupledFtl {
     regular_zones: u64,
     gc_zones: u64,
     zone_line: Vec<u32>,
+    /// One past the highest offset written since the zone got its line.
     zone_wp: Vec<u32>,
+    /// Slots of each zone's line written since the zone got it (a bit per physical slot).
+    written: Vec<u64>,
+    /// Blocks written per zone since it got its line.
+    zone_written: Vec<u32>,
     line_zone: Vec<u32>,
     /// Outstanding records whose old address lies in each GC-region zone.
     pending_old: Vec<u32>,
@@ -172,6 +179,8 @@ impl CoupledFtl {
             gc_zones,
             zone_line: vec![NO_LINE; zones],
             zone_wp: vec![0; zones],
+            written: vec![0; (lines * z).div_ceil(64) as usize],
+            zone_written: vec![0; zones],
             line_zone: vec![NO_ZONE; lines as usize],
             pending_old: vec![0; gc_zones as usize],
             gc_dst: None,
@@ -245,7 +254,12 @@ impl CoupledFtl {
             .ok_or(FtlError::NoReclaimableSpace { free: 0 })?;
         self.zone_line[zone] = l.0;
         self.zone_wp[zone] = 0;
+        self.zone_written[zone] = 0;
         self.line_zone[l.0 as usize] = zone as u32;
+        let base = u64::from(l.0) * self.z;
+        for slot in base..base + self.z {
+            self.written[(slot / 64) as usize] &= !(1 << (slot % 64));
+        }
         Ok(l)
     }
 
@@ -257,6 +271,27 @@ impl CoupledFtl {
         }
         self.zone_line[zone] = NO_LINE;
         self.zone_wp[zone] = 0;
+        self.zone_written[zone] = 0;
+    }
+
+    /// Whether slot `off` of `zone`'s line was written since the zone got it.
+    fn slot_written(&self, zone: usize, off: u32) -> bool {
+        let l = self.zone_line[zone];
+        if l == NO_LINE {
+            return false;
+        }
+        let slot = u64::from(l) * self.z + u64::from(off);
+        self.written[(slot / 64) as usize] & (1 << (slot % 64)) != 0
+    }
+
+    /// Note a write of slot `off` of `zone` (which has a line); returns whether the line is
+    /// now complete (every slot written, or the last slot written).
+    fn mark_written(&mut self, zone: usize, off: u32) -> bool {
+        let slot = u64::from(self.zone_line[zone]) * self.z + u64::from(off);
+        self.written[(slot / 64) as usize] |= 1 << (slot % 64);
+        self.zone_written[zone] += 1;
+        self.zone_wp[zone] = self.zone_wp[zone].max(off + 1);
+        u64::from(self.zone_written[zone]) == self.z || u64::from(off) + 1 == self.z
     }
 
     /// Next slot of the GC destination: (physical page, new logical address).
@@ -287,7 +322,7 @@ impl CoupledFtl {
         let g = self.gc_dst.unwrap_or(0);
         let zone = self.regular_zones as usize + g;
         let off = self.zone_wp[zone];
-        self.zone_wp[zone] = off + 1;
+        self.mark_written(zone, off);
         let ppn = flash.ppn(LineId(self.zone_line[zone]), off);
         Ok((ppn, self.zone_base(zone) + u64::from(off)))
     }
@@ -485,18 +520,15 @@ impl Ftl for CoupledFtl {
                 self.gc_region_start()
             )));
         }
-        let mut a = lpn.max(self.conv_blocks());
-        while a < end {
+        for a in lpn.max(self.conv_blocks())..end {
             let (zone, off) = self.zone_of(a);
-            let wp = self.zone_wp[zone];
-            if off < wp {
+            if self.slot_written(zone, off) {
                 return Err(FtlError::Refused(format!(
-                    "coupled FTL: write at block {a} is below the write pointer of zone {zone} \
-                     (block {}); zones are append-only until the device reclaims them",
-                    self.zone_base(zone) + u64::from(wp)
+                    "coupled FTL: block {a} of zone {zone} was already written since the zone \
+                     was last reclaimed; zone blocks are write-once until the device reclaims \
+                     the zone (discard it and write elsewhere)"
                 )));
             }
-            a = (a - u64::from(off) + self.z).min(end);
         }
         Ok(())
     }
@@ -526,11 +558,11 @@ impl Ftl for CoupledFtl {
             }
             l => LineId(l),
         };
-        debug_assert!(off >= self.zone_wp[zone]);
+        debug_assert!(!self.slot_written(zone, off));
         let ppn = flash.ppn(line, off);
-        self.zone_wp[zone] = off + 1;
+        let complete = self.mark_written(zone, off);
         let end = flash.program_host(ppn, lpn.0, tx);
-        if u64::from(off) + 1 == self.z {
+        if complete && flash.lines.state(line) == LineState::Open {
             flash.lines.seal(line, flash.seq);
         }
         Ok(end)
@@ -588,10 +620,11 @@ impl Ftl for CoupledFtl {
     fn memory(&self) -> FtlMemory {
         let zones = self.zone_line.len() as u64;
         FtlMemory {
-            // Zone → line and write pointer per zone, line → zone, pending counts per GC
-            // zone, and the conventional page map.
+            // Zone → line and write pointer per zone, line → zone, written-slot bits,
+            // pending counts per GC zone, and the conventional page map.
             mapping_bytes: zones * 8
                 + self.line_zone.len() as u64 * 4
+                + self.written.len() as u64 * 8
                 + self.gc_zones * 4
                 + self.conv.memory_bytes(),
             record_bytes: self.records_now() * RECORD_BYTES,
