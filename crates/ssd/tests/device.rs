@@ -295,6 +295,11 @@ fn cli_run_writes_json_and_plot() {
         vec!["ssd", "--preset", "tiny", "--clock", "sundial"],
         vec!["ssd", "--preset", "tiny", "--set", "program_ns=soon"],
         vec!["ssd", "--preset", "tiny", "--trim", "2"],
+        // Zone FTLs refuse the random workloads (rewrites before a reset).
+        vec!["ssd", "--preset", "tiny", "--set", "ftl=zoned", "--quiet", "--no-plot"],
+        vec!["ssd", "--preset", "tiny", "--set", "ftl=coupled", "--quiet", "--no-plot"],
+        vec!["ssd", "--preset", "tiny", "--set", "ftl=nand-magic"],
+        vec!["ssd", "--preset", "tiny", "--set", "vop_degree=1.4"],
     ] {
         let args = Cli::parse_from(bad.clone()).args;
         assert!(flashlog_ssd::run(&args).is_err(), "{bad:?} should fail");

@@ -536,3 +536,38 @@ fn coupled_layout_and_refusals() {
     }
     assert!(SsdDevice::new(bad).is_err());
 }
+
+/// Modelled FTL memory (D2FS Table 1) on the 970pro-like preset at 4 GiB: page mapping needs
+/// 4 B per logical block; zoned needs a zone map plus the conventional page map; coupled
+/// needs zone maps for 2.4 × the capacity plus written-slot bits, and grows by 24 B per
+/// outstanding record. Printed with `--nocapture`.
+#[test]
+fn ftl_memory_per_kind() {
+    let mut mem = Vec::new();
+    for ftl in ["page", "zoned", "coupled"] {
+        let mut cfg = SsdConfig::preset("970pro-like")
+            .unwrap()
+            .with_capacity(4 << 30)
+            .unwrap();
+        cfg.set("ftl", ftl).unwrap();
+        let dev = SsdDevice::new(cfg).unwrap();
+        let m = dev.stats().memory;
+        println!(
+            "{ftl:8} mapping {:>9} B  line metadata {:>9} B  records {} B  logical {} GiB",
+            m.mapping_bytes,
+            m.line_metadata_bytes,
+            m.migration_record_bytes,
+            dev.capabilities().block_count as f64 * 4096.0 / f64::from(1 << 30)
+        );
+        mem.push(m.mapping_bytes);
+    }
+    let cap_blocks = (4u64 << 30) / 4096;
+    assert!(mem[0] >= cap_blocks * 4, "page map: 4 B per block");
+    assert!(
+        mem[1] * 20 < mem[0],
+        "zoned map {} vs page {}",
+        mem[1],
+        mem[0]
+    );
+    assert!(mem[2] > mem[1] && mem[2] * 8 < mem[0], "coupled {mem:?}");
+}
