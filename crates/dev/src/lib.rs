@@ -1,7 +1,8 @@
 //! Block devices for Flashlog.
 //!
-//! Owns: the [`BlockDevice`] trait every layer above talks to, and the simple backends
-//! (RAM, image file / block device, power-cut simulation). The flash SSD emulator lives in
+//! Owns: the [`BlockDevice`] trait every layer above talks to, the simple backends
+//! (RAM, image file / block device, power-cut simulation), and [`UpcallTap`], the host end of
+//! D2FS migration upcalls. The flash SSD emulator lives in
 //! `flashlog-ssd` and implements the same trait.
 //!
 //! Invariants: all I/O is in whole 4 KiB blocks ([`BLOCK_SIZE`]) at 64-bit block addresses;
@@ -15,10 +16,12 @@
 mod file;
 mod ram;
 mod sim;
+mod upcall;
 
 pub use file::FileDevice;
 pub use ram::RamDevice;
 pub use sim::{CrashMode, SimDevice, SimOp};
+pub use upcall::{Upcall, UpcallTap, MAX_QUEUED_UPCALLS};
 
 use std::sync::Arc;
 

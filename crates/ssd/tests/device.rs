@@ -296,8 +296,24 @@ fn cli_run_writes_json_and_plot() {
         vec!["ssd", "--preset", "tiny", "--set", "program_ns=soon"],
         vec!["ssd", "--preset", "tiny", "--trim", "2"],
         // Zone FTLs refuse the random workloads (rewrites before a reset).
-        vec!["ssd", "--preset", "tiny", "--set", "ftl=zoned", "--quiet", "--no-plot"],
-        vec!["ssd", "--preset", "tiny", "--set", "ftl=coupled", "--quiet", "--no-plot"],
+        vec![
+            "ssd",
+            "--preset",
+            "tiny",
+            "--set",
+            "ftl=zoned",
+            "--quiet",
+            "--no-plot",
+        ],
+        vec![
+            "ssd",
+            "--preset",
+            "tiny",
+            "--set",
+            "ftl=coupled",
+            "--quiet",
+            "--no-plot",
+        ],
         vec!["ssd", "--preset", "tiny", "--set", "ftl=nand-magic"],
         vec!["ssd", "--preset", "tiny", "--set", "vop_degree=1.4"],
     ] {
