@@ -698,7 +698,7 @@ fn coupled_gc_cost_and_record_memory_on_970pro_like() {
         "970pro-like 1 GiB, {} MiB zones: {} GC passes, {moved:.0} pages moved per pass, \
          {gc_ms:.3} ms of die time per pass (per die), WAF {:.3}; records: {} created, {} \
          merged, peak {} ({} KiB)",
-        z * 4096 >> 20,
+        (z * 4096) >> 20,
         s.gc_runs,
         s.waf,
         f.records_created,
