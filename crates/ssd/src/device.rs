@@ -107,7 +107,7 @@ impl SsdDevice {
         let ftl: Box<dyn Ftl> = match &cfg.ftl {
             FtlKind::Page => Box::new(PageFtl::new(&cfg, policy)),
             FtlKind::Zoned(z) => Box::new(
-                ZonedFtl::new(&cfg, z.clone(), policy)
+                ZonedFtl::new(&cfg, z.clone())
                     .map_err(|why| SsdError::Ftl { ftl: "zoned", why })?,
             ),
             FtlKind::Coupled(c) => Box::new(CoupledFtl::new(&cfg, c.clone(), policy).map_err(

@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::config::SsdConfig;
 use crate::flash::Flash;
 use crate::ftl::conv::{self, ConvRegion};
-use crate::ftl::{Ftl, FtlError, FtlMemory, FtlStats, LineId, Lpn, Ppn, VictimPolicy};
+use crate::ftl::{Ftl, FtlError, FtlMemory, FtlStats, LineId, Lpn, Ppn};
 
 /// Zoned-FTL parameters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -57,15 +57,12 @@ pub struct ZonedFtl {
     zone_line: Vec<u32>,
     zone_wp: Vec<u32>,
     resets: u64,
-    _policy: Box<dyn VictimPolicy>,
 }
 
 impl ZonedFtl {
-    pub fn new(
-        cfg: &SsdConfig,
-        zc: ZonedConfig,
-        policy: Box<dyn VictimPolicy>,
-    ) -> Result<Self, String> {
+    /// Conventional zones as configured, then as many sequential zones as the remaining lines
+    /// allow (one line spare).
+    pub fn new(cfg: &SsdConfig, zc: ZonedConfig) -> Result<Self, String> {
         let b = cfg.geometry.slots_per_line();
         let lines = cfg.geometry.lines();
         let cz = conventional_zones(zc.conventional_bytes, cfg.logical_blocks(), b);
@@ -82,7 +79,6 @@ impl ZonedFtl {
             zone_line: vec![NO_LINE; seq],
             zone_wp: vec![0; seq],
             resets: 0,
-            _policy: policy,
         })
     }
 
