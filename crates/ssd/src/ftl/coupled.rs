@@ -135,6 +135,8 @@ pub struct CoupledFtl {
     by_old: HashMap<u64, Loc>,
     next_seq: u64,
     in_flight: VecDeque<Upcall>,
+    /// Pairs in `in_flight`.
+    in_flight_records: u64,
     next_upcall: u64,
     next_record: u64,
     stats: FtlStats,
@@ -192,6 +194,7 @@ impl CoupledFtl {
             by_old: HashMap::new(),
             next_seq: 0,
             in_flight: VecDeque::new(),
+            in_flight_records: 0,
             next_upcall: 1,
             next_record: 1,
             stats: FtlStats::default(),
@@ -232,12 +235,7 @@ impl CoupledFtl {
     }
 
     fn records_now(&self) -> u64 {
-        self.buffered.len() as u64
-            + self
-                .in_flight
-                .iter()
-                .map(|u| u.pairs.len() as u64)
-                .sum::<u64>()
+        self.buffered.len() as u64 + self.in_flight_records
     }
 
     fn note_records(&mut self) {
@@ -376,6 +374,7 @@ impl CoupledFtl {
             };
             self.next_upcall += 1;
             flash.events.push(event(&up));
+            self.in_flight_records += up.pairs.len() as u64;
             self.in_flight.push_back(up);
             self.stats.upcalls_sent += 1;
         }
@@ -672,6 +671,7 @@ impl Ftl for CoupledFtl {
                 }
             }
             freed += up.pairs.len() as u64;
+            self.in_flight_records -= up.pairs.len() as u64;
             self.stats.upcalls_acked += 1;
         }
         self.stats.records_acked += freed;
@@ -740,6 +740,13 @@ impl Ftl for CoupledFtl {
         }
         if pending != self.pending_old {
             return Err("pending-old counts differ from the outstanding records".into());
+        }
+        let pairs: u64 = self.in_flight.iter().map(|u| u.pairs.len() as u64).sum();
+        if pairs != self.in_flight_records {
+            return Err(format!(
+                "{} records in flight counted, {pairs} in the upcalls",
+                self.in_flight_records
+            ));
         }
         for (seq, pair) in &self.buffered {
             if self.buffered_by_new.get(&pair.new) != Some(seq) {
