@@ -72,6 +72,17 @@ impl<D: BlockDevice> UpcallTap<D> {
         q.drain(..).collect()
     }
 
+    /// Wait until at least one upcall is queued or `timeout` passed, without taking any;
+    /// returns how many are queued. A handler that must apply what it takes atomically with
+    /// respect to other users of its state waits here, then takes the lock, then `take`s.
+    pub fn wait_ready(&self, timeout: Duration) -> usize {
+        let mut q = self.queue.lock();
+        if q.is_empty() {
+            self.cv.wait_for(&mut q, timeout);
+        }
+        q.len()
+    }
+
     /// Move the upcalls of a completion to the queue.
     fn tap(&self, mut c: Completion) -> Completion {
         if c.events.is_empty() {

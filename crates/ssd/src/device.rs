@@ -194,6 +194,15 @@ impl SsdDevice {
         self.engine.lock().power_cycle();
     }
 
+    /// 4 KiB blocks holding valid data on flash (over every line; O(lines)).
+    pub fn valid_blocks(&self) -> u64 {
+        let e = self.engine.lock();
+        let lines = e.lines();
+        (0..lines.lines())
+            .map(|l| u64::from(lines.vpc(crate::ftl::LineId(l))))
+            .sum()
+    }
+
     /// FTL-specific counters (zone resets, migration records, upcalls, redirects, ...).
     pub fn ftl_stats(&self) -> FtlStats {
         self.engine.lock().ftl_stats()
