@@ -385,6 +385,8 @@ fn coupled_gc_keeps_the_mapping_under_random_writes_and_discards() {
     for (obj, &(a, tag)) in &host.loc {
         assert_eq!(read(&dev, a), block(tag), "object {obj} at {a}");
     }
+    // The device holds exactly the live objects: no discarded or moved block leaked.
+    assert_eq!(dev.valid_blocks(), host.loc.len() as u64);
     dev.check_invariants().unwrap();
 }
 
