@@ -230,6 +230,12 @@ impl BlockDevice for Counted {
         self.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
         Ok(r)
     }
+    fn ack_migrations(&self, upto: u64) -> DevResult<()> {
+        self.inner.ack_migrations(upto)
+    }
+    fn resend_migrations(&self) -> DevResult<()> {
+        self.inner.resend_migrations()
+    }
 }
 
 /// Raw sequential write bandwidth of a fresh device: `threads` writers, 1 MiB requests, each

@@ -170,6 +170,14 @@ impl BlockDevice for FaultDevice {
         }
         self.inner.flush()
     }
+    fn ack_migrations(&self, upto: u64) -> DevResult<()> {
+        self.refuse_after_fault()?;
+        self.inner.ack_migrations(upto)
+    }
+    fn resend_migrations(&self) -> DevResult<()> {
+        self.refuse_after_fault()?;
+        self.inner.resend_migrations()
+    }
 }
 
 /// What one fault case did.
