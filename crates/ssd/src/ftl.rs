@@ -15,6 +15,8 @@
 //!
 //! Lock order: none (owned by the engine, under its lock).
 
+pub mod interval;
+
 use std::cell::Cell;
 use std::collections::VecDeque;
 
