@@ -35,6 +35,7 @@ pub mod cell;
 pub mod checkpoint;
 pub mod config;
 pub mod dir;
+pub mod discard;
 pub mod error;
 pub mod file;
 pub mod fs;
