@@ -44,6 +44,12 @@ pub struct Capabilities {
     pub infinite_space: bool,
     /// Contents survive the process (file, block device).
     pub persistent: bool,
+    /// Blocks per zone on a zoned device (writes in a zone must follow its rules: sequential
+    /// for ZNS-style zones, append-only for D2FS's block-associative zones), else 0.
+    pub zone_blocks: u64,
+    /// Blocks at the start of the device that accept writes anywhere (conventional,
+    /// page-mapped); `block_count` on an ordinary device.
+    pub conventional_blocks: u64,
     /// Human-readable kind, for reports.
     pub kind: String,
 }
@@ -58,17 +64,37 @@ impl Capabilities {
             migration_upcalls: false,
             infinite_space: false,
             persistent: false,
+            zone_blocks: 0,
+            conventional_blocks: block_count,
             kind: kind.to_string(),
         }
     }
 }
 
+/// One migration record: the device moved the block at `old` to `new` during its own GC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigrationPair {
+    pub old: u64,
+    pub new: u64,
+}
+
+/// Most pairs in one upcall (D2FS: 256 16-byte pairs, one 4 KiB page).
+pub const MAX_UPCALL_PAIRS: usize = 256;
+
 /// An event a device reports to the host, piggybacked on an ordinary completion.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeviceEvent {
-    /// The device moved `count` blocks from `old..old+count` to `new..new+count` during its
-    /// own garbage collection (D2FS migration upcall). The host must remap them.
-    Migrated { old: u64, new: u64, count: u32 },
+    /// A D2FS migration upcall: the device moved these blocks during its own garbage
+    /// collection (coupled GC) and the host must remap them, in order. Upcall ids increase by
+    /// one per upcall; record ids are `first_record..first_record + pairs.len()`. The device
+    /// keeps the records (and may deliver the same upcall again after a restart) until the host
+    /// acknowledges it with [`BlockDevice::ack_migrations`]; applying a pair twice must be
+    /// harmless.
+    Migrated {
+        upcall: u64,
+        first_record: u64,
+        pairs: Vec<MigrationPair>,
+    },
 }
 
 /// What a finished request returns: possibly some device events.
@@ -105,6 +131,12 @@ pub enum DevError {
     Injected(String),
     #[error("device is read-only")]
     ReadOnly,
+    #[error("not supported by this device: {0}")]
+    Unsupported(String),
+    /// The device refused a request that breaks its rules (e.g. a non-sequential write in a
+    /// zone); nothing changed.
+    #[error("refused by the device: {0}")]
+    Refused(String),
 }
 
 pub type DevResult<T> = Result<T, DevError>;
@@ -133,6 +165,21 @@ pub trait BlockDevice: Send + Sync {
         }
         Ok(all)
     }
+    /// The host applied and checkpointed every migration upcall with id `<= upto`; the device
+    /// may forget their records. Devices without `migration_upcalls` refuse.
+    fn ack_migrations(&self, upto: u64) -> DevResult<()> {
+        let _ = upto;
+        Err(DevError::Unsupported(
+            "migration upcalls (D2FS device-driven GC)".into(),
+        ))
+    }
+    /// Deliver every sent but unacknowledged upcall again, in order (host restart). Devices
+    /// without `migration_upcalls` refuse.
+    fn resend_migrations(&self) -> DevResult<()> {
+        Err(DevError::Unsupported(
+            "migration upcalls (D2FS device-driven GC)".into(),
+        ))
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
@@ -153,6 +200,12 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     }
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Completion> {
         (**self).read_many(reqs)
+    }
+    fn ack_migrations(&self, upto: u64) -> DevResult<()> {
+        (**self).ack_migrations(upto)
+    }
+    fn resend_migrations(&self) -> DevResult<()> {
+        (**self).resend_migrations()
     }
 }
 

@@ -184,6 +184,41 @@ pub struct GcConfig {
     pub pacing: bool,
 }
 
+/// The FTL of a device (see `ftl/`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FtlKind {
+    /// Page mapping (NVMeVirt's conventional FTL).
+    Page,
+    /// ZNS-style: conventional zones, then sequential-write zones, no device GC.
+    Zoned(crate::ftl::ZonedConfig),
+    /// D2FS coupled GC with migration upcalls and virtual overprovisioning.
+    Coupled(crate::ftl::CoupledConfig),
+}
+
+impl FtlKind {
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "page" => Ok(FtlKind::Page),
+            "zoned" => Ok(FtlKind::Zoned(Default::default())),
+            "coupled" | "d2fs" => Ok(FtlKind::Coupled(Default::default())),
+            _ => Err(ConfigError::BadValue {
+                key: "ftl".into(),
+                value: s.into(),
+                why: "expected page, zoned or coupled".into(),
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            FtlKind::Page => "page",
+            FtlKind::Zoned(_) => "zoned",
+            FtlKind::Coupled(_) => "coupled",
+        }
+    }
+}
+
 /// Where page contents live.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -253,6 +288,8 @@ pub struct SsdConfig {
     pub clock: ClockKind,
     /// Initial width of a bandwidth-over-time bin (doubles when the series grows long).
     pub bw_bin_ns: u64,
+    /// Which FTL runs the device.
+    pub ftl: FtlKind,
 }
 
 const MIB: u64 = 1 << 20;
@@ -317,6 +354,7 @@ impl SsdConfig {
             store: StoreKind::None,
             clock: ClockKind::Virtual,
             bw_bin_ns: 1_000_000,
+            ftl: FtlKind::Page,
         }
     }
 
@@ -363,6 +401,7 @@ impl SsdConfig {
             store: StoreKind::None,
             clock: ClockKind::Virtual,
             bw_bin_ns: 1_000_000,
+            ftl: FtlKind::Page,
         }
     }
 
@@ -410,6 +449,7 @@ impl SsdConfig {
             store: StoreKind::None,
             clock: ClockKind::Virtual,
             bw_bin_ns: 1_000_000,
+            ftl: FtlKind::Page,
         }
     }
 
@@ -570,7 +610,7 @@ impl SsdConfig {
     }
 
     /// Names of the parameters [`SsdConfig::set`] accepts.
-    pub const KEYS: [&'static str; 33] = [
+    pub const KEYS: [&'static str; 37] = [
         "channels",
         "dies_per_channel",
         "planes_per_die",
@@ -604,6 +644,10 @@ impl SsdConfig {
         "bw_bin_ns",
         "capacity",
         "preset",
+        "ftl",
+        "vop_degree",
+        "conventional_bytes",
+        "upcall_pairs",
     ];
 
     /// Override one parameter by name. Sizes accept units (`16KiB`, `800MiB`), durations
@@ -670,6 +714,31 @@ impl SsdConfig {
                 *self = self.clone().with_capacity(cap)?;
             }
             "preset" => *self = Self::preset(value)?,
+            "ftl" => self.ftl = FtlKind::parse(value)?,
+            "vop_degree" => match &mut self.ftl {
+                FtlKind::Coupled(c) => {
+                    c.degree = value
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|d| d.is_finite() && (0.5..=64.0).contains(d))
+                        .ok_or_else(|| bad("expected a degree in 0.5..=64 (e.g. 1.4)"))?
+                }
+                _ => return Err(bad("set ftl=coupled first")),
+            },
+            "conventional_bytes" => match &mut self.ftl {
+                FtlKind::Coupled(c) => c.conventional_bytes = size()?,
+                FtlKind::Zoned(z) => z.conventional_bytes = size()?,
+                FtlKind::Page => return Err(bad("set ftl=zoned or ftl=coupled first")),
+            },
+            "upcall_pairs" => match &mut self.ftl {
+                FtlKind::Coupled(c) => {
+                    c.upcall_pairs = usize::try_from(size()?)
+                        .ok()
+                        .filter(|n| (1..=flashlog_dev::MAX_UPCALL_PAIRS).contains(n))
+                        .ok_or_else(|| bad("expected 1..=256"))?
+                }
+                _ => return Err(bad("set ftl=coupled first")),
+            },
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
         Ok(())

@@ -24,13 +24,15 @@ use std::time::{Duration, Instant};
 
 use flashlog_dev::{
     check_range, check_request, BlockDevice, Capabilities, Completion, DevError, DevResult,
-    DeviceEvent, BLOCK_SIZE_U64,
+    DeviceEvent, BLOCK_SIZE, BLOCK_SIZE_U64,
 };
 use parking_lot::Mutex;
 
-use crate::config::{ClockKind, ConfigError, SsdConfig, StoreKind, VictimKind};
+use crate::config::{ClockKind, ConfigError, FtlKind, SsdConfig, StoreKind, VictimKind};
 use crate::engine::{Engine, EngineError};
-use crate::ftl::{CostBenefit, Greedy, Mapping, PageMap, VictimPolicy};
+use crate::ftl::{
+    CostBenefit, CoupledFtl, Ftl, FtlError, FtlStats, Greedy, PageFtl, VictimPolicy, ZonedFtl,
+};
 use crate::stats::{LatencyStats, MemoryStats, OpKind, Recorder, SsdStats};
 use crate::store::Store;
 
@@ -43,6 +45,8 @@ pub enum SsdError {
     Io(#[from] std::io::Error),
     #[error("the mapping covers {mapping} logical blocks but the configuration exposes {config}")]
     MappingSize { mapping: u64, config: u64 },
+    #[error("cannot build the {ftl} FTL: {why}")]
+    Ftl { ftl: &'static str, why: String },
 }
 
 /// A request's result with its modelled times.
@@ -68,10 +72,14 @@ impl Clock {
 }
 
 fn engine_err(e: EngineError) -> DevError {
-    DevError::Io(std::io::Error::new(
-        std::io::ErrorKind::StorageFull,
-        e.to_string(),
-    ))
+    match e {
+        FtlError::NoReclaimableSpace { .. } => DevError::Io(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            e.to_string(),
+        )),
+        FtlError::Refused(why) => DevError::Refused(why),
+        FtlError::Unsupported { .. } => DevError::Unsupported(e.to_string()),
+    }
 }
 
 /// The flash SSD emulator.
@@ -82,44 +90,62 @@ pub struct SsdDevice {
     rec: Mutex<Recorder>,
     store: Store,
     clock: Clock,
+    /// The FTL changes logical addresses during GC: store accesses happen under the engine
+    /// lock, so contents move with their pages atomically.
+    remaps: bool,
 }
 
 impl SsdDevice {
-    /// A device with the page-mapping FTL and the configured victim policy.
+    /// A device with the configured FTL (`cfg.ftl`: page mapping by default) and victim
+    /// policy.
     pub fn new(cfg: SsdConfig) -> Result<Self, SsdError> {
         cfg.validate()?;
-        let mapping = Box::new(PageMap::new(cfg.logical_blocks()));
         let policy: Box<dyn VictimPolicy> = match cfg.gc.policy {
             VictimKind::Greedy => Box::new(Greedy),
             VictimKind::CostBenefit => Box::new(CostBenefit),
         };
-        Self::with_ftl(cfg, mapping, policy)
+        let ftl: Box<dyn Ftl> = match &cfg.ftl {
+            FtlKind::Page => Box::new(PageFtl::new(&cfg, policy)),
+            FtlKind::Zoned(z) => Box::new(
+                ZonedFtl::new(&cfg, z.clone(), policy)
+                    .map_err(|why| SsdError::Ftl { ftl: "zoned", why })?,
+            ),
+            FtlKind::Coupled(c) => Box::new(CoupledFtl::new(&cfg, c.clone(), policy).map_err(
+                |why| SsdError::Ftl {
+                    ftl: "coupled",
+                    why,
+                },
+            )?),
+        };
+        Self::with_ftl(cfg, ftl)
     }
 
-    /// A device with a caller-supplied FTL variant. The mapping's logical size is what the
-    /// device exposes (it may exceed the physical space, e.g. for virtual OP).
-    pub fn with_ftl(
-        cfg: SsdConfig,
-        mapping: Box<dyn Mapping>,
-        policy: Box<dyn VictimPolicy>,
-    ) -> Result<Self, SsdError> {
+    /// A device with a caller-supplied FTL. The FTL's logical size is what the device exposes
+    /// (it may exceed the physical space, e.g. for virtual OP, but not fall short of the
+    /// configured capacity unless the FTL is zoned).
+    pub fn with_ftl(cfg: SsdConfig, ftl: Box<dyn Ftl>) -> Result<Self, SsdError> {
         cfg.validate()?;
-        if mapping.logical_blocks() < cfg.logical_blocks() {
+        if ftl.zone_blocks() == 0 && ftl.logical_blocks() < cfg.logical_blocks() {
             return Err(SsdError::MappingSize {
-                mapping: mapping.logical_blocks(),
+                mapping: ftl.logical_blocks(),
                 config: cfg.logical_blocks(),
             });
         }
         let store = match &cfg.store {
             StoreKind::None => Store::none(),
             StoreKind::Ram => Store::ram(),
-            StoreKind::File(p) => Store::file(p, mapping.logical_blocks())?,
+            StoreKind::File(p) => Store::file(p, ftl.logical_blocks())?,
         };
-        let mut caps =
-            Capabilities::plain(&format!("ssd:{}", cfg.preset), mapping.logical_blocks());
-        caps.migration_upcalls = mapping.migration_upcalls();
+        let mut caps = Capabilities::plain(
+            &format!("ssd:{}:{}", cfg.preset, ftl.name()),
+            ftl.logical_blocks(),
+        );
+        caps.migration_upcalls = ftl.migration_upcalls();
         caps.persistent = store.persistent();
-        let engine = Engine::new(&cfg, mapping, policy);
+        caps.zone_blocks = ftl.zone_blocks();
+        caps.conventional_blocks = ftl.conventional_blocks();
+        let remaps = ftl.migration_upcalls();
+        let engine = Engine::new(&cfg, ftl);
         let clock = match cfg.clock {
             ClockKind::Virtual => Clock::Virtual(AtomicU64::new(0)),
             ClockKind::Wall => Clock::Wall(Instant::now()),
@@ -131,6 +157,7 @@ impl SsdDevice {
             store,
             clock,
             cfg,
+            remaps,
         })
     }
 
@@ -159,6 +186,24 @@ impl SsdDevice {
         self.engine.lock().events_mut().push(ev);
     }
 
+    /// Power cut and restart (fault injection for every FTL): events not yet delivered on a
+    /// completion are lost; what the FTL keeps in capacitor-backed memory (mapping, D2FS
+    /// migration records) survives, and unacknowledged upcalls ride on the next completions
+    /// again. Contents of accepted writes survive (the write buffer is capacitor-backed too).
+    pub fn power_cycle(&self) {
+        self.engine.lock().power_cycle();
+    }
+
+    /// FTL-specific counters (zone resets, migration records, upcalls, redirects, ...).
+    pub fn ftl_stats(&self) -> FtlStats {
+        self.engine.lock().ftl_stats()
+    }
+
+    /// Name of the FTL ("page", "zoned", "coupled", ...).
+    pub fn ftl_name(&self) -> &'static str {
+        self.engine.lock().mapping_name()
+    }
+
     /// Start a measured phase: zero counters, histograms, busy times and the bandwidth
     /// series. The FTL and timing state (mapping, lines, die queues) are kept.
     pub fn reset_stats(&self) {
@@ -180,14 +225,15 @@ impl SsdDevice {
 
     /// Snapshot of all statistics.
     pub fn stats(&self) -> SsdStats {
-        let (counters, busy, stall, mem, free_lines) = {
+        let (counters, busy, stall, mem, free_lines, ftl) = {
             let e = self.engine.lock();
             (
                 e.counters().clone(),
                 e.busy(),
-                e.timing.buffer_stall_ns(),
-                e.memory_bytes(),
+                e.flash.timing.buffer_stall_ns(),
+                e.memory(),
                 e.free_lines(),
+                e.ftl_stats(),
             )
         };
         let rec = self.rec.lock();
@@ -219,13 +265,15 @@ impl SsdDevice {
             busy,
             write_buffer_stall_ns: stall,
             memory: MemoryStats {
-                mapping_bytes: mem.0,
+                mapping_bytes: mem.0.mapping_bytes,
+                migration_record_bytes: mem.0.record_bytes,
                 line_metadata_bytes: mem.1,
                 write_buffer_bytes: wb,
-                total_bytes: mem.0 + mem.1 + wb,
+                total_bytes: mem.0.mapping_bytes + mem.0.record_bytes + mem.1 + wb,
             },
             bandwidth,
             counters,
+            ftl,
         }
     }
 
@@ -234,19 +282,36 @@ impl SsdDevice {
         self.engine.lock().check_invariants()
     }
 
-    /// Run `f` on the engine at `at`; returns the completion with its events.
-    fn exec(
+    /// Run `f` on the engine at `at`, then `store_op` on the contents (under the engine lock
+    /// when the FTL remaps, else after releasing it); returns the completion with its events.
+    fn exec<R>(
         &self,
         at: u64,
-        f: impl FnOnce(&mut Engine) -> Result<u64, EngineError>,
+        f: impl FnOnce(&mut Engine) -> Result<(u64, R), EngineError>,
+        store_op: impl FnOnce(&Store, R) -> DevResult<()>,
     ) -> DevResult<Timed> {
         let mut completion = Completion::empty();
-        let done = {
-            let mut e = self.engine.lock();
-            let done = f(&mut e).map_err(engine_err)?;
+        let mut e = self.engine.lock();
+        let res = f(&mut e);
+        // GC moves that changed logical addresses move their contents before anything else
+        // can look at the store (also when the request itself failed).
+        let (moved, dropped) = e.take_store_changes();
+        for (old, new) in moved {
+            self.store.relocate(old, new)?;
+        }
+        for lpn in dropped {
+            self.store.discard(lpn, 1)?;
+        }
+        let (done, r) = res.map_err(engine_err)?;
+        if self.remaps {
+            store_op(&self.store, r)?;
             e.drain_events(&mut completion.events);
-            done
-        };
+            drop(e);
+        } else {
+            e.drain_events(&mut completion.events);
+            drop(e);
+            store_op(&self.store, r)?;
+        }
         Ok(Timed {
             completion,
             submit_ns: at,
@@ -260,11 +325,78 @@ impl SsdDevice {
             .record(kind, timed.done_ns - timed.submit_ns, timed.done_ns, bytes);
     }
 
+    /// Read `buf` at `addr` from the store; blocks in `redirects` come from the logical
+    /// address their content is kept under now (D2FS read redirect).
+    fn read_store(
+        store: &Store,
+        addr: u64,
+        buf: &mut [u8],
+        redirects: &[(u64, u64)],
+    ) -> DevResult<()> {
+        store.read(addr, buf)?;
+        let n = (buf.len() / BLOCK_SIZE) as u64;
+        for &(host, at) in redirects {
+            if host >= addr && host < addr + n {
+                let off = ((host - addr) as usize) * BLOCK_SIZE;
+                store.read(at, &mut buf[off..off + BLOCK_SIZE])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn do_read(&self, at: u64, addr: u64, buf: &mut [u8]) -> DevResult<Timed> {
+        let n = check_request(&self.caps, addr, buf.len())?;
+        self.exec(
+            at,
+            |e| e.read(&[(addr, n)], at),
+            |st, red| Self::read_store(st, addr, buf, &red),
+        )
+    }
+
+    fn do_read_many(&self, at: u64, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Timed> {
+        let mut extents = Vec::with_capacity(reqs.len());
+        for (addr, buf) in reqs.iter() {
+            extents.push((*addr, check_request(&self.caps, *addr, buf.len())?));
+        }
+        self.exec(
+            at,
+            |e| e.read(&extents, at),
+            |st, red| {
+                for (addr, buf) in reqs.iter_mut() {
+                    Self::read_store(st, *addr, buf, &red)?;
+                }
+                Ok(())
+            },
+        )
+    }
+
+    fn do_write(&self, at: u64, addr: u64, buf: &[u8]) -> DevResult<Timed> {
+        let n = check_request(&self.caps, addr, buf.len())?;
+        self.exec(
+            at,
+            |e| e.write(addr, n, at).map(|d| (d, ())),
+            |st, ()| st.write(addr, buf),
+        )
+    }
+
+    fn do_discard(&self, at: u64, addr: u64, count: u64) -> DevResult<Timed> {
+        check_range(&self.caps, addr, count)?;
+        // A discard redirected to a page's new address (D2FS) also drops the content kept
+        // under that address: the FTL reports it in `Flash::dropped`, applied in `exec`.
+        self.exec(
+            at,
+            |e| e.discard(addr, count, at).map(|d| (d, ())),
+            |st, ()| st.discard(addr, count),
+        )
+    }
+
+    fn do_flush(&self, at: u64) -> DevResult<Timed> {
+        self.exec(at, |e| e.flush(at).map(|d| (d, ())), |st, ()| st.sync())
+    }
+
     /// Read at an explicit submission time (no sleeping; records the modelled latency).
     pub fn read_at(&self, at: u64, addr: u64, buf: &mut [u8]) -> DevResult<Timed> {
-        let n = check_request(&self.caps, addr, buf.len())?;
-        let timed = self.exec(at, |e| Ok(e.read(&[(addr, n)], at)))?;
-        self.store.read(addr, buf)?;
+        let timed = self.do_read(at, addr, buf)?;
         self.record(OpKind::Read, &timed, buf.len() as u64);
         self.advance_to(at);
         Ok(timed)
@@ -272,16 +404,8 @@ impl SsdDevice {
 
     /// Several reads in flight together, submitted at `at`.
     pub fn read_many_at(&self, at: u64, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Timed> {
-        let mut extents = Vec::with_capacity(reqs.len());
-        let mut bytes = 0;
-        for (addr, buf) in reqs.iter() {
-            extents.push((*addr, check_request(&self.caps, *addr, buf.len())?));
-            bytes += buf.len() as u64;
-        }
-        let timed = self.exec(at, |e| Ok(e.read(&extents, at)))?;
-        for (addr, buf) in reqs.iter_mut() {
-            self.store.read(*addr, buf)?;
-        }
+        let bytes = reqs.iter().map(|r| r.1.len() as u64).sum();
+        let timed = self.do_read_many(at, reqs)?;
         self.record(OpKind::Read, &timed, bytes);
         self.advance_to(at);
         Ok(timed)
@@ -289,9 +413,7 @@ impl SsdDevice {
 
     /// Write at an explicit submission time.
     pub fn write_at(&self, at: u64, addr: u64, buf: &[u8]) -> DevResult<Timed> {
-        let n = check_request(&self.caps, addr, buf.len())?;
-        let timed = self.exec(at, |e| e.write(addr, n, at))?;
-        self.store.write(addr, buf)?;
+        let timed = self.do_write(at, addr, buf)?;
         self.record(OpKind::Write, &timed, buf.len() as u64);
         self.advance_to(at);
         Ok(timed)
@@ -299,9 +421,7 @@ impl SsdDevice {
 
     /// Discard at an explicit submission time.
     pub fn discard_at(&self, at: u64, addr: u64, count: u64) -> DevResult<Timed> {
-        check_range(&self.caps, addr, count)?;
-        let timed = self.exec(at, |e| Ok(e.discard(addr, count, at)))?;
-        self.store.discard(addr, count)?;
+        let timed = self.do_discard(at, addr, count)?;
         self.record(OpKind::Discard, &timed, 0);
         self.advance_to(at);
         Ok(timed)
@@ -309,8 +429,7 @@ impl SsdDevice {
 
     /// Flush at an explicit submission time.
     pub fn flush_at(&self, at: u64) -> DevResult<Timed> {
-        let timed = self.exec(at, |e| Ok(e.flush(at)))?;
-        self.store.sync()?;
+        let timed = self.do_flush(at)?;
         self.record(OpKind::Flush, &timed, 0);
         self.advance_to(at);
         Ok(timed)
@@ -366,12 +485,7 @@ impl BlockDevice for SsdDevice {
         if self.is_virtual() {
             return self.on_clock(OpKind::Read, bytes, |d, at| d.read_at(at, addr, buf));
         }
-        self.on_clock(OpKind::Read, bytes, |d, at| {
-            let n = check_request(&d.caps, addr, buf.len())?;
-            let t = d.exec(at, |e| Ok(e.read(&[(addr, n)], at)))?;
-            d.store.read(addr, buf)?;
-            Ok(t)
-        })
+        self.on_clock(OpKind::Read, bytes, |d, at| d.do_read(at, addr, buf))
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
@@ -379,35 +493,21 @@ impl BlockDevice for SsdDevice {
         if self.is_virtual() {
             return self.on_clock(OpKind::Write, bytes, |d, at| d.write_at(at, addr, buf));
         }
-        self.on_clock(OpKind::Write, bytes, |d, at| {
-            let n = check_request(&d.caps, addr, buf.len())?;
-            let t = d.exec(at, |e| e.write(addr, n, at))?;
-            d.store.write(addr, buf)?;
-            Ok(t)
-        })
+        self.on_clock(OpKind::Write, bytes, |d, at| d.do_write(at, addr, buf))
     }
 
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         if self.is_virtual() {
             return self.on_clock(OpKind::Discard, 0, |d, at| d.discard_at(at, addr, count));
         }
-        self.on_clock(OpKind::Discard, 0, |d, at| {
-            check_range(&d.caps, addr, count)?;
-            let t = d.exec(at, |e| Ok(e.discard(addr, count, at)))?;
-            d.store.discard(addr, count)?;
-            Ok(t)
-        })
+        self.on_clock(OpKind::Discard, 0, |d, at| d.do_discard(at, addr, count))
     }
 
     fn flush(&self) -> DevResult<Completion> {
         if self.is_virtual() {
             return self.on_clock(OpKind::Flush, 0, |d, at| d.flush_at(at));
         }
-        self.on_clock(OpKind::Flush, 0, |d, at| {
-            let t = d.exec(at, |e| Ok(e.flush(at)))?;
-            d.store.sync()?;
-            Ok(t)
-        })
+        self.on_clock(OpKind::Flush, 0, |d, at| d.do_flush(at))
     }
 
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Completion> {
@@ -415,16 +515,18 @@ impl BlockDevice for SsdDevice {
         if self.is_virtual() {
             return self.on_clock(OpKind::Read, bytes, |d, at| d.read_many_at(at, reqs));
         }
-        self.on_clock(OpKind::Read, bytes, |d, at| {
-            let mut extents = Vec::with_capacity(reqs.len());
-            for (addr, buf) in reqs.iter() {
-                extents.push((*addr, check_request(&d.caps, *addr, buf.len())?));
-            }
-            let t = d.exec(at, |e| Ok(e.read(&extents, at)))?;
-            for (addr, buf) in reqs.iter_mut() {
-                d.store.read(*addr, buf)?;
-            }
-            Ok(t)
-        })
+        self.on_clock(OpKind::Read, bytes, |d, at| d.do_read_many(at, reqs))
+    }
+
+    fn ack_migrations(&self, upto: u64) -> DevResult<()> {
+        self.engine
+            .lock()
+            .ack_migrations(upto)
+            .map(|_| ())
+            .map_err(engine_err)
+    }
+
+    fn resend_migrations(&self) -> DevResult<()> {
+        self.engine.lock().resend_migrations().map_err(engine_err)
     }
 }

@@ -5,12 +5,15 @@
 //! buffer with early completion and back-pressure), a page-mapping FTL with overprovisioning,
 //! line GC (greedy or cost-benefit) paced by write credits, TRIM, mapping-memory accounting,
 //! virtual and wall clocks, presets, statistics, and the `flashlog ssd` command ([`run`]).
+//! FTLs plug in behind the [`Ftl`] trait: page mapping, zoned (ZNS-style) and D2FS coupled GC.
 //!
 //! Module map (each file's header gives its invariants and lock order):
 //! - `config`: parameters, presets, parsing, capacity scaling;
 //! - `calendar`, `timing`: bandwidth calendars and the NAND timing model;
-//! - `ftl`: mapping and victim-policy traits (plug-in points for D2FS/IPLFS), line table;
-//! - `engine`: the FTL algorithm over the timing model;
+//! - `ftl`: the FTL trait, one file per FTL (`ftl/page`, `ftl/zoned`, `ftl/coupled`), victim
+//!   policies, line table;
+//! - `flash`: the NAND back-end every FTL runs on (timing, lines, reverse map, counters);
+//! - `engine`: request dispatch from the device to the FTL;
 //! - `store`: page contents (none, RAM, file);
 //! - `stats`, `analytic`: measurements and closed-form expectations;
 //! - `device`: the `BlockDevice`; `workload`, `cli`: the synthetic workload command.
@@ -24,6 +27,7 @@ pub mod cli;
 pub mod config;
 pub mod device;
 pub mod engine;
+pub mod flash;
 pub mod ftl;
 pub mod stats;
 pub mod store;
@@ -32,14 +36,16 @@ pub mod workload;
 
 pub use cli::{run, SsdArgs};
 pub use config::{
-    parse_duration_ns, parse_size, ClockKind, ConfigError, GcConfig, Geometry, SsdConfig,
+    parse_duration_ns, parse_size, ClockKind, ConfigError, FtlKind, GcConfig, Geometry, SsdConfig,
     StoreKind, Timing, VictimKind, WriteBufferConfig, MAP_UNIT,
 };
 pub use device::{SsdDevice, SsdError, Timed};
 pub use engine::{Counters, EngineError};
+pub use flash::Flash;
 pub use ftl::{
-    CostBenefit, EventQueue, Greedy, LineId, LineState, LineTable, Lpn, Mapping, PageMap, Ppn,
-    VictimPolicy,
+    CostBenefit, CoupledConfig, CoupledFtl, EventQueue, Ftl, FtlError, FtlMemory, FtlStats, Greedy,
+    LineId, LineState, LineTable, Lpn, Mapping, PageFtl, PageMap, Ppn, VictimPolicy, ZonedConfig,
+    ZonedFtl,
 };
 pub use stats::{OpKind, SsdStats};
 pub use workload::{Pattern, Phase, PhaseResult};

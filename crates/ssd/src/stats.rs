@@ -201,6 +201,8 @@ pub struct LatencyStats {
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct MemoryStats {
     pub mapping_bytes: u64,
+    /// Outstanding D2FS migration records (buffered or in flight).
+    pub migration_record_bytes: u64,
     pub line_metadata_bytes: u64,
     pub write_buffer_bytes: u64,
     pub total_bytes: u64,
@@ -227,6 +229,8 @@ pub struct SsdStats {
     pub write_buffer_stall_ns: u64,
     pub memory: MemoryStats,
     pub bandwidth: BandwidthSeries,
+    /// FTL-specific counters.
+    pub ftl: crate::ftl::FtlStats,
 }
 
 impl SsdStats {

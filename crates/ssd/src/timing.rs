@@ -249,6 +249,15 @@ impl NandTiming {
         end
     }
 
+    /// Hold `die` for `ns` of device-internal work starting no earlier than `t` (accounted as
+    /// GC/background time). Returns the end.
+    pub fn occupy(&mut self, die: u32, t: u64, ns: u64) -> u64 {
+        let start = self.dies[die as usize].busy_until.max(t);
+        let end = start + ns;
+        self.account(die, start, end, Work::Gc);
+        end
+    }
+
     /// Completion of a flush issued at `t`: every die idle and every buffered unit programmed.
     pub fn flush(&self, t: u64) -> u64 {
         let wb = self.wbuf.as_ref().map_or(0, |w| w.last_release());

@@ -4,10 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use flashlog_dev::{BlockDevice, DevError, DeviceEvent, BLOCK_SIZE};
+use flashlog_dev::{BlockDevice, DevError, DeviceEvent, MigrationPair, BLOCK_SIZE};
 use flashlog_ssd::{
-    ClockKind, EventQueue, Greedy, Lpn, Mapping, PageMap, Ppn, SsdArgs, SsdConfig, SsdDevice,
-    StoreKind, VictimKind,
+    ClockKind, Greedy, PageFtl, SsdArgs, SsdConfig, SsdDevice, StoreKind, VictimKind,
 };
 
 fn block(tag: u64) -> Vec<u8> {
@@ -134,79 +133,29 @@ fn gc_preserves_contents_under_random_overwrites() {
     }
 }
 
-/// An FTL variant that reports every GC move as a migration (what the D2FS coupled-GC FTL
-/// will do, minus the new addresses).
-struct Reporting(PageMap);
-
-impl Mapping for Reporting {
-    fn name(&self) -> &'static str {
-        "reporting"
-    }
-    fn logical_blocks(&self) -> u64 {
-        self.0.logical_blocks()
-    }
-    fn lookup(&self, lpn: Lpn) -> Option<Ppn> {
-        self.0.lookup(lpn)
-    }
-    fn map(&mut self, lpn: Lpn, ppn: Ppn) -> Option<Ppn> {
-        self.0.map(lpn, ppn)
-    }
-    fn unmap(&mut self, lpn: Lpn) -> Option<Ppn> {
-        self.0.unmap(lpn)
-    }
-    fn gc_moved(&mut self, lpn: Lpn, to: Ppn, events: &mut EventQueue) -> Lpn {
-        self.0.map(lpn, to);
-        events.push(DeviceEvent::Migrated {
-            old: lpn.0,
-            new: lpn.0,
-            count: 1,
-        });
-        lpn
-    }
-    fn memory_bytes(&self) -> u64 {
-        self.0.memory_bytes()
-    }
-    fn migration_upcalls(&self) -> bool {
-        true
-    }
-}
-
+/// Events queued by the device ride on the next completion, once; an FTL smaller than the
+/// configured capacity is refused.
 #[test]
-fn variant_events_ride_on_completions() {
+fn events_ride_on_completions() {
     let cfg = tiny(StoreKind::None);
-    let map = Reporting(PageMap::new(cfg.logical_blocks()));
-    let dev = SsdDevice::with_ftl(cfg, Box::new(map), Box::new(Greedy)).unwrap();
-    assert!(dev.capabilities().migration_upcalls);
-    let n = dev.capabilities().block_count;
-    let mut events = 0u64;
-    let buf = block(0);
-    let mut x = 99u64;
-    for _ in 0..(n * 6) {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let c = dev.write((x >> 33) % n, &buf).unwrap();
-        events += c.events.len() as u64;
-    }
-    let moved = dev.stats().gc_pages_moved;
-    assert!(moved > 0);
-    assert_eq!(
-        events, moved,
-        "every GC move must arrive on exactly one completion"
-    );
-    // The device itself can also queue an event for the next completion.
+    let dev = SsdDevice::new(cfg.clone()).unwrap();
+    assert!(!dev.capabilities().migration_upcalls);
+    assert!(matches!(
+        dev.ack_migrations(1),
+        Err(DevError::Unsupported(_))
+    ));
     let ev = DeviceEvent::Migrated {
-        old: 1,
-        new: 2,
-        count: 3,
+        upcall: 7,
+        first_record: 1,
+        pairs: vec![MigrationPair { old: 1, new: 2 }],
     };
     dev.push_event(ev.clone());
     assert_eq!(dev.flush().unwrap().events, vec![ev]);
     assert!(dev.flush().unwrap().events.is_empty());
-    // A mapping smaller than the configured logical space is refused.
-    let cfg = tiny(StoreKind::None);
-    let small = PageMap::new(cfg.logical_blocks() - 1);
-    assert!(SsdDevice::with_ftl(cfg, Box::new(small), Box::new(Greedy)).is_err());
+    let mut small = cfg.clone();
+    small.geometry.blocks_per_plane -= 4;
+    let ftl = PageFtl::new(&small, Box::new(Greedy));
+    assert!(SsdDevice::with_ftl(cfg, Box::new(ftl)).is_err());
 }
 
 #[test]

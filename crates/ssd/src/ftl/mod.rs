@@ -1,28 +1,44 @@
-//! FTL building blocks: the logical-to-physical [`Mapping`] trait and its 4 KiB page map, the
-//! [`VictimPolicy`] trait with greedy and cost-benefit policies, the [`LineTable`] (superblock
-//! states, valid counts, free list, greedy buckets), and the device-event queue.
+//! The FTL plug-in point: the [`Ftl`] trait every flash translation layer implements, and the
+//! building blocks they share: logical/physical page numbers, the [`LineTable`] (superblock
+//! states, valid counts, free list, greedy buckets), the [`VictimPolicy`] trait with greedy and
+//! cost-benefit policies, the device-event queue, FTL errors and statistics.
 //!
-//! Variants plug in here: a D2FS coupled-GC FTL implements [`Mapping::gc_moved`] to give a
-//! migrated page a new logical address in its GC region and push a
-//! [`DeviceEvent::Migrated`] record; an IPLFS interval-mapping FTL replaces the flat page map by
-//! a sparse tree behind the same trait. The engine (see `engine.rs`) never looks inside.
+//! One folder, one file per FTL: `page` (page mapping, NVMeVirt's conventional FTL), `zoned`
+//! (ZNS-style block-mapped zones, no device GC), `coupled` (D2FS coupled GC with migration
+//! records and upcalls); an IPLFS interval-mapping FTL goes in `interval`. Every FTL runs over
+//! the same [`Flash`] back-end (`flash.rs`: NAND timing, line table, reverse map, counters),
+//! so timing, statistics and power cuts are the same for all of them.
 //!
 //! Invariants:
-//! - [`PageMap`]: `l2p[lpn]` is `UNMAPPED` or a physical page whose reverse entry is `lpn`.
 //! - [`LineTable`]: a line is in exactly one state; only `Sealed` lines are in the greedy
 //!   buckets, in the bucket of their valid count; `vpc <= slots_per_line`; the free list holds
 //!   exactly the `Free` lines.
+//! - An FTL's `lookup(lpn) == Some(ppn)` iff the flash reverse map says `ppn` holds `lpn`
+//!   (checked by `Engine::check_invariants` and each FTL's `check_invariants`).
 //!
-//! Lock order: none (owned by the engine, under its lock).
+//! Lock order: none (owned by the engine, under the device's engine lock).
+
+pub mod conv;
+pub mod coupled;
+pub mod page;
+pub mod zoned;
 
 pub mod interval;
 
 use std::cell::Cell;
 use std::collections::VecDeque;
 
+use serde::Serialize;
+
+use crate::flash::Flash;
 use flashlog_dev::DeviceEvent;
 
-/// Logical page number (4 KiB logical block address).
+pub use coupled::{CoupledConfig, CoupledFtl};
+pub use page::{Mapping, PageFtl, PageMap};
+pub use zoned::{ZonedConfig, ZonedFtl};
+
+/// Logical page number (4 KiB logical block address). 64-bit: a logical space of up to 2^64
+/// blocks (IPLFS) is representable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Lpn(pub u64);
 
@@ -50,77 +66,177 @@ impl EventQueue {
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }
+    /// Forget every undelivered event (power cut: the completion queue is volatile).
+    pub fn clear(&mut self) {
+        self.pending.clear();
+    }
+    /// Keep only the events `f` accepts.
+    pub fn retain(&mut self, f: impl FnMut(&DeviceEvent) -> bool) {
+        self.pending.retain(f);
+    }
     /// Move every pending event into `out` (called when a request completes).
     pub fn drain_into(&mut self, out: &mut Vec<DeviceEvent>) {
         out.extend(self.pending.drain(..));
     }
 }
 
-/// Logical-to-physical mapping of one FTL variant.
-pub trait Mapping: Send {
+/// FTL and engine errors. Each is final for its request and leaves the FTL consistent (a
+/// refused request changes nothing).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FtlError {
+    #[error("no reclaimable space: every candidate line is fully valid (free lines {free}); discard data to make room")]
+    NoReclaimableSpace { free: u32 },
+    /// The request breaks the FTL's rules (e.g. a non-sequential write in a zone).
+    #[error("{0}")]
+    Refused(String),
+    /// The FTL does not offer this operation.
+    #[error("not supported by the {ftl} FTL: {what}")]
+    Unsupported {
+        ftl: &'static str,
+        what: &'static str,
+    },
+}
+
+/// Modelled device DRAM of an FTL's own structures.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct FtlMemory {
+    /// Logical-to-physical mapping structures.
+    pub mapping_bytes: u64,
+    /// Outstanding migration records (D2FS), 0 elsewhere.
+    pub record_bytes: u64,
+}
+
+/// FTL-specific counters (zero where an FTL has no such thing). Cumulative since the last
+/// statistics reset, except the `*_now` and `*_peak` gauges.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct FtlStats {
+    /// Zone resets (zoned, coupled).
+    pub zone_resets: u64,
+    /// Migration records created by coupled GC.
+    pub records_created: u64,
+    /// Records whose page moved again before they were sent (rewritten in place).
+    pub records_merged: u64,
+    /// Buffered records dropped because the host discarded the page.
+    pub records_dropped: u64,
+    /// Records freed by a host acknowledgement.
+    pub records_acked: u64,
+    /// Records now buffered or in flight, and the peak since the reset.
+    pub records_now: u64,
+    pub records_peak: u64,
+    /// Upcalls (batches) sent, re-sent after a power cut or on request, and acknowledged.
+    pub upcalls_sent: u64,
+    pub upcalls_resent: u64,
+    pub upcalls_acked: u64,
+    /// Host reads and discards of an old address served through a migration record.
+    pub reads_redirected: u64,
+    pub discards_redirected: u64,
+    /// Background work (e.g. IPLFS map compaction): runs and device time charged.
+    pub background_runs: u64,
+    pub background_ns: u64,
+}
+
+/// A flash translation layer over the shared [`Flash`] back-end.
+///
+/// The engine calls, for every request: [`Ftl::background`] at submission; then for a write
+/// [`Ftl::check_write`] on the whole request (nothing changes if it is refused) and
+/// [`Ftl::write_page`] per 4 KiB page; for a read [`Ftl::read_lookup`] per block; for a discard
+/// [`Ftl::discard`]; for a flush [`Ftl::flush`]. Device GC is the FTL's business (it calls the
+/// `Flash::gc_*` steps, which charge the NAND time).
+pub trait Ftl: Send {
     fn name(&self) -> &'static str;
-    /// Size of the logical space in 4 KiB blocks.
+    /// Victim policy name, or "none" for an FTL without device GC.
+    fn policy_name(&self) -> &'static str;
+    /// Size of the logical space in 4 KiB blocks (may exceed the physical space: virtual
+    /// overprovisioning, or up to 2^64 − 1 for IPLFS).
     fn logical_blocks(&self) -> u64;
-    fn lookup(&self, lpn: Lpn) -> Option<Ppn>;
-    /// Map `lpn` to `ppn`; returns the previous physical page.
-    fn map(&mut self, lpn: Lpn, ppn: Ppn) -> Option<Ppn>;
-    /// Remove the mapping of `lpn`; returns the physical page it had.
-    fn unmap(&mut self, lpn: Lpn) -> Option<Ppn>;
-    /// GC moved the live page of `lpn` to `to`. Returns the logical address the page has now
-    /// (a D2FS coupled GC gives it a new one in its GC region and pushes a migration event).
-    fn gc_moved(&mut self, lpn: Lpn, to: Ppn, _events: &mut EventQueue) -> Lpn {
-        self.map(lpn, to);
-        lpn
+    /// Blocks per zone when the FTL exposes zones (zoned, coupled), else 0.
+    fn zone_blocks(&self) -> u64 {
+        0
     }
-    /// Modelled device DRAM of the mapping structures, in bytes.
-    fn memory_bytes(&self) -> u64;
-    /// Whether completions may carry migration events.
+    /// Blocks at the start of the logical space that accept writes anywhere (page-mapped);
+    /// the rest follows the FTL's zone rules. Equal to `logical_blocks` for page mapping.
+    fn conventional_blocks(&self) -> u64 {
+        self.logical_blocks()
+    }
+    /// Refuse a host write of `n` blocks at `lpn` that breaks the FTL's rules, before
+    /// anything changes.
+    fn check_write(&self, _lpn: u64, _n: u64) -> Result<(), FtlError> {
+        Ok(())
+    }
+    /// Place and program one host page whose data is in the device at `tx` (buffer claimed at
+    /// `t`); returns the program end if this page closed a program unit.
+    fn write_page(
+        &mut self,
+        flash: &mut Flash,
+        lpn: Lpn,
+        t: u64,
+        tx: u64,
+    ) -> Result<Option<u64>, FtlError>;
+    /// Where `lpn`'s live data sits (the mapping alone, no redirects).
+    fn lookup(&self, flash: &Flash, lpn: Lpn) -> Option<Ppn>;
+    /// Where a host read of `lpn` finds its data: `(physical page, logical address the content
+    /// is kept under)`. Differs from `lookup` only for FTLs that redirect (D2FS).
+    fn read_lookup(&mut self, flash: &Flash, lpn: Lpn) -> Option<(Ppn, Lpn)> {
+        self.lookup(flash, lpn).map(|p| (p, lpn))
+    }
+    /// Discard `n` blocks at `lpn` (at time `t`).
+    fn discard(&mut self, flash: &mut Flash, lpn: u64, n: u64, t: u64) -> Result<(), FtlError>;
+    /// A flush at `t` (e.g. D2FS sends its partly filled upcall batch).
+    fn flush(&mut self, _flash: &mut Flash, _t: u64) {}
+    /// Background work due at `t` (e.g. IPLFS map compaction). It charges its device time
+    /// through `Flash::firmware_busy`, so requests queue behind it.
+    fn background(&mut self, _flash: &mut Flash, _t: u64) -> Result<(), FtlError> {
+        Ok(())
+    }
+    /// Modelled device DRAM of the FTL's structures.
+    fn memory(&self) -> FtlMemory;
+    fn stats(&self) -> FtlStats {
+        FtlStats::default()
+    }
+    fn reset_stats(&mut self) {}
+    /// Whether completions may carry [`DeviceEvent::Migrated`] upcalls.
     fn migration_upcalls(&self) -> bool {
         false
     }
+    /// The host applied and checkpointed every upcall with id `<= upto`: forget their records.
+    /// Returns the number of records freed.
+    fn ack_migrations(&mut self, _upto: u64) -> Result<u64, FtlError> {
+        Err(FtlError::Unsupported {
+            ftl: self.name(),
+            what: "migration upcalls",
+        })
+    }
+    /// Queue every sent but unacknowledged upcall again, in order, with its id (host restart).
+    fn resend_migrations(&mut self, _flash: &mut Flash) -> Result<(), FtlError> {
+        Err(FtlError::Unsupported {
+            ftl: self.name(),
+            what: "migration upcalls",
+        })
+    }
+    /// Power came back after a cut. Volatile device state (undelivered events) is already
+    /// gone; capacitor-backed FTL state (mapping, migration records) survives, and an FTL with
+    /// upcalls queues its unacknowledged ones again.
+    fn power_cycle(&mut self, _flash: &mut Flash) {}
+    /// Spare 4 KiB units not holding data or garbage (free lines plus unwritten parts of the
+    /// lines the FTL keeps open), for the effective-OP measurement.
+    fn spare_units(&self, flash: &Flash) -> u64 {
+        u64::from(flash.lines.free_count()) * u64::from(flash.slots_per_line())
+    }
+    /// Check the FTL's own invariants against the flash state (tests; may be O(size)).
+    fn check_invariants(&self, flash: &Flash) -> Result<(), String>;
 }
 
-const UNMAPPED: u32 = u32::MAX;
-
-/// Flat 4 KiB page map, 4 B per logical page (32-bit PPN), as in NVMeVirt's conv FTL.
-#[derive(Debug)]
-pub struct PageMap {
-    l2p: Vec<u32>,
+/// One write pointer: the open line and the next offset in it.
+#[derive(Debug, Default, Clone)]
+pub struct WritePointer {
+    pub line: Option<LineId>,
+    pub off: u32,
 }
 
-impl PageMap {
-    pub fn new(logical_blocks: u64) -> Self {
-        PageMap {
-            l2p: vec![UNMAPPED; logical_blocks as usize],
-        }
-    }
-}
-
-impl Mapping for PageMap {
-    fn name(&self) -> &'static str {
-        "page-map"
-    }
-    fn logical_blocks(&self) -> u64 {
-        self.l2p.len() as u64
-    }
-    fn lookup(&self, lpn: Lpn) -> Option<Ppn> {
-        match self.l2p.get(lpn.0 as usize) {
-            Some(&p) if p != UNMAPPED => Some(Ppn(p)),
-            _ => None,
-        }
-    }
-    fn map(&mut self, lpn: Lpn, ppn: Ppn) -> Option<Ppn> {
-        let slot = self.l2p.get_mut(lpn.0 as usize)?;
-        let old = std::mem::replace(slot, ppn.0);
-        (old != UNMAPPED).then_some(Ppn(old))
-    }
-    fn unmap(&mut self, lpn: Lpn) -> Option<Ppn> {
-        let slot = self.l2p.get_mut(lpn.0 as usize)?;
-        let old = std::mem::replace(slot, UNMAPPED);
-        (old != UNMAPPED).then_some(Ppn(old))
-    }
-    fn memory_bytes(&self) -> u64 {
-        self.l2p.len() as u64 * 4
+impl WritePointer {
+    /// Unwritten units of the open line.
+    pub fn spare(&self, b: u32) -> u64 {
+        self.line.map_or(0, |_| u64::from(b - self.off))
     }
 }
 
@@ -268,10 +384,16 @@ impl LineTable {
     }
 
     /// Mark a sealed line as the current GC victim.
+    /// A line an FTL keeps out of the greedy buckets (held `Open`, e.g. a conventional-region
+    /// line with its own victim choice) may also become the victim.
     pub fn begin_victim(&mut self, l: LineId) {
-        debug_assert_eq!(self.state(l), LineState::Sealed);
-        self.unlink(l.0);
-        self.sealed -= 1;
+        match self.state(l) {
+            LineState::Sealed => {
+                self.unlink(l.0);
+                self.sealed -= 1;
+            }
+            s => debug_assert_eq!(s, LineState::Open),
+        }
         self.state[l.0 as usize] = LineState::Victim;
     }
 
@@ -280,6 +402,27 @@ impl LineTable {
         let i = l.0 as usize;
         debug_assert_eq!(self.state[i], LineState::Victim);
         debug_assert_eq!(self.vpc[i], 0);
+        self.state[i] = LineState::Free;
+        self.erase_count[i] += 1;
+        self.free.push_back(l.0);
+    }
+
+    /// An open or sealed line without valid pages is erased and freed at once (zone reset:
+    /// no copy needed).
+    pub fn release(&mut self, l: LineId) {
+        let i = l.0 as usize;
+        debug_assert_eq!(self.vpc[i], 0);
+        match self.state[i] {
+            LineState::Sealed => {
+                self.unlink(l.0);
+                self.sealed -= 1;
+            }
+            LineState::Open => {}
+            s => {
+                debug_assert!(false, "release of a {s:?} line");
+                return;
+            }
+        }
         self.state[i] = LineState::Free;
         self.erase_count[i] += 1;
         self.free.push_back(l.0);
@@ -365,19 +508,6 @@ impl VictimPolicy for CostBenefit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn page_map_round_trip() {
-        let mut m = PageMap::new(8);
-        assert_eq!(m.lookup(Lpn(3)), None);
-        assert_eq!(m.map(Lpn(3), Ppn(7)), None);
-        assert_eq!(m.map(Lpn(3), Ppn(9)), Some(Ppn(7)));
-        assert_eq!(m.lookup(Lpn(3)), Some(Ppn(9)));
-        assert_eq!(m.unmap(Lpn(3)), Some(Ppn(9)));
-        assert_eq!(m.lookup(Lpn(3)), None);
-        assert_eq!(m.lookup(Lpn(100)), None);
-        assert_eq!(m.memory_bytes(), 32);
-    }
 
     #[test]
     fn greedy_buckets_track_valid_counts() {

@@ -1,0 +1,736 @@
+//! D2FS coupled-GC FTL (FAST '25 §4-§7): block-associative mapping of the file-system
+//! partition with virtual overprovisioning, device GC that packs valid pages densely into
+//! sections of a GC region and remaps them, migration records with read/discard redirect,
+//! and migration upcalls piggybacked on completions.
+//!
+//! Logical layout (zones are line-sized; blocks):
+//! ```text
+//! [0, C)                 conventional region, page-mapped (file-system metadata)
+//! [C, C + R·z)           regular region: R = ceil(degree × capacity / z) zones, host-allocated
+//! [C + R·z, C + (R+G)·z) GC region: G = ceil(capacity / z) zones, allocated by the device only
+//! ```
+//!
+//! Owns: the conventional region; per zone its line (or none) and its write pointer; per line
+//! its zone; the GC destination zone; the migration records (buffered, then in flight in
+//! upcalls until acknowledged); per GC-region zone the number of outstanding records whose
+//! old address lies in it.
+//!
+//! Mapping: block mapping with identity offsets (block `o` of a zone sits at slot `o` of the
+//! zone's line). Host writes into a zone are append-only: an offset below the zone's write
+//! pointer is refused until the zone is reclaimed (gaps are allowed; skipped slots count as
+//! invalid). A zone's line is sealed (a GC candidate) when its last slot is written.
+//!
+//! Coupled GC: greedy victim among sealed zone lines; each valid page goes to the next slot of
+//! the GC destination zone (block-associative migration: its offset changes), gets the new
+//! logical address of that slot (remap), and a record (old, new) is buffered. A buffered
+//! record whose page moves again is rewritten in place (merge); records in flight are never
+//! changed. The victim's zone loses its line (its old addresses are served by redirect).
+//!
+//! Invariants:
+//! - a valid page at slot `o` of zone `z`'s line holds logical block `base(z) + o`;
+//! - every outstanding record's old address is unmapped or was rewritten by the host since
+//!   (redirect is used only when unmapped); `by_old` names the newest record per old address;
+//! - a GC-region zone is chosen as a destination only when it has no line and no outstanding
+//!   record has its old address in it (else a redirected read could find new data);
+//! - records are sent in creation order (merges keep their place); upcall ids and record ids
+//!   increase by one; an upcall stays in flight until acknowledged, across power cuts.
+//!
+//! Lock order: none (owned by the engine).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::Serialize;
+
+use crate::config::SsdConfig;
+use crate::flash::Flash;
+use crate::ftl::conv::{self, ConvRegion};
+use crate::ftl::zoned::conventional_zones;
+use crate::ftl::{Ftl, FtlError, FtlMemory, FtlStats, LineId, LineState, Lpn, Ppn, VictimPolicy};
+use flashlog_dev::{DeviceEvent, MigrationPair, MAX_UPCALL_PAIRS};
+
+/// Coupled-FTL parameters.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CoupledConfig {
+    /// Regular-region degree ρ_regular: regular region = degree × device capacity (paper: 1.4
+    /// avoids stalls). The GC region is always one device capacity.
+    pub degree: f64,
+    /// Conventional (page-mapped) region, rounded up to zones; 0 = auto (1/32 of capacity).
+    pub conventional_bytes: u64,
+    /// Pairs per upcall (1..=256).
+    pub upcall_pairs: usize,
+    /// Device GC runs while fewer lines than this are free (artifact: 5).
+    pub gc_threshold_lines: u32,
+    /// A flush also sends a partly filled batch (else only full batches are sent).
+    pub send_on_flush: bool,
+}
+
+impl Default for CoupledConfig {
+    fn default() -> Self {
+        CoupledConfig {
+            degree: 1.4,
+            conventional_bytes: 0,
+            upcall_pairs: MAX_UPCALL_PAIRS,
+            gc_threshold_lines: 5,
+            send_on_flush: true,
+        }
+    }
+}
+
+/// Modelled device DRAM per outstanding record: old and new 64-bit addresses plus a 32-bit
+/// hash link and a 32-bit state/merge link.
+pub const RECORD_BYTES: u64 = 24;
+
+const NO_LINE: u32 = u32::MAX;
+const NO_ZONE: u32 = u32::MAX;
+
+/// Where an outstanding record lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loc {
+    /// Buffered, keyed by creation sequence.
+    Buffered(u64),
+    /// Sent, by record id.
+    InFlight(u64),
+}
+
+/// Where a redirect ended: (page, logical address), and the records walked on the way.
+type Resolved = (Ppn, u64, Vec<(u64, Loc)>);
+
+/// An upcall sent and not yet acknowledged.
+#[derive(Clone, Debug)]
+struct Upcall {
+    id: u64,
+    first_record: u64,
+    pairs: Vec<MigrationPair>,
+}
+
+/// The coupled-GC FTL.
+pub struct CoupledFtl {
+    cfg: CoupledConfig,
+    conv: ConvRegion,
+    /// Blocks per zone.
+    z: u64,
+    regular_zones: u64,
+    gc_zones: u64,
+    zone_line: Vec<u32>,
+    zone_wp: Vec<u32>,
+    line_zone: Vec<u32>,
+    /// Outstanding records whose old address lies in each GC-region zone.
+    pending_old: Vec<u32>,
+    /// Current GC destination zone (index into the GC region), if any.
+    gc_dst: Option<usize>,
+    /// Next GC-region zone to consider (first fit, wrapping).
+    gc_cursor: usize,
+    policy: Box<dyn VictimPolicy>,
+    threshold: u32,
+    // Records.
+    buffered: BTreeMap<u64, MigrationPair>,
+    buffered_by_new: HashMap<u64, u64>,
+    by_old: HashMap<u64, Loc>,
+    next_seq: u64,
+    in_flight: VecDeque<Upcall>,
+    next_upcall: u64,
+    next_record: u64,
+    stats: FtlStats,
+}
+
+impl CoupledFtl {
+    pub fn new(
+        cfg: &SsdConfig,
+        cc: CoupledConfig,
+        policy: Box<dyn VictimPolicy>,
+    ) -> Result<Self, String> {
+        if !(cc.degree.is_finite() && (0.5..=64.0).contains(&cc.degree)) {
+            return Err(format!(
+                "regular-region degree {} is outside 0.5..=64",
+                cc.degree
+            ));
+        }
+        if !(1..=MAX_UPCALL_PAIRS).contains(&cc.upcall_pairs) {
+            return Err(format!(
+                "upcall_pairs {} is outside 1..={MAX_UPCALL_PAIRS}",
+                cc.upcall_pairs
+            ));
+        }
+        let z = cfg.geometry.slots_per_line();
+        let lines = cfg.geometry.lines();
+        let cap = cfg.logical_blocks();
+        let cz = conventional_zones(cc.conventional_bytes, cap, z);
+        let threshold = cc.gc_threshold_lines.max(2);
+        if lines < conv::max_lines(cz) + u64::from(threshold) + 4 {
+            return Err(format!(
+                "{lines} lines are too few for {cz} conventional zones and a GC threshold of \
+                 {threshold} lines"
+            ));
+        }
+        let regular_zones = ((cc.degree * cap as f64) / z as f64).ceil() as u64;
+        let gc_zones = cap.div_ceil(z);
+        let zones = (regular_zones + gc_zones) as usize;
+        Ok(CoupledFtl {
+            conv: ConvRegion::new(cz * z, cz),
+            z,
+            regular_zones,
+            gc_zones,
+            zone_line: vec![NO_LINE; zones],
+            zone_wp: vec![0; zones],
+            line_zone: vec![NO_ZONE; lines as usize],
+            pending_old: vec![0; gc_zones as usize],
+            gc_dst: None,
+            gc_cursor: 0,
+            policy,
+            threshold,
+            buffered: BTreeMap::new(),
+            buffered_by_new: HashMap::new(),
+            by_old: HashMap::new(),
+            next_seq: 0,
+            in_flight: VecDeque::new(),
+            next_upcall: 1,
+            next_record: 1,
+            stats: FtlStats::default(),
+            cfg: cc,
+        })
+    }
+
+    fn conv_blocks(&self) -> u64 {
+        self.conv.blocks()
+    }
+
+    /// First block of the GC region.
+    pub fn gc_region_start(&self) -> u64 {
+        self.conv_blocks() + self.regular_zones * self.z
+    }
+
+    /// Zones of the regular and the GC region.
+    pub fn regions(&self) -> (u64, u64) {
+        (self.regular_zones, self.gc_zones)
+    }
+
+    fn zone_base(&self, zone: usize) -> u64 {
+        self.conv_blocks() + zone as u64 * self.z
+    }
+
+    /// (zone, offset) of a block outside the conventional region.
+    fn zone_of(&self, lpn: u64) -> (usize, u32) {
+        let rel = lpn - self.conv_blocks();
+        ((rel / self.z) as usize, (rel % self.z) as u32)
+    }
+
+    /// GC-region zone index of a block, if it lies in the GC region.
+    fn gc_zone_of(&self, lpn: u64) -> Option<usize> {
+        if lpn < self.gc_region_start() || lpn >= self.logical_blocks() {
+            return None;
+        }
+        Some(((lpn - self.gc_region_start()) / self.z) as usize)
+    }
+
+    fn records_now(&self) -> u64 {
+        self.buffered.len() as u64
+            + self
+                .in_flight
+                .iter()
+                .map(|u| u.pairs.len() as u64)
+                .sum::<u64>()
+    }
+
+    fn note_records(&mut self) {
+        let now = self.records_now();
+        self.stats.records_now = now;
+        self.stats.records_peak = self.stats.records_peak.max(now);
+    }
+
+    /// Open a line for zone `zone`.
+    fn open_zone(&mut self, flash: &mut Flash, zone: usize) -> Result<LineId, FtlError> {
+        let l = flash
+            .lines
+            .open_free()
+            .ok_or(FtlError::NoReclaimableSpace { free: 0 })?;
+        self.zone_line[zone] = l.0;
+        self.zone_wp[zone] = 0;
+        self.line_zone[l.0 as usize] = zone as u32;
+        Ok(l)
+    }
+
+    /// The zone's line is gone (collected or reset): its slots are free again.
+    fn close_zone(&mut self, zone: usize) {
+        let l = self.zone_line[zone];
+        if l != NO_LINE {
+            self.line_zone[l as usize] = NO_ZONE;
+        }
+        self.zone_line[zone] = NO_LINE;
+        self.zone_wp[zone] = 0;
+    }
+
+    /// Next slot of the GC destination: (physical page, new logical address).
+    fn alloc_gc(&mut self, flash: &mut Flash) -> Result<(Ppn, u64), FtlError> {
+        let full = match self.gc_dst {
+            None => true,
+            Some(g) => u64::from(self.zone_wp[self.regular_zones as usize + g]) == self.z,
+        };
+        if full {
+            if let Some(g) = self.gc_dst.take() {
+                let zone = self.regular_zones as usize + g;
+                flash.lines.seal(LineId(self.zone_line[zone]), flash.seq);
+            }
+            let n = self.gc_zones as usize;
+            let pick = (0..n).map(|i| (self.gc_cursor + i) % n).find(|&g| {
+                self.zone_line[self.regular_zones as usize + g] == NO_LINE
+                    && self.pending_old[g] == 0
+            });
+            let Some(g) = pick else {
+                return Err(FtlError::NoReclaimableSpace {
+                    free: flash.lines.free_count(),
+                });
+            };
+            self.gc_cursor = (g + 1) % n;
+            self.open_zone(flash, self.regular_zones as usize + g)?;
+            self.gc_dst = Some(g);
+        }
+        let g = self.gc_dst.unwrap_or(0);
+        let zone = self.regular_zones as usize + g;
+        let off = self.zone_wp[zone];
+        self.zone_wp[zone] = off + 1;
+        let ppn = flash.ppn(LineId(self.zone_line[zone]), off);
+        Ok((ppn, self.zone_base(zone) + u64::from(off)))
+    }
+
+    /// Record the migration of the page at `old` to `new` (merging a buffered record whose
+    /// page moves again).
+    fn record(&mut self, old: u64, new: u64) {
+        self.stats.records_created += 1;
+        if let Some(seq) = self.buffered_by_new.remove(&old) {
+            if let Some(pair) = self.buffered.get_mut(&seq) {
+                pair.new = new;
+                self.buffered_by_new.insert(new, seq);
+                self.stats.records_merged += 1;
+                return;
+            }
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.buffered.insert(seq, MigrationPair { old, new });
+        self.buffered_by_new.insert(new, seq);
+        self.by_old.insert(old, Loc::Buffered(seq));
+        if let Some(g) = self.gc_zone_of(old) {
+            self.pending_old[g] += 1;
+        }
+    }
+
+    /// Send buffered records in batches: full batches only, or everything with `partial`.
+    fn send(&mut self, flash: &mut Flash, partial: bool) {
+        let max = self.cfg.upcall_pairs;
+        while self.buffered.len() >= max || (partial && !self.buffered.is_empty()) {
+            let mut pairs = Vec::with_capacity(max.min(self.buffered.len()));
+            let first_record = self.next_record;
+            while pairs.len() < max {
+                let Some((_, pair)) = self.buffered.pop_first() else {
+                    break;
+                };
+                self.buffered_by_new.remove(&pair.new);
+                let rid = first_record + pairs.len() as u64;
+                if let Some(loc) = self.by_old.get_mut(&pair.old) {
+                    if matches!(loc, Loc::Buffered(_)) {
+                        *loc = Loc::InFlight(rid);
+                    }
+                }
+                pairs.push(pair);
+            }
+            self.next_record += pairs.len() as u64;
+            let up = Upcall {
+                id: self.next_upcall,
+                first_record,
+                pairs,
+            };
+            self.next_upcall += 1;
+            flash.events.push(event(&up));
+            self.in_flight.push_back(up);
+            self.stats.upcalls_sent += 1;
+        }
+        self.note_records();
+    }
+
+    /// The pair of an outstanding record.
+    fn pair(&self, loc: Loc) -> Option<MigrationPair> {
+        match loc {
+            Loc::Buffered(seq) => self.buffered.get(&seq).copied(),
+            Loc::InFlight(rid) => {
+                let i = self
+                    .in_flight
+                    .partition_point(|u| u.first_record + u.pairs.len() as u64 <= rid);
+                let u = self.in_flight.get(i)?;
+                u.pairs
+                    .get(rid.checked_sub(u.first_record)? as usize)
+                    .copied()
+            }
+        }
+    }
+
+    /// Physical page of `lpn` through the mapping alone.
+    fn mapped(&self, flash: &Flash, lpn: u64) -> Option<Ppn> {
+        if lpn < self.conv_blocks() {
+            return self.conv.lookup(lpn);
+        }
+        if lpn >= self.logical_blocks() {
+            return None;
+        }
+        let (zone, off) = self.zone_of(lpn);
+        let l = self.zone_line[zone];
+        if l == NO_LINE || off >= self.zone_wp[zone] {
+            return None;
+        }
+        let p = flash.ppn(LineId(l), off);
+        (flash.owner(p) == Some(lpn)).then_some(p)
+    }
+
+    /// Follow records from an unmapped `lpn` to where its data lives now: (page, address),
+    /// and the records walked (for discard redirect). Bounded by the number of records.
+    fn resolve(&self, flash: &Flash, lpn: u64) -> Option<Resolved> {
+        let mut at = lpn;
+        let mut walked = Vec::new();
+        for _ in 0..=self.records_now() {
+            if let Some(p) = self.mapped(flash, at) {
+                return Some((p, at, walked));
+            }
+            let loc = *self.by_old.get(&at)?;
+            walked.push((at, loc));
+            at = self.pair(loc)?.new;
+        }
+        None
+    }
+
+    /// Forget a buffered record (its page was discarded before it was sent).
+    fn drop_buffered(&mut self, old: u64, seq: u64) {
+        if let Some(pair) = self.buffered.remove(&seq) {
+            self.buffered_by_new.remove(&pair.new);
+            if self.by_old.get(&old) == Some(&Loc::Buffered(seq)) {
+                self.by_old.remove(&old);
+            }
+            if let Some(g) = self.gc_zone_of(old) {
+                self.pending_old[g] -= 1;
+            }
+            self.stats.records_dropped += 1;
+        }
+    }
+
+    /// Collect one victim line (coupled GC); returns the invalid slots freed.
+    fn gc_one(&mut self, flash: &mut Flash, t: u64) -> Result<u64, FtlError> {
+        let victim =
+            self.policy
+                .select(&flash.lines, flash.seq)
+                .ok_or(FtlError::NoReclaimableSpace {
+                    free: flash.lines.free_count(),
+                })?;
+        let zone = self.line_zone[victim.0 as usize];
+        debug_assert_ne!(zone, NO_ZONE, "sealed line {} without a zone", victim.0);
+        let run = flash.gc_begin(victim, t)?;
+        for p in run.slots(flash.slots_per_line()) {
+            let Some(old) = flash.gc_take(&run, p) else {
+                continue;
+            };
+            let (new_ppn, new) = self.alloc_gc(flash)?;
+            flash.gc_place(&run, p, new_ppn, new);
+            flash.relocations.push((old, new));
+            self.record(old, new);
+        }
+        self.close_zone(zone as usize);
+        let freed = flash.gc_end(run, t);
+        self.note_records();
+        Ok(freed)
+    }
+
+    /// Device GC before a host page: collect while fewer than the threshold lines are free,
+    /// then send full batches of records.
+    fn maybe_gc(&mut self, flash: &mut Flash, t: u64) -> Result<(), FtlError> {
+        let mut ran = false;
+        while flash.lines.free_count() < self.threshold {
+            self.gc_one(flash, t)?;
+            ran = true;
+        }
+        if ran {
+            self.send(flash, false);
+        }
+        Ok(())
+    }
+}
+
+fn event(up: &Upcall) -> DeviceEvent {
+    DeviceEvent::Migrated {
+        upcall: up.id,
+        first_record: up.first_record,
+        pairs: up.pairs.clone(),
+    }
+}
+
+impl Ftl for CoupledFtl {
+    fn name(&self) -> &'static str {
+        "coupled"
+    }
+    fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+    fn logical_blocks(&self) -> u64 {
+        self.conv_blocks() + (self.regular_zones + self.gc_zones) * self.z
+    }
+    fn zone_blocks(&self) -> u64 {
+        self.z
+    }
+    fn conventional_blocks(&self) -> u64 {
+        self.conv_blocks()
+    }
+
+    fn check_write(&self, lpn: u64, n: u64) -> Result<(), FtlError> {
+        let end = lpn + n;
+        if end > self.gc_region_start() {
+            return Err(FtlError::Refused(format!(
+                "coupled FTL: write at blocks {lpn}..{end} reaches the GC region (blocks {}..): \
+                 only the device allocates there; write updated blocks to the regular region",
+                self.gc_region_start()
+            )));
+        }
+        let mut a = lpn.max(self.conv_blocks());
+        while a < end {
+            let (zone, off) = self.zone_of(a);
+            let wp = self.zone_wp[zone];
+            if off < wp {
+                return Err(FtlError::Refused(format!(
+                    "coupled FTL: write at block {a} is below the write pointer of zone {zone} \
+                     (block {}); zones are append-only until the device reclaims them",
+                    self.zone_base(zone) + u64::from(wp)
+                )));
+            }
+            a = (a - u64::from(off) + self.z).min(end);
+        }
+        Ok(())
+    }
+
+    fn write_page(
+        &mut self,
+        flash: &mut Flash,
+        lpn: Lpn,
+        t: u64,
+        tx: u64,
+    ) -> Result<Option<u64>, FtlError> {
+        self.maybe_gc(flash, t)?;
+        let spare = self.spare_units(flash);
+        flash.sample_free(spare);
+        if lpn.0 < self.conv_blocks() {
+            return self.conv.write(flash, lpn.0, t, tx);
+        }
+        let (zone, off) = self.zone_of(lpn.0);
+        let line = match self.zone_line[zone] {
+            NO_LINE => {
+                // Keep one free line for the GC destination.
+                if flash.lines.free_count() <= 1 {
+                    self.gc_one(flash, t)?;
+                    self.send(flash, false);
+                }
+                self.open_zone(flash, zone)?
+            }
+            l => LineId(l),
+        };
+        debug_assert!(off >= self.zone_wp[zone]);
+        let ppn = flash.ppn(line, off);
+        self.zone_wp[zone] = off + 1;
+        let end = flash.program_host(ppn, lpn.0, tx);
+        if u64::from(off) + 1 == self.z {
+            flash.lines.seal(line, flash.seq);
+        }
+        Ok(end)
+    }
+
+    fn lookup(&self, flash: &Flash, lpn: Lpn) -> Option<Ppn> {
+        self.mapped(flash, lpn.0)
+    }
+
+    fn read_lookup(&mut self, flash: &Flash, lpn: Lpn) -> Option<(Ppn, Lpn)> {
+        if let Some(p) = self.mapped(flash, lpn.0) {
+            return Some((p, lpn));
+        }
+        let (p, at, _) = self.resolve(flash, lpn.0)?;
+        self.stats.reads_redirected += 1;
+        Some((p, Lpn(at)))
+    }
+
+    fn discard(&mut self, flash: &mut Flash, lpn: u64, n: u64, t: u64) -> Result<(), FtlError> {
+        for l in lpn..lpn + n {
+            if l < self.conv_blocks() {
+                self.conv.discard(flash, l);
+                continue;
+            }
+            if let Some(p) = self.mapped(flash, l) {
+                flash.invalidate(p);
+                self.release_if_empty(flash, flash.line_of(p), t);
+                continue;
+            }
+            // Discard redirect: the page moved; drop it where it is now, and forget the
+            // buffered records of its moves (records in flight stay: the host skips them).
+            let Some((p, at, walked)) = self.resolve(flash, l) else {
+                continue;
+            };
+            flash.invalidate(p);
+            flash.dropped.push(at);
+            self.stats.discards_redirected += 1;
+            for (old, loc) in walked {
+                if let Loc::Buffered(seq) = loc {
+                    self.drop_buffered(old, seq);
+                }
+            }
+            self.release_if_empty(flash, flash.line_of(p), t);
+        }
+        self.note_records();
+        Ok(())
+    }
+
+    fn flush(&mut self, flash: &mut Flash, _t: u64) {
+        if self.cfg.send_on_flush {
+            self.send(flash, true);
+        }
+    }
+
+    fn memory(&self) -> FtlMemory {
+        let zones = self.zone_line.len() as u64;
+        FtlMemory {
+            // Zone → line and write pointer per zone, line → zone, pending counts per GC
+            // zone, and the conventional page map.
+            mapping_bytes: zones * 8
+                + self.line_zone.len() as u64 * 4
+                + self.gc_zones * 4
+                + self.conv.memory_bytes(),
+            record_bytes: self.records_now() * RECORD_BYTES,
+        }
+    }
+
+    fn stats(&self) -> FtlStats {
+        let mut s = self.stats.clone();
+        s.records_now = self.records_now();
+        s
+    }
+
+    fn reset_stats(&mut self) {
+        let now = self.records_now();
+        self.stats = FtlStats {
+            records_now: now,
+            records_peak: now,
+            ..FtlStats::default()
+        };
+    }
+
+    fn migration_upcalls(&self) -> bool {
+        true
+    }
+
+    fn ack_migrations(&mut self, upto: u64) -> Result<u64, FtlError> {
+        if upto >= self.next_upcall {
+            return Err(FtlError::Refused(format!(
+                "acknowledgement of upcall {upto}, but the last upcall sent is {}",
+                self.next_upcall - 1
+            )));
+        }
+        let mut freed = 0;
+        while self.in_flight.front().is_some_and(|u| u.id <= upto) {
+            let Some(up) = self.in_flight.pop_front() else {
+                break;
+            };
+            for (i, pair) in up.pairs.iter().enumerate() {
+                let rid = up.first_record + i as u64;
+                if self.by_old.get(&pair.old) == Some(&Loc::InFlight(rid)) {
+                    self.by_old.remove(&pair.old);
+                }
+                if let Some(g) = self.gc_zone_of(pair.old) {
+                    self.pending_old[g] -= 1;
+                }
+            }
+            freed += up.pairs.len() as u64;
+            self.stats.upcalls_acked += 1;
+        }
+        self.stats.records_acked += freed;
+        self.note_records();
+        Ok(freed)
+    }
+
+    fn resend_migrations(&mut self, flash: &mut Flash) -> Result<(), FtlError> {
+        flash
+            .events
+            .retain(|e| !matches!(e, DeviceEvent::Migrated { .. }));
+        for up in &self.in_flight {
+            flash.events.push(event(up));
+            self.stats.upcalls_resent += 1;
+        }
+        Ok(())
+    }
+
+    fn power_cycle(&mut self, flash: &mut Flash) {
+        // Records are capacitor-backed: every unacknowledged upcall is delivered again.
+        let _ = self.resend_migrations(flash);
+    }
+
+    fn spare_units(&self, flash: &Flash) -> u64 {
+        u64::from(flash.lines.free_count()) * u64::from(flash.slots_per_line())
+    }
+
+    fn check_invariants(&self, flash: &Flash) -> Result<(), String> {
+        self.conv.check(flash)?;
+        for (zone, (&l, &wp)) in self.zone_line.iter().zip(&self.zone_wp).enumerate() {
+            if l == NO_LINE {
+                if wp != 0 {
+                    return Err(format!("zone {zone} has no line but write pointer {wp}"));
+                }
+                continue;
+            }
+            if self.line_zone[l as usize] != zone as u32 {
+                return Err(format!("zone {zone} has line {l} whose zone differs"));
+            }
+            for off in 0..flash.slots_per_line() {
+                if let Some(owner) = flash.owner(flash.ppn(LineId(l), off)) {
+                    if owner != self.zone_base(zone) + u64::from(off) || off >= wp {
+                        return Err(format!(
+                            "zone {zone} line {l} offset {off} holds block {owner} (wp {wp})"
+                        ));
+                    }
+                }
+            }
+        }
+        for (p, lpn) in flash.valid_pages() {
+            if self.mapped(flash, lpn) != Some(p) {
+                return Err(format!("p2l[{}] = {lpn} but the zone map disagrees", p.0));
+            }
+        }
+        // Pending counts match the outstanding records.
+        let mut pending = vec![0u32; self.gc_zones as usize];
+        let olds = self
+            .buffered
+            .values()
+            .chain(self.in_flight.iter().flat_map(|u| u.pairs.iter()))
+            .map(|p| p.old);
+        for old in olds {
+            if let Some(g) = self.gc_zone_of(old) {
+                pending[g] += 1;
+            }
+        }
+        if pending != self.pending_old {
+            return Err("pending-old counts differ from the outstanding records".into());
+        }
+        for (seq, pair) in &self.buffered {
+            if self.buffered_by_new.get(&pair.new) != Some(seq) {
+                return Err(format!(
+                    "buffered record {seq} is missing from the merge index"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CoupledFtl {
+    /// A sealed zone line whose every page is dead is reset at once (no copy needed).
+    fn release_if_empty(&mut self, flash: &mut Flash, line: LineId, t: u64) {
+        let zone = self.line_zone[line.0 as usize];
+        if zone == NO_ZONE
+            || flash.lines.vpc(line) != 0
+            || flash.lines.state(line) != LineState::Sealed
+        {
+            return;
+        }
+        self.close_zone(zone as usize);
+        flash.reset_line(line, t);
+        self.stats.zone_resets += 1;
+    }
+}

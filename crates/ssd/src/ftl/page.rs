@@ -1,0 +1,336 @@
+//! Page-mapping FTL (NVMeVirt's conventional FTL): a 4 KiB logical-to-physical map behind the
+//! [`Mapping`] trait, one host and one GC write pointer, foreground line GC with a victim
+//! policy, paced by write credits.
+//!
+//! Owns: the mapping, the victim policy, the two write pointers and the write credits.
+//!
+//! Invariants:
+//! - `map.lookup(lpn) == Some(ppn)` iff the flash reverse map says `ppn` holds `lpn`;
+//! - after each host page, fewer than `threshold` free lines only while write credits remain;
+//!   the host never takes the last free line (kept for GC destinations);
+//! - GC never picks a victim without an invalid page: it reports `NoReclaimableSpace` instead.
+//!
+//! [`Mapping`] is also the plug-in point for another L2P structure under the same algorithm
+//! (e.g. IPLFS's sparse interval map): `PageFtl::with_mapping`.
+//!
+//! Lock order: none (owned by the engine).
+
+use crate::config::SsdConfig;
+use crate::flash::Flash;
+use crate::ftl::{Ftl, FtlError, FtlMemory, FtlStats, Lpn, Ppn, VictimPolicy, WritePointer};
+
+/// Logical-to-physical map of a page-mapping FTL.
+pub trait Mapping: Send {
+    fn name(&self) -> &'static str;
+    /// Size of the logical space in 4 KiB blocks.
+    fn logical_blocks(&self) -> u64;
+    fn lookup(&self, lpn: Lpn) -> Option<Ppn>;
+    /// Map `lpn` to `ppn`; returns the previous physical page.
+    fn map(&mut self, lpn: Lpn, ppn: Ppn) -> Option<Ppn>;
+    /// Remove the mapping of `lpn`; returns the physical page it had.
+    fn unmap(&mut self, lpn: Lpn) -> Option<Ppn>;
+    /// Modelled device DRAM of the mapping structures, in bytes.
+    fn memory_bytes(&self) -> u64;
+    /// Background work due at `t` (e.g. compaction); returns the device time it takes.
+    fn background(&mut self, _t: u64) -> u64 {
+        0
+    }
+    /// Every mapped (lpn, ppn), for invariant checks (tests).
+    fn entries(&self) -> Box<dyn Iterator<Item = (Lpn, Ppn)> + '_>;
+}
+
+const UNMAPPED: u32 = u32::MAX;
+
+/// Flat 4 KiB page map, 4 B per logical page (32-bit PPN), as in NVMeVirt's conv FTL.
+#[derive(Debug)]
+pub struct PageMap {
+    l2p: Vec<u32>,
+}
+
+impl PageMap {
+    pub fn new(logical_blocks: u64) -> Self {
+        PageMap {
+            l2p: vec![UNMAPPED; logical_blocks as usize],
+        }
+    }
+}
+
+impl Mapping for PageMap {
+    fn name(&self) -> &'static str {
+        "page-map"
+    }
+    fn logical_blocks(&self) -> u64 {
+        self.l2p.len() as u64
+    }
+    fn lookup(&self, lpn: Lpn) -> Option<Ppn> {
+        match self.l2p.get(usize::try_from(lpn.0).ok()?) {
+            Some(&p) if p != UNMAPPED => Some(Ppn(p)),
+            _ => None,
+        }
+    }
+    fn map(&mut self, lpn: Lpn, ppn: Ppn) -> Option<Ppn> {
+        let slot = self.l2p.get_mut(usize::try_from(lpn.0).ok()?)?;
+        let old = std::mem::replace(slot, ppn.0);
+        (old != UNMAPPED).then_some(Ppn(old))
+    }
+    fn unmap(&mut self, lpn: Lpn) -> Option<Ppn> {
+        let slot = self.l2p.get_mut(usize::try_from(lpn.0).ok()?)?;
+        let old = std::mem::replace(slot, UNMAPPED);
+        (old != UNMAPPED).then_some(Ppn(old))
+    }
+    fn memory_bytes(&self) -> u64 {
+        self.l2p.len() as u64 * 4
+    }
+    fn entries(&self) -> Box<dyn Iterator<Item = (Lpn, Ppn)> + '_> {
+        Box::new(
+            self.l2p
+                .iter()
+                .enumerate()
+                .filter(|(_, &p)| p != UNMAPPED)
+                .map(|(l, &p)| (Lpn(l as u64), Ppn(p))),
+        )
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Host,
+    Gc,
+}
+
+/// The page-mapping FTL.
+pub struct PageFtl {
+    map: Box<dyn Mapping>,
+    policy: Box<dyn VictimPolicy>,
+    host_wp: WritePointer,
+    gc_wp: WritePointer,
+    credits: u64,
+    pacing: bool,
+    threshold: u32,
+    background_runs: u64,
+    background_ns: u64,
+}
+
+impl PageFtl {
+    /// Page mapping over the configured logical space.
+    pub fn new(cfg: &SsdConfig, policy: Box<dyn VictimPolicy>) -> Self {
+        Self::with_mapping(cfg, Box::new(PageMap::new(cfg.logical_blocks())), policy)
+    }
+
+    /// The page-mapping algorithm over another L2P structure.
+    pub fn with_mapping(
+        cfg: &SsdConfig,
+        map: Box<dyn Mapping>,
+        policy: Box<dyn VictimPolicy>,
+    ) -> Self {
+        PageFtl {
+            map,
+            policy,
+            host_wp: WritePointer::default(),
+            gc_wp: WritePointer::default(),
+            credits: 0,
+            pacing: cfg.gc.pacing,
+            threshold: cfg.gc.threshold_lines,
+            background_runs: 0,
+            background_ns: 0,
+        }
+    }
+
+    fn wp(&mut self, stream: Stream) -> &mut WritePointer {
+        match stream {
+            Stream::Host => &mut self.host_wp,
+            Stream::Gc => &mut self.gc_wp,
+        }
+    }
+
+    /// Next physical page of a stream's write pointer; opens a new line when needed.
+    fn alloc(&mut self, flash: &mut Flash, stream: Stream, t: u64) -> Result<Ppn, FtlError> {
+        let b = flash.slots_per_line();
+        let full = {
+            let wp = self.wp(stream);
+            wp.line.is_none() || wp.off == b
+        };
+        if full {
+            if stream == Stream::Host {
+                // Keep one free line for GC destinations.
+                if flash.lines.free_count() <= 1 {
+                    self.gc_until(flash, 2.max(self.threshold), t)?;
+                }
+            }
+            let seq = flash.seq;
+            if let Some(l) = self.wp(stream).line.take() {
+                flash.lines.seal(l, seq);
+            }
+            let l = flash
+                .lines
+                .open_free()
+                .ok_or(FtlError::NoReclaimableSpace { free: 0 })?;
+            let wp = self.wp(stream);
+            wp.line = Some(l);
+            wp.off = 0;
+        }
+        let wp = self.wp(stream);
+        let line = wp.line.unwrap_or(crate::ftl::LineId(0));
+        let off = wp.off;
+        wp.off += 1;
+        Ok(flash.ppn(line, off))
+    }
+
+    /// Collect one victim line at time `t`; returns the invalid slots it freed.
+    fn gc_one(&mut self, flash: &mut Flash, t: u64) -> Result<u64, FtlError> {
+        let victim =
+            self.policy
+                .select(&flash.lines, flash.seq)
+                .ok_or(FtlError::NoReclaimableSpace {
+                    free: flash.lines.free_count(),
+                })?;
+        let run = flash.gc_begin(victim, t)?;
+        for p in run.slots(flash.slots_per_line()) {
+            let Some(lpn) = flash.gc_take(&run, p) else {
+                continue;
+            };
+            let new = self.alloc(flash, Stream::Gc, t)?;
+            self.map.map(Lpn(lpn), new);
+            flash.gc_place(&run, p, new, lpn);
+        }
+        Ok(flash.gc_end(run, t))
+    }
+
+    /// GC until at least `want` lines are free; returns the invalid slots freed.
+    fn gc_until(&mut self, flash: &mut Flash, want: u32, t: u64) -> Result<u64, FtlError> {
+        let mut freed = 0;
+        while flash.lines.free_count() < want {
+            freed += self.gc_one(flash, t)?;
+        }
+        Ok(freed)
+    }
+
+    /// Foreground GC check before one host page (write-credit pacing).
+    fn maybe_gc(&mut self, flash: &mut Flash, t: u64) -> Result<(), FtlError> {
+        if self.credits > 0 {
+            self.credits -= 1;
+            return Ok(());
+        }
+        if flash.lines.free_count() < self.threshold {
+            let freed = self.gc_until(flash, self.threshold, t)?;
+            if self.pacing {
+                self.credits = freed.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Ftl for PageFtl {
+    fn name(&self) -> &'static str {
+        "page"
+    }
+    fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+    fn logical_blocks(&self) -> u64 {
+        self.map.logical_blocks()
+    }
+
+    fn write_page(
+        &mut self,
+        flash: &mut Flash,
+        lpn: Lpn,
+        t: u64,
+        tx: u64,
+    ) -> Result<Option<u64>, FtlError> {
+        self.maybe_gc(flash, t)?;
+        let spare = self.spare_units(flash);
+        flash.sample_free(spare);
+        if let Some(old) = self.map.lookup(lpn) {
+            flash.invalidate(old);
+        }
+        let ppn = self.alloc(flash, Stream::Host, t)?;
+        self.map.map(lpn, ppn);
+        Ok(flash.program_host(ppn, lpn.0, tx))
+    }
+
+    fn lookup(&self, _flash: &Flash, lpn: Lpn) -> Option<Ppn> {
+        self.map.lookup(lpn)
+    }
+
+    fn discard(&mut self, flash: &mut Flash, lpn: u64, n: u64, _t: u64) -> Result<(), FtlError> {
+        for l in lpn..lpn + n {
+            if let Some(old) = self.map.unmap(Lpn(l)) {
+                flash.invalidate(old);
+            }
+        }
+        Ok(())
+    }
+
+    fn background(&mut self, flash: &mut Flash, t: u64) -> Result<(), FtlError> {
+        let ns = self.map.background(t);
+        if ns > 0 {
+            flash.firmware_busy(t, ns);
+            self.background_runs += 1;
+            self.background_ns += ns;
+        }
+        Ok(())
+    }
+
+    fn memory(&self) -> FtlMemory {
+        FtlMemory {
+            mapping_bytes: self.map.memory_bytes(),
+            record_bytes: 0,
+        }
+    }
+
+    fn stats(&self) -> FtlStats {
+        FtlStats {
+            background_runs: self.background_runs,
+            background_ns: self.background_ns,
+            ..FtlStats::default()
+        }
+    }
+
+    fn reset_stats(&mut self) {
+        self.background_runs = 0;
+        self.background_ns = 0;
+    }
+
+    fn spare_units(&self, flash: &Flash) -> u64 {
+        let b = flash.slots_per_line();
+        u64::from(flash.lines.free_count()) * u64::from(b)
+            + self.host_wp.spare(b)
+            + self.gc_wp.spare(b)
+    }
+
+    fn check_invariants(&self, flash: &Flash) -> Result<(), String> {
+        for (ppn, lpn) in flash.valid_pages() {
+            if self.map.lookup(Lpn(lpn)) != Some(ppn) {
+                return Err(format!("p2l[{}] = {lpn} but the map disagrees", ppn.0));
+            }
+        }
+        for (lpn, p) in self.map.entries() {
+            if flash.owner(p) != Some(lpn.0) {
+                return Err(format!("lpn {} maps to {} whose p2l differs", lpn.0, p.0));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_map_round_trip() {
+        let mut m = PageMap::new(8);
+        assert_eq!(m.lookup(Lpn(3)), None);
+        assert_eq!(m.map(Lpn(3), Ppn(7)), None);
+        assert_eq!(m.map(Lpn(3), Ppn(9)), Some(Ppn(7)));
+        assert_eq!(m.lookup(Lpn(3)), Some(Ppn(9)));
+        assert_eq!(m.unmap(Lpn(3)), Some(Ppn(9)));
+        assert_eq!(m.lookup(Lpn(3)), None);
+        assert_eq!(m.lookup(Lpn(100)), None);
+        assert_eq!(m.lookup(Lpn(u64::MAX)), None);
+        assert_eq!(m.memory_bytes(), 32);
+        assert_eq!(m.entries().count(), 0);
+    }
+}
