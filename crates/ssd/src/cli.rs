@@ -207,7 +207,13 @@ pub fn run(a: &SsdArgs) -> anyhow::Result<()> {
         bail!("--trim must be in [0, 0.95)");
     }
     let dev = SsdDevice::new(cfg.clone())?;
-    let logical = dev.capabilities().block_count;
+    // An infinite logical space (ftl=interval) is not the space a synthetic workload should
+    // spread over: use the capacity the physical space holds.
+    let logical = if dev.capabilities().infinite_space {
+        cfg.logical_blocks()
+    } else {
+        dev.capabilities().block_count
+    };
     let used = ((logical as f64) * (1.0 - trim)).floor() as u64;
     if used * 4096 < bs {
         bail!(
@@ -322,7 +328,11 @@ fn build_report(
         workload: p.pattern.name(),
         clock: cfg.clock,
         policy: cfg.gc.policy,
-        capacity_bytes: dev.capabilities().block_count * 4096,
+        capacity_bytes: if dev.capabilities().infinite_space {
+            cfg.logical_bytes()
+        } else {
+            dev.capabilities().block_count * 4096
+        },
         physical_bytes: cfg.geometry.physical_bytes(),
         op: cfg.op,
         line_bytes: cfg.geometry.line_bytes(),

@@ -34,7 +34,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{Lpn, Mapping, Ppn};
+use super::page::Mapping;
+use super::{FtlStats, Lpn, Ppn};
 
 const UNMAPPED: u32 = u32::MAX;
 /// No region mapping for this directory slot.
@@ -776,9 +777,17 @@ impl IntervalMap {
     }
 }
 
+/// The page-mapping algorithm (host and GC write pointers, line GC) runs over this map:
+/// `PageFtl::with_mapping` makes the `interval` FTL.
 impl Mapping for IntervalMap {
     fn name(&self) -> &'static str {
+        "interval-map"
+    }
+    fn ftl_name(&self) -> &'static str {
         "interval"
+    }
+    fn infinite_space(&self) -> bool {
+        true
     }
     /// 2^64 − 1: every 64-bit block address but the last, because requests are checked as
     /// `addr + count <= block_count` in 64 bits.
@@ -788,15 +797,32 @@ impl Mapping for IntervalMap {
     fn lookup(&self, lpn: Lpn) -> Option<Ppn> {
         self.lookup_raw(lpn.0).map(Ppn)
     }
-    /// `ppn` must be a real physical page (not `u32::MAX`, which unmaps).
+    /// `ppn` must be a real physical page (`u32::MAX` unmaps).
     fn map(&mut self, lpn: Lpn, ppn: Ppn) -> Option<Ppn> {
         self.set(lpn.0, ppn.0).map(Ppn)
     }
     fn unmap(&mut self, lpn: Lpn) -> Option<Ppn> {
         self.set(lpn.0, UNMAPPED).map(Ppn)
     }
+    fn unmap_range(&mut self, lpn: u64, n: u64, f: &mut dyn FnMut(Ppn)) {
+        for (l, _) in self.mapped_in(lpn, n) {
+            if let Some(p) = self.unmap(l) {
+                f(p);
+            }
+        }
+    }
     fn memory_bytes(&self) -> u64 {
         self.memory().total_bytes
+    }
+    fn fill_stats(&self, stats: &mut FtlStats) {
+        stats.interval = Some(self.stats());
+    }
+    /// Periodic compaction; returns how long after `t` the firmware is still busy with it.
+    fn background(&mut self, t: u64) -> u64 {
+        self.tick(t).saturating_sub(t)
+    }
+    fn entries(&self) -> Box<dyn Iterator<Item = (Lpn, Ppn)> + '_> {
+        Box::new(self.iter_mapped())
     }
 }
 
