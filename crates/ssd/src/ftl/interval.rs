@@ -135,6 +135,18 @@ enum Repr {
         dir: Box<[u32]>,
         buf: Vec<u32>,
     },
+    /// Only the valid entries, sorted by offset, as `(offset, physical page)`: a node left
+    /// with few, scattered valid entries (random holes leave no empty region to drop).
+    List(Vec<(u32, u32)>),
+}
+
+/// Modelled bytes of a list entry's offset: 2 while offsets fit 16 bits.
+fn list_offset_bytes(e: u64) -> u64 {
+    if e <= 1 << 16 {
+        2
+    } else {
+        4
+    }
 }
 
 #[derive(Debug)]
@@ -165,31 +177,45 @@ impl MapNode {
                     buf[d as usize + (off & ((1 << shift) - 1))]
                 }
             }
+            Repr::List(l) => match l.binary_search_by_key(&(off as u32), |&(o, _)| o) {
+                Ok(i) => l[i].1,
+                Err(_) => UNMAPPED,
+            },
         }
     }
 
-    /// Set entry `off` to `val` (may be `UNMAPPED`); returns the old entry and the modelled
-    /// bytes added (a new region mapping).
-    fn set(&mut self, off: usize, val: u32) -> (u32, u64) {
-        let (slot, added) = match &mut self.repr {
-            Repr::Dense(v) => (&mut v[off], 0),
+    fn is_compacted(&self) -> bool {
+        !matches!(self.repr, Repr::Dense(_))
+    }
+
+    /// Set entry `off` to `val` (may be `UNMAPPED`); returns the old entry. A write into a
+    /// dropped region allocates its region mapping; a list inserts or removes the entry.
+    fn set(&mut self, off: usize, val: u32) -> u32 {
+        let old = match &mut self.repr {
+            Repr::Dense(v) => std::mem::replace(&mut v[off], val),
             Repr::Compact { shift, dir, buf } => {
                 let r = off >> *shift;
                 let len = 1usize << *shift;
-                let mut added = 0;
                 if dir[r] == NO_REGION {
                     if val == UNMAPPED {
-                        return (UNMAPPED, 0);
+                        return UNMAPPED;
                     }
                     dir[r] = buf.len() as u32;
                     buf.resize(buf.len() + len, UNMAPPED);
-                    added = len as u64 * ENTRY_BYTES;
                 }
-                let i = dir[r] as usize + (off & (len - 1));
-                (&mut buf[i], added)
+                std::mem::replace(&mut buf[dir[r] as usize + (off & (len - 1))], val)
             }
+            Repr::List(l) => match l.binary_search_by_key(&(off as u32), |&(o, _)| o) {
+                Ok(i) if val == UNMAPPED => l.remove(i).1,
+                Ok(i) => std::mem::replace(&mut l[i].1, val),
+                Err(i) => {
+                    if val != UNMAPPED {
+                        l.insert(i, (off as u32, val));
+                    }
+                    UNMAPPED
+                }
+            },
         };
-        let old = std::mem::replace(slot, val);
         match (old == UNMAPPED, val == UNMAPPED) {
             (true, false) => self.valid += 1,
             (false, true) => self.valid -= 1,
@@ -198,14 +224,15 @@ impl MapNode {
         if old != val {
             self.dirty = true;
         }
-        (old, added)
+        old
     }
 
-    /// Entries held (dense: E; compacted: the region mappings).
+    /// Entries held (dense: E; regions: the region mappings; list: the valid entries).
     fn allocated(&self) -> u64 {
         match &self.repr {
             Repr::Dense(v) => v.len() as u64,
             Repr::Compact { buf, .. } => buf.len() as u64,
+            Repr::List(l) => l.len() as u64,
         }
     }
 
@@ -214,6 +241,9 @@ impl MapNode {
             Repr::Dense(_) => NODE_HEADER_BYTES + e * ENTRY_BYTES,
             Repr::Compact { shift, buf, .. } => {
                 NODE_HEADER_BYTES + (e >> shift) * DIR_ENTRY_BYTES + buf.len() as u64 * ENTRY_BYTES
+            }
+            Repr::List(l) => {
+                NODE_HEADER_BYTES + l.len() as u64 * (list_offset_bytes(e) + ENTRY_BYTES)
             }
         }
     }
@@ -243,18 +273,28 @@ impl MapNode {
                     }
                 }
             }
+            Repr::List(l) => {
+                for &(o, _) in l {
+                    w[o as usize / 64] |= 1 << (o % 64);
+                }
+            }
         }
         w
     }
 
-    /// Rebuild the node in the smallest layout: dense, or compacted with the power-of-two
-    /// region size (>= `min_shift`) that needs the fewest bytes. Returns (bytes before, bytes
-    /// after, entries copied); unchanged (and nothing copied) when no layout is smaller.
+    /// Rebuild the node in the smallest layout: dense; regions of the power-of-two size
+    /// (>= `min_shift`) that needs the fewest bytes; or a list of the valid entries. Returns
+    /// (bytes before, bytes after, entries copied); unchanged (and nothing copied) when no
+    /// layout is smaller.
     fn compact(&mut self, e: usize, min_shift: u32) -> (u64, u64, u64) {
         let before = self.bytes(e as u64);
         let words = self.valid_words(e);
         let e_shift = e.trailing_zeros();
-        let mut best: Option<(u32, u64)> = None; // (shift, bytes); shift == e_shift: dense
+        // Candidate layouts: Some(shift) regions (shift == e_shift: dense), None: list.
+        let mut best: (Option<u32>, u64) = (
+            None,
+            NODE_HEADER_BYTES + u64::from(self.valid) * (list_offset_bytes(e as u64) + ENTRY_BYTES),
+        );
         for shift in min_shift..=e_shift {
             let bytes = if shift == e_shift {
                 NODE_HEADER_BYTES + e as u64 * ENTRY_BYTES
@@ -264,37 +304,50 @@ impl MapNode {
                     + ((e as u64) >> shift) * DIR_ENTRY_BYTES
                     + occupied * (1u64 << shift) * ENTRY_BYTES
             };
-            if best.is_none_or(|(_, b)| bytes < b) {
-                best = Some((shift, bytes));
+            if bytes < best.1 {
+                best = (Some(shift), bytes);
             }
         }
-        let Some((shift, after)) = best else {
-            return (before, before, 0);
-        };
+        let (layout, after) = best;
         if after >= before {
             return (before, before, 0);
         }
-        let repr = if shift == e_shift {
-            let mut v = vec![UNMAPPED; e].into_boxed_slice();
-            for (i, slot) in v.iter_mut().enumerate() {
-                *slot = self.get(i);
-            }
-            Repr::Dense(v)
-        } else {
-            let len = 1usize << shift;
-            let mut dir = vec![NO_REGION; e >> shift].into_boxed_slice();
-            let mut buf = Vec::new();
-            for (r, d) in dir.iter_mut().enumerate() {
-                let lo = r << shift;
-                if !any_bits(&words, lo, len) {
-                    continue;
+        let repr = match layout {
+            Some(shift) if shift == e_shift => {
+                let mut v = vec![UNMAPPED; e].into_boxed_slice();
+                for (i, slot) in v.iter_mut().enumerate() {
+                    *slot = self.get(i);
                 }
-                *d = buf.len() as u32;
-                for k in 0..len {
-                    buf.push(self.get(lo + k));
-                }
+                Repr::Dense(v)
             }
-            Repr::Compact { shift, dir, buf }
+            Some(shift) => {
+                let len = 1usize << shift;
+                let mut dir = vec![NO_REGION; e >> shift].into_boxed_slice();
+                let mut buf = Vec::new();
+                for (r, d) in dir.iter_mut().enumerate() {
+                    let lo = r << shift;
+                    if !any_bits(&words, lo, len) {
+                        continue;
+                    }
+                    *d = buf.len() as u32;
+                    for k in 0..len {
+                        buf.push(self.get(lo + k));
+                    }
+                }
+                Repr::Compact { shift, dir, buf }
+            }
+            None => {
+                let mut l = Vec::with_capacity(self.valid as usize);
+                for (wi, &w) in words.iter().enumerate() {
+                    let mut w = w;
+                    while w != 0 {
+                        let o = wi * 64 + w.trailing_zeros() as usize;
+                        l.push((o as u32, self.get(o)));
+                        w &= w - 1;
+                    }
+                }
+                Repr::List(l)
+            }
         };
         self.repr = repr;
         debug_assert_eq!(self.bytes(e as u64), after);
@@ -483,16 +536,19 @@ impl IntervalMap {
         if ppn == UNMAPPED {
             let zone = self.zones.get_mut(&z)?;
             let node = zone.nodes[n].as_mut()?;
-            let (old, _) = node.set(off, UNMAPPED);
+            let (bytes0, alloc0) = (node.bytes(e as u64), node.allocated());
+            let old = node.set(off, UNMAPPED);
             if old == UNMAPPED {
                 return None;
             }
             self.valid_total -= 1;
+            self.map_node_bytes = self.map_node_bytes - bytes0 + node.bytes(e as u64);
+            self.allocated_total = self.allocated_total - alloc0 + node.allocated();
             if node.valid == 0 {
                 // The interval slides past a node with no valid entry: free it (and its zone).
                 let bytes = node.bytes(e as u64);
                 let alloc = node.allocated();
-                let compacted = matches!(node.repr, Repr::Compact { .. });
+                let compacted = node.is_compacted();
                 zone.nodes[n] = None;
                 zone.live -= 1;
                 self.map_node_bytes -= bytes;
@@ -525,9 +581,10 @@ impl IntervalMap {
                 slot.insert(Box::new(MapNode::new(e)))
             }
         };
-        let (old, added) = node.set(off, ppn);
-        self.map_node_bytes += added;
-        self.allocated_total += added / ENTRY_BYTES;
+        let (bytes0, alloc0) = (node.bytes(e as u64), node.allocated());
+        let old = node.set(off, ppn);
+        self.map_node_bytes = self.map_node_bytes - bytes0 + node.bytes(e as u64);
+        self.allocated_total = self.allocated_total - alloc0 + node.allocated();
         if old == UNMAPPED {
             self.valid_total += 1;
             None
@@ -697,7 +754,7 @@ impl IntervalMap {
                 }
                 node.dirty = false;
                 self.stats.nodes_examined += 1;
-                let was_compact = matches!(node.repr, Repr::Compact { .. });
+                let was_compact = node.is_compacted();
                 let (before, after, copied) = node.compact(e, min_shift);
                 cost += node_ns + entry_ns * (alloc + copied);
                 if after < before {
@@ -705,7 +762,7 @@ impl IntervalMap {
                     self.stats.compaction_bytes_saved += before - after;
                     bytes_delta += after as i64 - before as i64;
                     alloc_delta += node.allocated() as i64 - alloc as i64;
-                    let is_compact = matches!(node.repr, Repr::Compact { .. });
+                    let is_compact = node.is_compacted();
                     compacted_delta += i64::from(is_compact) - i64::from(was_compact);
                 }
             }
@@ -758,7 +815,7 @@ impl IntervalMap {
                 valid += u64::from(n);
                 alloc += node.allocated();
                 nodes += 1;
-                compacted += u64::from(matches!(node.repr, Repr::Compact { .. }));
+                compacted += u64::from(node.is_compacted());
             }
         }
         let want = (self.map_node_bytes, self.valid_total, self.allocated_total);
@@ -1106,19 +1163,19 @@ mod tests {
         assert_eq!(after.compaction_runs, 1);
         // The full node is not eligible (ratio 1.0 >= 0.7); the two sparse ones are examined.
         assert_eq!(after.nodes_examined, 2);
+        assert_eq!(after.nodes_compacted, 2);
+        // Node 1 keeps 8 regions of 256 entries (16 + 2 * 16 + 8 * 256 * 4 B); node 2's
+        // random 1-block holes leave no empty region, so it becomes a list of its 2458 valid
+        // entries (16 + 6 * 2458 B).
+        assert_eq!(before.memory.map_node_bytes, 3 * (16 + 4 * 4096));
         assert_eq!(
-            after.nodes_compacted, 1,
-            "random 1-block holes: no smaller layout"
+            after.memory.map_node_bytes,
+            (16 + 4 * 4096) + (16 + 2 * 16 + 8 * 256 * 4) + (16 + 6 * 2458)
         );
-        // Node 1 keeps 8 regions of 256 entries: 16 + 2 * 16 + 8 * 256 * 4 B.
-        assert_eq!(
-            before.memory.map_node_bytes - after.memory.map_node_bytes,
-            (16 + 4 * 4096) - (16 + 2 * 16 + 8 * 256 * 4)
-        );
-        assert_eq!(after.compacted_map_nodes, 1);
+        assert_eq!(after.compacted_map_nodes, 2);
         // The firmware was busy from the due time for the modelled cost: 2 nodes examined
-        // (4096 entries scanned each) and 2048 entries copied.
-        let cost = 2 * 1_000 + 2 * (2 * 4096 + 2048);
+        // (4096 entries scanned each), 2048 + 2458 entries copied.
+        let cost = 2 * 1_000 + 2 * (2 * 4096 + 2048 + 2458);
         assert_eq!(free_at, 30_000_000_000 + cost);
         assert_eq!(after.compaction_busy_ns, cost);
         // Clean nodes are not examined again; the next run is 30 s later.
@@ -1136,11 +1193,23 @@ mod tests {
         for l in 4096..8192u64 {
             m.map(Lpn(l), Ppn(l as u32));
         }
-        assert_eq!(m.stats().compacted_map_nodes, 1);
+        assert_eq!(m.stats().compacted_map_nodes, 2);
         m.compact_all();
         let s = m.stats();
-        assert_eq!(s.compacted_map_nodes, 0);
-        assert_eq!(s.memory.map_node_bytes, 3 * (16 + 4 * 4096));
+        assert_eq!(
+            s.compacted_map_nodes, 1,
+            "node 1 dense again, node 2 still a list"
+        );
+        assert_eq!(
+            s.memory.map_node_bytes,
+            2 * (16 + 4 * 4096) + (16 + 6 * 2458)
+        );
+        // Entries written into and removed from a list node keep the model exact.
+        m.map(Lpn(8192 + 4095), Ppn(77));
+        let l = (8192..12288u64)
+            .find(|&l| m.lookup(Lpn(l)).is_some())
+            .unwrap();
+        m.unmap(Lpn(l));
         m.check_invariants().unwrap();
     }
 
