@@ -41,6 +41,7 @@ pub mod file;
 pub mod fs;
 pub mod fsck;
 pub mod gc;
+pub mod gc_none;
 pub mod inner;
 pub mod io;
 pub mod lock;
