@@ -614,7 +614,7 @@ impl SsdConfig {
     }
 
     /// Names of the parameters [`SsdConfig::set`] accepts.
-    pub const KEYS: [&'static str; 45] = [
+    pub const KEYS: [&'static str; 46] = [
         "channels",
         "dies_per_channel",
         "planes_per_die",
@@ -660,6 +660,7 @@ impl SsdConfig {
         "compaction_node_ns",
         "compaction_entry_ns",
         "min_region_blocks",
+        "max_map_bytes",
     ];
 
     /// Override one parameter by name. Sizes accept units (`16KiB`, `800MiB`), durations
@@ -758,7 +759,8 @@ impl SsdConfig {
             | "compaction_period"
             | "compaction_node_ns"
             | "compaction_entry_ns"
-            | "min_region_blocks" => {
+            | "min_region_blocks"
+            | "max_map_bytes" => {
                 let FtlKind::Interval(cur) = &mut self.ftl else {
                     return Err(bad("set ftl=interval first"));
                 };
@@ -768,6 +770,7 @@ impl SsdConfig {
                     "map_node_blocks" => c.map_node_blocks = size()?,
                     "zone_map_nodes" => c.zone_map_nodes = size()?,
                     "min_region_blocks" => c.min_region_blocks = size()?,
+                    "max_map_bytes" => c.max_map_bytes = size()?,
                     "root_region_bits" => {
                         c.root_region_bits = value
                             .parse()

@@ -253,3 +253,45 @@ fn compaction_stalls_requests() {
     );
     assert!(stalled <= plain + cost + 1_000_000);
 }
+
+/// Scattered writes over the 2^64 space cost a map node and a zone node each: the map's
+/// device DRAM is bounded, and a write past it is refused without changing anything.
+#[test]
+fn scattered_writes_hit_the_map_memory_bound() {
+    // Dense node 16 + 4 * 64 = 272 B, zone node 4 * 4 = 16 B: room for 3 scattered writes.
+    let dev = SsdDevice::new(interval(
+        "tiny",
+        &[
+            "map_node_blocks=64",
+            "zone_map_nodes=4",
+            "max_map_bytes=900",
+        ],
+    ))
+    .unwrap();
+    let mut r = Rng(3);
+    let mut written = Vec::new();
+    let err = loop {
+        let a = r.next() >> 1;
+        match dev.write(a, &block(a)) {
+            Ok(_) => written.push(a),
+            Err(e) => break (a, e),
+        }
+        assert!(written.len() < 10, "the bound never hit");
+    };
+    assert_eq!(written.len(), 3);
+    assert!(matches!(err.1, DevError::Refused(_)), "{:?}", err.1);
+    assert!(err.1.to_string().contains("max_map_bytes"), "{}", err.1);
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    dev.read(err.0, &mut buf).unwrap();
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "the refused write changed nothing"
+    );
+    // Writes into nodes that exist still work; freeing a node makes room again.
+    dev.write(written[0] ^ 1, &block(7)).unwrap();
+    dev.discard(written[1], 1).unwrap();
+    dev.write(err.0, &block(err.0)).unwrap();
+    dev.read(err.0, &mut buf).unwrap();
+    assert_eq!(buf, block(err.0));
+    dev.check_invariants().unwrap();
+}

@@ -67,6 +67,10 @@ pub struct IntervalConfig {
     pub compaction_entry_ns: u64,
     /// Smallest region of a compacted node, in entries (power of two, 1..=E).
     pub min_region_blocks: u64,
+    /// Device DRAM for the map nodes and zone nodes: a host write that needs new nodes
+    /// beyond it is refused (a real FTL's DRAM is finite, and so is this process's memory:
+    /// scattered writes over the 2^64 space would otherwise cost a node each without bound).
+    pub max_map_bytes: u64,
 }
 
 impl Default for IntervalConfig {
@@ -80,6 +84,7 @@ impl Default for IntervalConfig {
             compaction_node_ns: 1_000,
             compaction_entry_ns: 2,
             min_region_blocks: 16,
+            max_map_bytes: 1 << 30,
         }
     }
 }
@@ -593,6 +598,45 @@ impl IntervalMap {
         }
     }
 
+    /// Refuse a write of `n` blocks at `lpn` whose new map and zone nodes would take the map
+    /// past `max_map_bytes`.
+    pub fn check_room(&self, lpn: u64, n: u64) -> Result<(), String> {
+        if n == 0 {
+            return Ok(());
+        }
+        let dense = NODE_HEADER_BYTES + self.e as u64 * ENTRY_BYTES;
+        let zone_bytes = self.cfg.zone_map_nodes * PTR_BYTES;
+        let now = self.map_node_bytes + self.zones.len() as u64 * zone_bytes;
+        let last = lpn.saturating_add(n - 1);
+        let mut need = 0u64;
+        let mut node = lpn >> self.node_shift;
+        let mut seen_zone = None;
+        // A request is bounded by its buffer, so this walks a few nodes.
+        while node <= last >> self.node_shift {
+            let first = node << self.node_shift;
+            let (z, i, _) = self.split(first);
+            match self.zones.get(&z) {
+                Some(zone) if zone.nodes[i].is_some() => {}
+                Some(_) => need += dense,
+                None => {
+                    need += dense;
+                    if seen_zone != Some(z) {
+                        need += zone_bytes;
+                        seen_zone = Some(z);
+                    }
+                }
+            }
+            node += 1;
+        }
+        if need > 0 && now + need > self.cfg.max_map_bytes {
+            return Err(format!(
+                "interval FTL: mapping {n} blocks at {lpn} needs {need} B of map nodes, but the map holds {now} B of its {} B (max_map_bytes); discard data or raise max_map_bytes",
+                self.cfg.max_map_bytes
+            ));
+        }
+        Ok(())
+    }
+
     /// Every valid mapping in logical order (for invariant checks).
     pub fn iter_mapped(&self) -> impl Iterator<Item = (Lpn, Ppn)> + '_ {
         let zone_shift = self.zone_shift;
@@ -870,6 +914,9 @@ impl Mapping for IntervalMap {
     }
     fn memory_bytes(&self) -> u64 {
         self.memory().total_bytes
+    }
+    fn check_map(&self, lpn: u64, n: u64) -> Result<(), String> {
+        self.check_room(lpn, n)
     }
     fn fill_stats(&self, stats: &mut FtlStats) {
         stats.interval = Some(self.stats());

@@ -51,6 +51,11 @@ pub trait Mapping: Send {
             }
         }
     }
+    /// Refuse a host write of `n` blocks at `lpn` that the map cannot take (e.g. a sparse
+    /// map whose device DRAM would overflow), before anything changes.
+    fn check_map(&self, _lpn: u64, _n: u64) -> Result<(), String> {
+        Ok(())
+    }
     /// Add the map's own statistics (e.g. the interval map's sizes and compaction counters).
     fn fill_stats(&self, _stats: &mut FtlStats) {}
     /// Background work due at `t` (e.g. compaction); returns the device time it takes.
@@ -255,6 +260,9 @@ impl Ftl for PageFtl {
     }
     fn logical_blocks(&self) -> u64 {
         self.map.logical_blocks()
+    }
+    fn check_write(&self, lpn: u64, n: u64) -> Result<(), FtlError> {
+        self.map.check_map(lpn, n).map_err(FtlError::Refused)
     }
 
     fn write_page(
