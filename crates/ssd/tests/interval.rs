@@ -101,6 +101,7 @@ fn configuration_is_checked() {
     assert!(c.set_kv("root_region_bits=70").is_err());
     assert!(c.set_kv("root_region_bits=x").is_err());
     assert!(c.set_kv("compaction_threshold=1.5").is_err());
+    assert!(c.set_kv("max_map_bytes=100").is_err(), "less than one node");
     match &c.ftl {
         flashlog_ssd::FtlKind::Interval(i) => {
             assert_eq!(i.compaction_threshold, 0.5);

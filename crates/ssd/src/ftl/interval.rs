@@ -117,6 +117,15 @@ impl IntervalConfig {
                 self.root_region_bits
             ));
         }
+        let one_node = NODE_HEADER_BYTES
+            + self.map_node_blocks * ENTRY_BYTES
+            + self.zone_map_nodes * PTR_BYTES;
+        if self.max_map_bytes < one_node {
+            return Err(format!(
+                "interval FTL: max_map_bytes = {} cannot hold one map node and its zone node ({one_node} B)",
+                self.max_map_bytes
+            ));
+        }
         if !(self.compaction_threshold.is_finite()
             && (0.0..=1.0).contains(&self.compaction_threshold))
         {
@@ -831,8 +840,8 @@ impl IntervalMap {
             let due = self.next_compaction_ns + missed * period;
             let start = due.max(self.busy_until_ns);
             let cost = self.compact_all();
-            self.busy_until_ns = start + cost;
-            self.next_compaction_ns = due + period;
+            self.busy_until_ns = start.saturating_add(cost);
+            self.next_compaction_ns = due.saturating_add(period);
         }
         self.busy_until_ns
     }
