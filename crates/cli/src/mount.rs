@@ -54,7 +54,7 @@ every way writes a final checkpoint.
 
 Examples:
   flashlog mount disk.img /mnt/flash                  # foreground, Ctrl-C unmounts
-  flashlog mount --daemon -o gc=none disk.img /mnt/flash
+  flashlog mount --daemon -o gc=scale disk.img /mnt/flash
   mount -t fuse.flashlog disk.img /mnt/flash           # via the mount(8) helper
   fstab: /srv/disk.img  /mnt/flash  fuse.flashlog  defaults,nofail  0  0")]
 pub struct Args {

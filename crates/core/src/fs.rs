@@ -271,12 +271,14 @@ fn lock_pair<'a>(
 impl Fs {
     /// Lay out a new volume.
     pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport> {
+        crate::gc_none::check_mkfs(dev.capabilities())?;
         checkpoint::mkfs(dev, opts)
     }
 
     /// Mount a volume: newest valid checkpoint, then roll-forward of fsync'd data, then the
     /// orphan list.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
+        crate::gc_none::check_mount(dev.capabilities(), &opts)?;
         let ro = opts.read_only;
         let (inner, ck) = checkpoint::load(dev, opts)?;
         let inner = Arc::new(inner);

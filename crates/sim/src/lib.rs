@@ -27,8 +27,9 @@ use flashlog_core::GcPolicy;
 
 /// GC policies every crash and fault run is repeated under. A new policy plugs in here, one
 /// line. (`GcPolicy::Device`, D2FS, is refused by mount until it is implemented; add it
-/// here when it is.)
-pub const POLICIES: &[GcPolicy] = &[GcPolicy::F2fs, GcPolicy::Scale, GcPolicy::None];
+/// here when it is. `GcPolicy::None`, IPLFS, mounts only on a device with an infinite
+/// logical space, whose volume layout is not implemented yet: add it with that layout.)
+pub const POLICIES: &[GcPolicy] = &[GcPolicy::F2fs, GcPolicy::Scale];
 
 /// Volume size of every simulated case with one mlog: the smallest mkfs accepts (64 MiB);
 /// more mlogs take the smallest power-of-two multiple mkfs accepts (`image::base_image_mlogs`). The RAM device is

@@ -208,7 +208,10 @@ pub fn run(a: &SsdArgs) -> anyhow::Result<()> {
     if !(0.0..0.95).contains(&trim) {
         bail!("--trim must be in [0, 0.95)");
     }
-    let zone_aware = !matches!(cfg.ftl, crate::config::FtlKind::Page);
+    let zone_aware = matches!(
+        cfg.ftl,
+        crate::config::FtlKind::Zoned(_) | crate::config::FtlKind::Coupled(_)
+    );
     if zone_aware && (a.workload != Pattern::SeqWrite || a.fill || trim > 0.0) {
         bail!(
             "the {} FTL takes zone-aware writes only (sequential or write-once zones, no \
@@ -218,7 +221,11 @@ pub fn run(a: &SsdArgs) -> anyhow::Result<()> {
         );
     }
     let dev = SsdDevice::new(cfg.clone())?;
-    let logical = if zone_aware {
+    // An infinite logical space (ftl=interval) is not the space a synthetic workload should
+    // spread over: use the capacity the physical space holds.
+    let logical = if dev.capabilities().infinite_space {
+        cfg.logical_blocks()
+    } else if zone_aware {
         // The conventional region and the zones the host may write (not a GC region).
         match &cfg.ftl {
             crate::config::FtlKind::Coupled(_) => {
@@ -349,7 +356,11 @@ fn build_report(
         workload: p.pattern.name(),
         clock: cfg.clock,
         policy: cfg.gc.policy,
-        capacity_bytes: dev.capabilities().block_count * 4096,
+        capacity_bytes: if dev.capabilities().infinite_space {
+            cfg.logical_bytes()
+        } else {
+            dev.capabilities().block_count * 4096
+        },
         physical_bytes: cfg.geometry.physical_bytes(),
         op: cfg.op,
         line_bytes: cfg.geometry.line_bytes(),
@@ -364,7 +375,10 @@ fn build_report(
         emulator_ops_per_s: r.ops as f64 / r.wall_secs.max(1e-12),
         waf: s.waf,
         // The closed form models page mapping under uniform random writes only.
-        model_waf: if matches!(cfg.ftl, crate::config::FtlKind::Page) {
+        model_waf: if matches!(
+            cfg.ftl,
+            crate::config::FtlKind::Page | crate::config::FtlKind::Interval(_)
+        ) {
             analytic::waf_greedy(eff)
         } else {
             f64::NAN

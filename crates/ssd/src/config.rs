@@ -194,6 +194,8 @@ pub enum FtlKind {
     Zoned(crate::ftl::ZonedConfig),
     /// D2FS coupled GC with migration upcalls and virtual overprovisioning.
     Coupled(crate::ftl::CoupledConfig),
+    /// IPLFS interval mapping: page-mapping GC over a sparse map of a 2^64-block space.
+    Interval(crate::ftl::IntervalConfig),
 }
 
 impl FtlKind {
@@ -202,10 +204,11 @@ impl FtlKind {
             "page" => Ok(FtlKind::Page),
             "zoned" => Ok(FtlKind::Zoned(Default::default())),
             "coupled" | "d2fs" => Ok(FtlKind::Coupled(Default::default())),
+            "interval" | "iplfs" => Ok(FtlKind::Interval(Default::default())),
             _ => Err(ConfigError::BadValue {
                 key: "ftl".into(),
                 value: s.into(),
-                why: "expected page, zoned or coupled".into(),
+                why: "expected page, zoned, coupled or interval".into(),
             }),
         }
     }
@@ -215,6 +218,7 @@ impl FtlKind {
             FtlKind::Page => "page",
             FtlKind::Zoned(_) => "zoned",
             FtlKind::Coupled(_) => "coupled",
+            FtlKind::Interval(_) => "interval",
         }
     }
 }
@@ -610,7 +614,7 @@ impl SsdConfig {
     }
 
     /// Names of the parameters [`SsdConfig::set`] accepts.
-    pub const KEYS: [&'static str; 37] = [
+    pub const KEYS: [&'static str; 46] = [
         "channels",
         "dies_per_channel",
         "planes_per_die",
@@ -648,6 +652,15 @@ impl SsdConfig {
         "vop_degree",
         "conventional_bytes",
         "upcall_pairs",
+        "map_node_blocks",
+        "zone_map_nodes",
+        "root_region_bits",
+        "compaction_threshold",
+        "compaction_period",
+        "compaction_node_ns",
+        "compaction_entry_ns",
+        "min_region_blocks",
+        "max_map_bytes",
     ];
 
     /// Override one parameter by name. Sizes accept units (`16KiB`, `800MiB`), durations
@@ -728,7 +741,7 @@ impl SsdConfig {
             "conventional_bytes" => match &mut self.ftl {
                 FtlKind::Coupled(c) => c.conventional_bytes = size()?,
                 FtlKind::Zoned(z) => z.conventional_bytes = size()?,
-                FtlKind::Page => return Err(bad("set ftl=zoned or ftl=coupled first")),
+                _ => return Err(bad("set ftl=zoned or ftl=coupled first")),
             },
             "upcall_pairs" => match &mut self.ftl {
                 FtlKind::Coupled(c) => {
@@ -739,6 +752,38 @@ impl SsdConfig {
                 }
                 _ => return Err(bad("set ftl=coupled first")),
             },
+            "map_node_blocks"
+            | "zone_map_nodes"
+            | "root_region_bits"
+            | "compaction_threshold"
+            | "compaction_period"
+            | "compaction_node_ns"
+            | "compaction_entry_ns"
+            | "min_region_blocks"
+            | "max_map_bytes" => {
+                let FtlKind::Interval(cur) = &mut self.ftl else {
+                    return Err(bad("set ftl=interval first"));
+                };
+                // Change a copy: a refused value leaves the configuration as it was.
+                let mut c = cur.clone();
+                match key {
+                    "map_node_blocks" => c.map_node_blocks = size()?,
+                    "zone_map_nodes" => c.zone_map_nodes = size()?,
+                    "min_region_blocks" => c.min_region_blocks = size()?,
+                    "max_map_bytes" => c.max_map_bytes = size()?,
+                    "root_region_bits" => {
+                        c.root_region_bits = value
+                            .parse()
+                            .map_err(|_| bad("expected a bit count such as 56"))?
+                    }
+                    "compaction_threshold" => c.compaction_threshold = parse_fraction(key, value)?,
+                    "compaction_period" => c.compaction_period_ns = dur()?,
+                    "compaction_node_ns" => c.compaction_node_ns = dur()?,
+                    _ => c.compaction_entry_ns = dur()?,
+                }
+                c.validate().map_err(|why| bad(&why))?;
+                *cur = c;
+            }
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
         Ok(())

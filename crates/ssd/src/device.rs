@@ -31,7 +31,8 @@ use parking_lot::Mutex;
 use crate::config::{ClockKind, ConfigError, FtlKind, SsdConfig, StoreKind, VictimKind};
 use crate::engine::{Engine, EngineError};
 use crate::ftl::{
-    CostBenefit, CoupledFtl, Ftl, FtlError, FtlStats, Greedy, PageFtl, VictimPolicy, ZonedFtl,
+    CostBenefit, CoupledFtl, Ftl, FtlError, FtlStats, Greedy, IntervalMap, PageFtl, VictimPolicy,
+    ZonedFtl,
 };
 use crate::stats::{LatencyStats, MemoryStats, OpKind, Recorder, SsdStats};
 use crate::store::Store;
@@ -116,6 +117,14 @@ impl SsdDevice {
                     why,
                 },
             )?),
+            FtlKind::Interval(c) => Box::new(PageFtl::with_mapping(
+                &cfg,
+                Box::new(IntervalMap::new(c.clone()).map_err(|why| SsdError::Ftl {
+                    ftl: "interval",
+                    why,
+                })?),
+                policy,
+            )),
         };
         Self::with_ftl(cfg, ftl)
     }
@@ -134,6 +143,13 @@ impl SsdDevice {
         let store = match &cfg.store {
             StoreKind::None => Store::none(),
             StoreKind::Ram => Store::ram(),
+            // One 4 KiB block per logical address cannot back a 2^64-block space.
+            StoreKind::File(_) if ftl.infinite_space() => {
+                return Err(SsdError::Ftl {
+                    ftl: ftl.name(),
+                    why: "store=file cannot back an infinite logical space (2^64 blocks); use store=ram or store=none".into(),
+                })
+            }
             StoreKind::File(p) => Store::file(p, ftl.logical_blocks())?,
         };
         let mut caps = Capabilities::plain(
@@ -144,6 +160,7 @@ impl SsdDevice {
         caps.persistent = store.persistent();
         caps.zone_blocks = ftl.zone_blocks();
         caps.conventional_blocks = ftl.conventional_blocks();
+        caps.infinite_space = ftl.infinite_space();
         let remaps = ftl.migration_upcalls();
         let engine = Engine::new(&cfg, ftl);
         let clock = match cfg.clock {
@@ -260,7 +277,7 @@ impl SsdDevice {
             waf: SsdStats::compute_waf(&counters),
             host_read_bytes: counters.host_read_blocks * BLOCK_SIZE_U64,
             host_write_bytes: counters.host_write_blocks * BLOCK_SIZE_U64,
-            host_discard_bytes: counters.host_discard_blocks * BLOCK_SIZE_U64,
+            host_discard_bytes: counters.host_discard_blocks.saturating_mul(BLOCK_SIZE_U64),
             nand_write_bytes: counters.nand_written_blocks * BLOCK_SIZE_U64,
             gc_runs: counters.gc_runs,
             gc_pages_moved: counters.gc_pages_moved,

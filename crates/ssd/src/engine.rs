@@ -141,6 +141,8 @@ impl Engine {
     pub fn write(&mut self, lpn: u64, n: u64, t: u64) -> Result<u64, EngineError> {
         self.ftl.check_write(lpn, n)?;
         self.ftl.background(&mut self.flash, t)?;
+        // Requests wait while the firmware is busy (IPLFS compaction stalls I/O).
+        let t = t.max(self.flash.firmware_until);
         self.flash.counters.host_write_ops += 1;
         let seg_max = (self.flash.timing.write_segment_bytes() / MAP_UNIT).max(1);
         let mut done = t;
@@ -178,6 +180,8 @@ impl Engine {
         t: u64,
     ) -> Result<(u64, Vec<(u64, u64)>), EngineError> {
         self.ftl.background(&mut self.flash, t)?;
+        // Requests wait while the firmware is busy (IPLFS compaction stalls I/O).
+        let t = t.max(self.flash.firmware_until);
         let total: u64 = extents.iter().map(|e| e.1).sum();
         self.flash.counters.host_read_ops += extents.len() as u64;
         self.flash.counters.host_read_blocks += total;
@@ -226,8 +230,12 @@ impl Engine {
     /// Discard `n` blocks at `lpn` at `t`; returns the completion time.
     pub fn discard(&mut self, lpn: u64, n: u64, t: u64) -> Result<u64, EngineError> {
         self.ftl.background(&mut self.flash, t)?;
+        // Requests wait while the firmware is busy (IPLFS compaction stalls I/O).
+        let t = t.max(self.flash.firmware_until);
         self.flash.counters.host_discard_ops += 1;
-        self.flash.counters.host_discard_blocks += n;
+        // Saturating: an infinite logical space accepts discards of up to 2^64 − 1 blocks.
+        self.flash.counters.host_discard_blocks =
+            self.flash.counters.host_discard_blocks.saturating_add(n);
         self.ftl.discard(&mut self.flash, lpn, n, t)?;
         Ok(t + self.flash.timing.fw_trim())
     }
@@ -235,6 +243,8 @@ impl Engine {
     /// Flush at `t`; returns when every accepted write is programmed.
     pub fn flush(&mut self, t: u64) -> Result<u64, EngineError> {
         self.ftl.background(&mut self.flash, t)?;
+        // Requests wait while the firmware is busy (IPLFS compaction stalls I/O).
+        let t = t.max(self.flash.firmware_until);
         self.flash.counters.host_flush_ops += 1;
         self.ftl.flush(&mut self.flash, t);
         Ok(self.flash.timing.flush(t))

@@ -60,6 +60,9 @@ pub struct Flash {
     /// Logical addresses whose stored contents died without a host discard of that address
     /// (a discard redirected through a migration record).
     pub dropped: Vec<u64>,
+    /// The controller is busy with firmware work (IPLFS map compaction) until then: requests
+    /// submitted earlier start only then (the I/O stall of compaction).
+    pub firmware_until: u64,
     b: u32,
     dies: u32,
     spu: u32,
@@ -81,6 +84,7 @@ impl Flash {
             gc_ready_scratch: Vec::new(),
             relocations: Vec::new(),
             dropped: Vec::new(),
+            firmware_until: 0,
             b,
             dies: g.dies(),
             spu: g.slots_per_unit(),
@@ -262,8 +266,10 @@ impl Flash {
     }
 
     /// Charge `ns` of firmware work starting no earlier than `t` to every die (the FTL core
-    /// cannot serve NAND commands meanwhile), e.g. IPLFS map compaction.
+    /// cannot serve NAND commands meanwhile), e.g. IPLFS map compaction; requests submitted
+    /// before it ends start when it ends ([`Flash::firmware_until`]).
     pub fn firmware_busy(&mut self, t: u64, ns: u64) {
+        self.firmware_until = self.firmware_until.max(t + ns);
         for die in 0..self.dies {
             self.timing.occupy(die, t, ns);
         }

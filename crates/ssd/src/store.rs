@@ -20,6 +20,8 @@ use parking_lot::Mutex;
 
 /// Shards of the RAM store: enough that two to a few dozen threads rarely collide.
 const RAM_SHARDS: usize = 64;
+/// Discards up to this many blocks remove them one by one; longer ones scan the stored blocks.
+const RAM_DISCARD_PER_BLOCK: u64 = 1 << 20;
 
 type Block = Box<[u8; BLOCK_SIZE]>;
 
@@ -106,8 +108,17 @@ impl Store {
         match self {
             Store::None => Ok(()),
             Store::Ram(shards) => {
-                for lpn in addr..addr + count {
-                    Self::shard(shards, lpn).lock().remove(&lpn);
+                let end = addr.saturating_add(count);
+                if count <= RAM_DISCARD_PER_BLOCK {
+                    for lpn in addr..end {
+                        Self::shard(shards, lpn).lock().remove(&lpn);
+                    }
+                } else {
+                    // A huge range (an infinite logical space makes these cheap to ask for):
+                    // visit what is stored instead of every address.
+                    for shard in shards.iter() {
+                        shard.lock().retain(|&lpn, _| !(addr..end).contains(&lpn));
+                    }
                 }
                 Ok(())
             }

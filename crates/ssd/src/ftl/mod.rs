@@ -23,6 +23,8 @@ pub mod coupled;
 pub mod page;
 pub mod zoned;
 
+pub mod interval;
+
 use std::cell::Cell;
 use std::collections::VecDeque;
 
@@ -32,6 +34,7 @@ use crate::flash::Flash;
 use flashlog_dev::DeviceEvent;
 
 pub use coupled::{CoupledConfig, CoupledFtl};
+pub use interval::{IntervalConfig, IntervalMap, IntervalMemory, IntervalStats, LiveInterval};
 pub use page::{Mapping, PageFtl, PageMap};
 pub use zoned::{ZonedConfig, ZonedFtl};
 
@@ -131,6 +134,9 @@ pub struct FtlStats {
     /// Background work (e.g. IPLFS map compaction): runs and device time charged.
     pub background_runs: u64,
     pub background_ns: u64,
+    /// IPLFS interval map: tree sizes by level, live intervals, compaction counters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<IntervalStats>,
 }
 
 /// A flash translation layer over the shared [`Flash`] back-end.
@@ -147,6 +153,11 @@ pub trait Ftl: Send {
     /// Size of the logical space in 4 KiB blocks (may exceed the physical space: virtual
     /// overprovisioning, or up to 2^64 − 1 for IPLFS).
     fn logical_blocks(&self) -> u64;
+    /// The logical space is effectively infinite and never needs reusing (IPLFS):
+    /// `Capabilities::infinite_space`.
+    fn infinite_space(&self) -> bool {
+        false
+    }
     /// Blocks per zone when the FTL exposes zones (zoned, coupled), else 0.
     fn zone_blocks(&self) -> u64 {
         0

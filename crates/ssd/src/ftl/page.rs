@@ -31,6 +31,33 @@ pub trait Mapping: Send {
     fn unmap(&mut self, lpn: Lpn) -> Option<Ppn>;
     /// Modelled device DRAM of the mapping structures, in bytes.
     fn memory_bytes(&self) -> u64;
+    /// Name of the FTL the page-mapping algorithm makes over this map ("page", or e.g.
+    /// "interval" for IPLFS's sparse map).
+    fn ftl_name(&self) -> &'static str {
+        "page"
+    }
+    /// The logical space is effectively infinite (IPLFS: never reused, 2^64 − 1 blocks).
+    fn infinite_space(&self) -> bool {
+        false
+    }
+    /// Unmap every mapped block of `lpn..lpn + n`, handing each physical page it had to `f`.
+    /// The default walks block by block (bounded by the logical size); a sparse map visits
+    /// only what it holds, so a discard of a huge range stays cheap.
+    fn unmap_range(&mut self, lpn: u64, n: u64, f: &mut dyn FnMut(Ppn)) {
+        let end = lpn.saturating_add(n).min(self.logical_blocks());
+        for l in lpn..end {
+            if let Some(p) = self.unmap(Lpn(l)) {
+                f(p);
+            }
+        }
+    }
+    /// Refuse a host write of `n` blocks at `lpn` that the map cannot take (e.g. a sparse
+    /// map whose device DRAM would overflow), before anything changes.
+    fn check_map(&self, _lpn: u64, _n: u64) -> Result<(), String> {
+        Ok(())
+    }
+    /// Add the map's own statistics (e.g. the interval map's sizes and compaction counters).
+    fn fill_stats(&self, _stats: &mut FtlStats) {}
     /// Background work due at `t` (e.g. compaction); returns the device time it takes.
     fn background(&mut self, _t: u64) -> u64 {
         0
@@ -223,13 +250,19 @@ impl PageFtl {
 
 impl Ftl for PageFtl {
     fn name(&self) -> &'static str {
-        "page"
+        self.map.ftl_name()
+    }
+    fn infinite_space(&self) -> bool {
+        self.map.infinite_space()
     }
     fn policy_name(&self) -> &'static str {
         self.policy.name()
     }
     fn logical_blocks(&self) -> u64 {
         self.map.logical_blocks()
+    }
+    fn check_write(&self, lpn: u64, n: u64) -> Result<(), FtlError> {
+        self.map.check_map(lpn, n).map_err(FtlError::Refused)
     }
 
     fn write_page(
@@ -255,11 +288,8 @@ impl Ftl for PageFtl {
     }
 
     fn discard(&mut self, flash: &mut Flash, lpn: u64, n: u64, _t: u64) -> Result<(), FtlError> {
-        for l in lpn..lpn + n {
-            if let Some(old) = self.map.unmap(Lpn(l)) {
-                flash.invalidate(old);
-            }
-        }
+        self.map
+            .unmap_range(lpn, n, &mut |old| flash.invalidate(old));
         Ok(())
     }
 
@@ -281,11 +311,13 @@ impl Ftl for PageFtl {
     }
 
     fn stats(&self) -> FtlStats {
-        FtlStats {
+        let mut s = FtlStats {
             background_runs: self.background_runs,
             background_ns: self.background_ns,
             ..FtlStats::default()
-        }
+        };
+        self.map.fill_stats(&mut s);
+        s
     }
 
     fn reset_stats(&mut self) {

@@ -1,0 +1,481 @@
+//! IPLFS discard bookkeeping for `gc=none`: the in-memory discard map, the queue of discard
+//! commands a checkpoint made safe to issue, their dispatch pacing, and the discard log's
+//! byte format (persisted in the checkpoint, re-issued at mount).
+//!
+//! Owns: [`DiscardMap`] (blocks invalidated since the last checkpoint, one bitmap per 1 GiB
+//! discard section, created on the first invalidation in the section and dropped once turned
+//! into commands), [`DiscardQueue`] (commands waiting for dispatch: every
+//! [`DISPATCH_INTERVAL`], at most [`DISPATCH_BATCH`] at a time, whether or not the volume is
+//! idle), and [`encode_log`] / [`decode_log`].
+//!
+//! Why commands wait for a checkpoint: a block invalidated after checkpoint N is still live
+//! in checkpoint N's view. Discarding it before checkpoint N+1 is durable would lose data if
+//! the volume crashed back to N. So checkpoint N+1 drains the map into commands, persists
+//! them (with every command still queued) as its discard log, and only then may they be
+//! issued; a crash before they are issued is repaired by mount, which re-issues the log. No
+//! dead block is therefore ever left live in the device, and no live block is discarded.
+//!
+//! Status: this module is complete and tested on its own; it is not yet wired into the
+//! checkpoint and mount of a `gc=none` volume (see docs/DESIGN.md, "IPLFS").
+//!
+//! Invariants: a section in the map has at least one bit set; [`DiscardMap::pending_blocks`]
+//! equals the bits set; commands are non-empty, sorted and non-overlapping after
+//! [`DiscardMap::drain_commands`]; a decoded log never names a block at or past the limit
+//! it was checked against.
+//!
+//! Lock order: none inside (the owner keeps the map and queue under one leaf lock).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use flashlog_format::codec::{get_u32, get_u64, put_u32, put_u64};
+
+use crate::error::{Error, Result};
+
+/// Blocks of one discard section: 1 GiB (IPLFS `segs_per_node` = 512 segments).
+pub const DISCARD_SECTION_BLOCKS: u64 = 1 << 18;
+const WORDS_PER_SECTION: usize = (DISCARD_SECTION_BLOCKS / 64) as usize;
+/// Discards are dispatched this often (IPLFS: 50 ms, even when the volume is not idle).
+pub const DISPATCH_INTERVAL: Duration = Duration::from_millis(50);
+/// At most this many discard commands per dispatch (IPLFS 16; F2FS 8).
+pub const DISPATCH_BATCH: usize = 16;
+/// Runs at least this long are logged as ranges, shorter ones in segment bitmaps (IPLFS
+/// `long_threshold`).
+pub const LONG_RUN_BLOCKS: u64 = 512;
+/// Blocks covered by one bitmap entry of the discard log (one segment).
+pub const LOG_BITMAP_BLOCKS: u64 = 512;
+const RANGE_BYTES: usize = 16;
+const BITMAP_BYTES: usize = 8 + (LOG_BITMAP_BLOCKS / 8) as usize;
+const HEADER_BYTES: usize = 8;
+
+/// Discard `len` blocks from `addr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DiscardCmd {
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// Blocks invalidated since the last checkpoint, by 1 GiB discard section.
+#[derive(Default)]
+pub struct DiscardMap {
+    sections: BTreeMap<u64, Box<[u64]>>,
+    pending: u64,
+}
+
+impl DiscardMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Record that `count` blocks from `addr` hold no live data any more. Blocks already
+    /// recorded are counted once. An address range that wraps the 64-bit space is cut at
+    /// its end.
+    pub fn invalidate(&mut self, addr: u64, count: u64) {
+        let end = addr.saturating_add(count);
+        let mut a = addr;
+        while a < end {
+            let sec = a / DISCARD_SECTION_BLOCKS;
+            let sec_end = (sec + 1).saturating_mul(DISCARD_SECTION_BLOCKS).min(end);
+            let words = self
+                .sections
+                .entry(sec)
+                .or_insert_with(|| vec![0u64; WORDS_PER_SECTION].into_boxed_slice());
+            for b in a..sec_end {
+                let i = (b % DISCARD_SECTION_BLOCKS) as usize;
+                let bit = 1u64 << (i % 64);
+                if words[i / 64] & bit == 0 {
+                    words[i / 64] |= bit;
+                    self.pending += 1;
+                }
+            }
+            if sec_end == u64::MAX {
+                break;
+            }
+            a = sec_end;
+        }
+    }
+
+    /// Whether `addr` waits in the map.
+    pub fn is_pending(&self, addr: u64) -> bool {
+        let i = (addr % DISCARD_SECTION_BLOCKS) as usize;
+        self.sections
+            .get(&(addr / DISCARD_SECTION_BLOCKS))
+            .is_some_and(|w| w[i / 64] >> (i % 64) & 1 == 1)
+    }
+
+    /// Blocks recorded.
+    pub fn pending_blocks(&self) -> u64 {
+        self.pending
+    }
+
+    /// Sections holding a bitmap (each 32 KiB of memory).
+    pub fn sections(&self) -> usize {
+        self.sections.len()
+    }
+
+    /// Turn every section's bitmap into discard commands (maximal runs, merged across
+    /// section boundaries) and drop the sections.
+    pub fn drain_commands(&mut self) -> Vec<DiscardCmd> {
+        let mut out: Vec<DiscardCmd> = Vec::new();
+        for (sec, words) in std::mem::take(&mut self.sections) {
+            let base = sec * DISCARD_SECTION_BLOCKS;
+            let mut i = 0usize;
+            let n = DISCARD_SECTION_BLOCKS as usize;
+            while i < n {
+                let w = words[i / 64] >> (i % 64);
+                if w == 0 {
+                    i = (i / 64 + 1) * 64;
+                    continue;
+                }
+                i += w.trailing_zeros() as usize;
+                let start = i;
+                while i < n && words[i / 64] >> (i % 64) & 1 == 1 {
+                    let rest = !(words[i / 64] >> (i % 64));
+                    i += (rest.trailing_zeros() as usize).min(64 - i % 64);
+                }
+                push_run(&mut out, base + start as u64, (i - start) as u64);
+            }
+        }
+        self.pending = 0;
+        out
+    }
+}
+
+/// Append a run, merging it with the previous one when they touch.
+fn push_run(out: &mut Vec<DiscardCmd>, addr: u64, len: u64) {
+    if let Some(last) = out.last_mut() {
+        if last.addr + last.len == addr {
+            last.len += len;
+            return;
+        }
+    }
+    out.push(DiscardCmd { addr, len });
+}
+
+/// Commands a durable checkpoint made safe to issue, waiting for dispatch.
+#[derive(Default)]
+pub struct DiscardQueue {
+    cmds: VecDeque<DiscardCmd>,
+    last_dispatch: Option<Instant>,
+}
+
+impl DiscardQueue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queue commands (after the checkpoint that logs them is durable, or at mount).
+    pub fn extend(&mut self, cmds: impl IntoIterator<Item = DiscardCmd>) {
+        self.cmds.extend(cmds);
+    }
+
+    /// Commands still to issue (what the next checkpoint must log).
+    pub fn pending(&self) -> impl Iterator<Item = &DiscardCmd> {
+        self.cmds.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.cmds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cmds.is_empty()
+    }
+
+    /// The batch to issue at `now`: up to [`DISPATCH_BATCH`] commands if at least
+    /// [`DISPATCH_INTERVAL`] passed since the last batch (or none was issued yet); else
+    /// nothing. The batch leaves the queue: if issuing fails, [`DiscardQueue::requeue`] it.
+    pub fn due(&mut self, now: Instant) -> Vec<DiscardCmd> {
+        if self.cmds.is_empty() {
+            return Vec::new();
+        }
+        if let Some(t) = self.last_dispatch {
+            if now.saturating_duration_since(t) < DISPATCH_INTERVAL {
+                return Vec::new();
+            }
+        }
+        self.last_dispatch = Some(now);
+        let n = self.cmds.len().min(DISPATCH_BATCH);
+        self.cmds.drain(..n).collect()
+    }
+
+    /// Put back commands whose issue failed, at the front, in order.
+    pub fn requeue(&mut self, cmds: Vec<DiscardCmd>) {
+        for c in cmds.into_iter().rev() {
+            self.cmds.push_front(c);
+        }
+    }
+}
+
+/// Encode commands as a discard log: runs of at least [`LONG_RUN_BLOCKS`] as ranges, the
+/// shorter ones as 512-block segment bitmaps. Layout (little-endian): u32 range count, u32
+/// bitmap count, the ranges (u64 start, u64 length), then the bitmaps (u64 segment-aligned
+/// start, 64-byte bitmap, bit `i` = block `start + i`).
+pub fn encode_log<'a>(cmds: impl IntoIterator<Item = &'a DiscardCmd>) -> Vec<u8> {
+    let mut ranges: Vec<DiscardCmd> = Vec::new();
+    let mut bitmaps: BTreeMap<u64, [u8; 64]> = BTreeMap::new();
+    for c in cmds {
+        if c.len == 0 {
+            continue;
+        }
+        if c.len >= LONG_RUN_BLOCKS {
+            ranges.push(*c);
+            continue;
+        }
+        for b in c.addr..c.addr.saturating_add(c.len) {
+            let seg = b - b % LOG_BITMAP_BLOCKS;
+            let i = (b - seg) as usize;
+            bitmaps.entry(seg).or_insert([0; 64])[i / 8] |= 1 << (i % 8);
+        }
+    }
+    let mut out =
+        vec![0u8; HEADER_BYTES + ranges.len() * RANGE_BYTES + bitmaps.len() * BITMAP_BYTES];
+    put_u32(&mut out, 0, ranges.len() as u32);
+    put_u32(&mut out, 4, bitmaps.len() as u32);
+    let mut off = HEADER_BYTES;
+    for r in &ranges {
+        put_u64(&mut out, off, r.addr);
+        put_u64(&mut out, off + 8, r.len);
+        off += RANGE_BYTES;
+    }
+    for (seg, map) in &bitmaps {
+        put_u64(&mut out, off, *seg);
+        out[off + 8..off + BITMAP_BYTES].copy_from_slice(map);
+        off += BITMAP_BYTES;
+    }
+    out
+}
+
+/// Decode a discard log, refusing anything malformed or naming a block at or past `limit`
+/// (the volume's address space). Returns the commands sorted and merged.
+pub fn decode_log(bytes: &[u8], limit: u64) -> Result<Vec<DiscardCmd>> {
+    let bad = |why: String| Error::Corrupt(format!("discard log: {why}"));
+    if bytes.len() < HEADER_BYTES {
+        return Err(bad(format!(
+            "{} bytes, shorter than its header",
+            bytes.len()
+        )));
+    }
+    let nr = get_u32(bytes, 0) as usize;
+    let nb = get_u32(bytes, 4) as usize;
+    let want = nr
+        .checked_mul(RANGE_BYTES)
+        .and_then(|r| nb.checked_mul(BITMAP_BYTES).and_then(|b| r.checked_add(b)))
+        .and_then(|s| s.checked_add(HEADER_BYTES));
+    if want != Some(bytes.len()) {
+        return Err(bad(format!(
+            "{nr} ranges and {nb} bitmaps do not fill its {} bytes",
+            bytes.len()
+        )));
+    }
+    let mut cmds = Vec::with_capacity(nr + nb);
+    let mut off = HEADER_BYTES;
+    for _ in 0..nr {
+        let (addr, len) = (get_u64(bytes, off), get_u64(bytes, off + 8));
+        match addr.checked_add(len) {
+            Some(end) if len > 0 && end <= limit => cmds.push(DiscardCmd { addr, len }),
+            _ => {
+                return Err(bad(format!(
+                    "range {addr}+{len} outside 0..{limit} or empty"
+                )))
+            }
+        }
+        off += RANGE_BYTES;
+    }
+    for _ in 0..nb {
+        let seg = get_u64(bytes, off);
+        let map = &bytes[off + 8..off + BITMAP_BYTES];
+        if seg % LOG_BITMAP_BLOCKS != 0 || map.iter().all(|&b| b == 0) {
+            return Err(bad(format!("bitmap at {seg} unaligned or empty")));
+        }
+        for i in 0..LOG_BITMAP_BLOCKS {
+            if map[(i / 8) as usize] >> (i % 8) & 1 == 1 {
+                match seg.checked_add(i) {
+                    Some(b) if b < limit => cmds.push(DiscardCmd { addr: b, len: 1 }),
+                    _ => return Err(bad(format!("bitmap block {seg}+{i} outside 0..{limit}"))),
+                }
+            }
+        }
+        off += BITMAP_BYTES;
+    }
+    cmds.sort_unstable();
+    let mut out: Vec<DiscardCmd> = Vec::with_capacity(cmds.len());
+    for c in cmds {
+        match out.last_mut() {
+            Some(last) if c.addr <= last.addr + last.len => {
+                let end = (last.addr + last.len).max(c.addr + c.len);
+                last.len = end - last.addr;
+            }
+            _ => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+    }
+
+    fn blocks(cmds: &[DiscardCmd]) -> BTreeSet<u64> {
+        cmds.iter().flat_map(|c| c.addr..c.addr + c.len).collect()
+    }
+
+    #[test]
+    fn map_drains_exactly_the_invalidated_blocks() {
+        let mut r = Rng(5);
+        let mut m = DiscardMap::new();
+        let mut model = BTreeSet::new();
+        // Short and long runs, some straddling a section boundary, in two log regions.
+        for _ in 0..500 {
+            let base = if r.next() % 2 == 0 { 0 } else { 3 << 56 };
+            let addr = base + r.next() % (3 * DISCARD_SECTION_BLOCKS);
+            let len = if r.next() % 10 == 0 {
+                1 + r.next() % 5000
+            } else {
+                1 + r.next() % 8
+            };
+            m.invalidate(addr, len);
+            model.extend(addr..addr + len);
+        }
+        m.invalidate(DISCARD_SECTION_BLOCKS - 3, 6);
+        model.extend(DISCARD_SECTION_BLOCKS - 3..DISCARD_SECTION_BLOCKS + 3);
+        assert_eq!(m.pending_blocks(), model.len() as u64);
+        assert!(model.iter().all(|&b| m.is_pending(b)));
+        assert!(!m.is_pending(2 << 56));
+        assert!(m.sections() <= 8);
+        let cmds = m.drain_commands();
+        assert_eq!(blocks(&cmds), model);
+        // Maximal, sorted, non-overlapping runs.
+        for w in cmds.windows(2) {
+            assert!(w[0].addr + w[0].len < w[1].addr, "{w:?}");
+        }
+        assert_eq!(
+            (m.sections(), m.pending_blocks()),
+            (0, 0),
+            "sections dropped"
+        );
+        assert!(m.drain_commands().is_empty());
+        // The top of the 64-bit space does not overflow.
+        m.invalidate(u64::MAX - 2, 10);
+        assert_eq!(m.pending_blocks(), 2);
+        assert_eq!(
+            m.drain_commands(),
+            vec![DiscardCmd {
+                addr: u64::MAX - 2,
+                len: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn dispatch_every_50ms_at_most_16() {
+        let mut q = DiscardQueue::new();
+        q.extend((0..40).map(|i| DiscardCmd {
+            addr: i * 10,
+            len: 1,
+        }));
+        let t0 = Instant::now();
+        assert_eq!(q.due(t0).len(), 16);
+        assert!(q.due(t0 + Duration::from_millis(49)).is_empty());
+        let b = q.due(t0 + Duration::from_millis(50));
+        assert_eq!(b.len(), 16);
+        assert_eq!(b[0].addr, 160, "in order");
+        q.requeue(b);
+        assert_eq!(q.len(), 24);
+        assert_eq!(q.due(t0 + Duration::from_millis(100))[0].addr, 160);
+        assert_eq!(q.due(t0 + Duration::from_millis(150)).len(), 8);
+        assert!(q.is_empty());
+        assert!(q.due(t0 + Duration::from_secs(9)).is_empty());
+    }
+
+    #[test]
+    fn log_round_trip_uses_ranges_and_bitmaps() {
+        let cmds = vec![
+            DiscardCmd { addr: 1000, len: 3 },
+            DiscardCmd { addr: 1510, len: 5 }, // crosses a segment boundary
+            DiscardCmd {
+                addr: 4096,
+                len: 512,
+            },
+            DiscardCmd {
+                addr: (1 << 56) + 7,
+                len: 100_000,
+            },
+        ];
+        let log = encode_log(&cmds);
+        assert_eq!(get_u32(&log, 0), 2, "two long runs as ranges");
+        assert_eq!(
+            get_u32(&log, 4),
+            2,
+            "short runs in the bitmaps of segments 512 and 1536"
+        );
+        assert_eq!(log.len(), 8 + 2 * 16 + 2 * 72);
+        let back = decode_log(&log, u64::MAX).unwrap();
+        assert_eq!(blocks(&back), blocks(&cmds));
+        assert_eq!(decode_log(&encode_log(&[]), 0).unwrap(), vec![]);
+        // Random sets round-trip.
+        let mut r = Rng(9);
+        let mut m = DiscardMap::new();
+        for _ in 0..300 {
+            m.invalidate(r.next() % (1 << 22), 1 + r.next() % 700);
+        }
+        let cmds = m.drain_commands();
+        assert_eq!(decode_log(&encode_log(&cmds), 1 << 23).unwrap(), cmds);
+    }
+
+    #[test]
+    fn hostile_logs_are_refused() {
+        let good = encode_log(&[
+            DiscardCmd { addr: 10, len: 600 },
+            DiscardCmd { addr: 2000, len: 2 },
+        ]);
+        // Truncated anywhere, or extended: refused.
+        for n in 0..good.len() {
+            assert!(decode_log(&good[..n], 1 << 20).is_err(), "truncated at {n}");
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        assert!(decode_log(&longer, 1 << 20).is_err());
+        // Past the limit.
+        assert!(decode_log(&good, 600).is_err());
+        assert!(decode_log(&good, 2001).is_err());
+        assert!(decode_log(&good, 2002).is_ok());
+        // Overflowing range, empty range, unaligned or empty bitmap, huge counts.
+        let mut ov = good.clone();
+        put_u64(&mut ov, 8, u64::MAX - 5);
+        assert!(decode_log(&ov, u64::MAX).is_err());
+        let mut empty = good.clone();
+        put_u64(&mut empty, 16, 0);
+        assert!(decode_log(&empty, u64::MAX).is_err());
+        let mut unaligned = good.clone();
+        put_u64(&mut unaligned, 24, 1537);
+        assert!(decode_log(&unaligned, u64::MAX).is_err());
+        let mut zero = good.clone();
+        zero[32..].fill(0);
+        assert!(decode_log(&zero, u64::MAX).is_err());
+        let mut huge = good.clone();
+        put_u32(&mut huge, 0, u32::MAX);
+        put_u32(&mut huge, 4, u32::MAX);
+        assert!(decode_log(&huge, u64::MAX).is_err());
+        // The last bitmap of the 64-bit space: its blocks are checked against the limit.
+        let top = encode_log(&[DiscardCmd {
+            addr: u64::MAX - 1,
+            len: 1,
+        }]);
+        assert_eq!(get_u64(&top, 8), u64::MAX - 511);
+        assert!(decode_log(&top, u64::MAX).is_ok());
+        assert!(decode_log(&top, u64::MAX - 1).is_err());
+    }
+}
