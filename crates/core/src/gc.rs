@@ -71,12 +71,21 @@ pub enum Migration {
 pub const VICTIM_BLOCKS_PER_VALID: u64 = 2;
 
 /// Reserve from the space budget what cleaning `sec` may use, before anything moves: the
-/// collector's own reservation, which no writer and no other collector can take. `app`:
-/// leave the application floor (background cleaning, which nobody waits for). None: not
-/// enough headroom; the caller gives the victim back.
-pub fn reserve_victim(fs: &FsInner, sec: u64, app: bool) -> Option<crate::space::Allowance<'_>> {
+/// collector's own reservation, which no writer and no other collector can take (see
+/// `SpaceBudget::try_reserve_victim` for how parallel collectors leave writers room).
+/// `background`: leave the application floor (background cleaning, which nobody waits
+/// for). None: not enough headroom; the caller gives the victim back.
+pub fn reserve_victim(
+    fs: &FsInner,
+    sec: u64,
+    background: bool,
+) -> Option<crate::space::Allowance<'_>> {
     let need = VICTIM_BLOCKS_PER_VALID * fs.seg.section_valid(sec);
-    fs.seg.space.try_reserve(need, app)
+    if background {
+        fs.seg.space.try_reserve(need, true)
+    } else {
+        fs.seg.space.try_reserve_victim(need)
+    }
 }
 
 /// A garbage-collection policy.

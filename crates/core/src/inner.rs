@@ -535,7 +535,6 @@ impl FsInner {
         };
         let old = self.nat.addr(nid);
         self.nat.set(nid, ino, new_addr);
-        self.seg.set_valid(new_addr);
         if old != NULL_ADDR {
             self.seg.invalidate(old);
         }
@@ -618,7 +617,6 @@ impl FsInner {
             self.page_written();
             let old = self.dnode_get(st, nid, slot);
             self.dnode_set(st, nid, slot, addr);
-            self.seg.set_valid(addr);
             if old != NULL_ADDR && old != NEW_ADDR {
                 self.seg.invalidate(old);
             }
@@ -676,7 +674,6 @@ impl FsInner {
             self.page_written();
         }
         self.dnode_set(st, nid, slot, new);
-        self.seg.set_valid(new);
         self.seg.invalidate(addr);
         if newer.is_some() {
             self.stats

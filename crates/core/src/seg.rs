@@ -2,7 +2,9 @@
 //! and block allocation, segment summaries (SSA) of segments written since the checkpoint.
 //!
 //! Invariants:
-//! - a block's validity bit is set iff some node (or the NAT, for node blocks) points at it;
+//! - a block's validity bit is set iff some node (or the NAT, for node blocks) points at it
+//!   (`append` sets it under the head lock, just before the caller, holding the file's cell
+//!   lock, points the node at it: never a window in which a written block looks free);
 //!   `valid` of a segment = number of bits set (updated together with atomics, no global
 //!   lock: ScaleLFS LSU);
 //! - a section is free (its `used` bit clear) only if it held no valid block at the last
@@ -699,6 +701,12 @@ impl SegManager {
         let off = h.blkoff as usize;
         h.ssa.entries[off] = sum;
         h.blkoff += 1;
+        // Valid before the head lock goes: once another append moves the head on, the
+        // segment may become an SSR target, and a block not yet marked valid would look
+        // like a hole and be written twice (seen as "block used twice" by fsck after
+        // `f2fs` runs at 16 threads). The caller points its node at `addr` under the
+        // file's cell lock, which a collector takes before it trusts the validity bit.
+        self.set_valid(addr);
         self.pending[hi].1.store(addr + 1, Ordering::Release);
         self.segs[h.seg as usize]
             .class

@@ -70,6 +70,8 @@ pub struct SpaceBudget {
     pub refusals: AtomicU64,
     /// Sections released by checkpoints so far (progress for callers that wait on cleaning).
     released: AtomicU64,
+    /// Victim reservations held right now (`try_reserve_victim`).
+    victims: AtomicU64,
 }
 
 impl SpaceBudget {
@@ -83,6 +85,7 @@ impl SpaceBudget {
             overcommit_blocks: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
             released: AtomicU64::new(0),
+            victims: AtomicU64::new(0),
         }
     }
 
@@ -123,7 +126,25 @@ impl SpaceBudget {
     /// Reserve `n` blocks if `H - n >= floor`; the allowance becomes this thread's until the
     /// guard drops (then what is left returns). `app`: use the application floor, else 0.
     pub fn try_reserve(&self, n: u64, app: bool) -> Option<Allowance<'_>> {
-        let floor = if app { self.app_floor } else { 0 };
+        self.try_reserve_above(n, if app { self.app_floor } else { 0 }, false)
+    }
+
+    /// A collector's reservation for one victim. The first collector at work may use
+    /// everything down to 0 (cleaning must always be able to start: that is what the
+    /// application floor is for); each further one must leave twice the application floor,
+    /// so that parallel collectors never starve the writers they clean for: writers keep
+    /// a victim's worth of room to reserve from while the others clean.
+    pub fn try_reserve_victim(&self, n: u64) -> Option<Allowance<'_>> {
+        let others = self.victims.fetch_add(1, Ordering::AcqRel);
+        let floor = if others == 0 { 0 } else { 2 * self.app_floor };
+        let a = self.try_reserve_above(n, floor, true);
+        if a.is_none() {
+            self.victims.fetch_sub(1, Ordering::AcqRel);
+        }
+        a
+    }
+
+    fn try_reserve_above(&self, n: u64, floor: i64, victim: bool) -> Option<Allowance<'_>> {
         let n_i = n as i64;
         let mut cur = self.headroom.load(Ordering::Acquire);
         loop {
@@ -142,7 +163,11 @@ impl SpaceBudget {
             }
         }
         let prev = ALLOWANCE.with(|a| a.replace((self.id(), n)));
-        Some(Allowance { budget: self, prev })
+        Some(Allowance {
+            budget: self,
+            prev,
+            victim,
+        })
     }
 
     /// `n` blocks of new debt (or a write that was not debt): from this thread's allowance
@@ -188,10 +213,13 @@ impl SpaceBudget {
     }
 }
 
-/// A thread's reservation; what is left returns to the budget on drop.
+/// A thread's reservation; what is left returns to the budget on drop. Guards of one
+/// thread nest: they must drop in reverse order (every user holds one in a scope).
 pub struct Allowance<'a> {
     budget: &'a SpaceBudget,
     prev: (usize, u64),
+    /// A victim reservation (counted in `victims`).
+    victim: bool,
 }
 
 impl Drop for Allowance<'_> {
@@ -199,6 +227,9 @@ impl Drop for Allowance<'_> {
         let (_, left) = ALLOWANCE.with(|a| a.replace(self.prev));
         if left > 0 {
             self.budget.refund(left);
+        }
+        if self.victim {
+            self.budget.victims.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -242,6 +273,28 @@ mod tests {
         drop(g);
         drop(a);
         assert_eq!(b.headroom(), 1536);
+    }
+
+    #[test]
+    fn parallel_victims_leave_room_for_writers() {
+        let b = SpaceBudget::new(512, 6, 0);
+        // 3072 blocks; application floor 1024. The first collector may take everything,
+        // a second one must leave 2048.
+        let first = b.try_reserve_victim(1000).expect("first collector");
+        assert!(
+            b.try_reserve_victim(100).is_none(),
+            "2072 left: below 2048 + 100"
+        );
+        let second = b.try_reserve_victim(24).expect("exactly 2048 left");
+        assert!(
+            b.try_reserve(1024, true).is_some(),
+            "writers keep a victim's worth"
+        );
+        drop(second);
+        drop(first);
+        let all = b.try_reserve_victim(3072).expect("alone again: down to 0");
+        drop(all);
+        assert_eq!(b.headroom(), 3072);
     }
 
     #[test]

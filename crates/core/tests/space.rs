@@ -167,7 +167,8 @@ fn full_user_space_never_fails_a_checkpoint() {
 }
 
 /// Random overwrites by 12 threads on a small (96 MiB), 90 % full volume with 8
-/// collectors (`scale`) or the F2FS cleaner, every device request preceded by a yield.
+/// collectors (`scale`) or the F2FS cleaner, each in `lfs` and `adaptive` (SSR) mode, every
+/// device request preceded by a yield.
 ///
 /// Interleaving forced (the schedule 16 cores produce on their own, which 2 cores almost
 /// never do): the test hook holds every collector at "collector-decided", after it found
@@ -182,7 +183,17 @@ fn full_user_space_never_fails_a_checkpoint() {
 /// those that do not fit give their victim back.
 #[test]
 fn parallel_overwrites_with_yielding_device() {
-    for (gc, workers) in [(GcPolicy::Scale, 8), (GcPolicy::F2fs, 1)] {
+    // Every policy: scale and f2fs, each in lfs and adaptive (SSR) mode.
+    for (gc, workers, mode) in [
+        (GcPolicy::Scale, 8, AllocMode::Lfs),
+        (GcPolicy::Scale, 8, AllocMode::Adaptive),
+        (GcPolicy::F2fs, 1, AllocMode::Lfs),
+        (GcPolicy::F2fs, 1, AllocMode::Adaptive),
+    ] {
+        let opts = |gc, workers| MountOptions {
+            alloc_mode: mode,
+            ..opts(gc, workers)
+        };
         let raw = YieldDevice {
             inner: RamDevice::new((96 << 20) / BS),
             requests: AtomicU64::new(0),
