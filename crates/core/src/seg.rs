@@ -179,7 +179,16 @@ pub struct SegManager {
     pub lsu_off: AtomicBool,
     sit_lock: Mutex<()>,
     ssr_cursor: AtomicU64,
+    /// Test hook (`set_test_hook`): `hook_on` is read first, so an unset hook costs one
+    /// load of a flag nobody writes (no shared lock on the append path).
+    hook_on: AtomicBool,
+    test_hook: parking_lot::RwLock<Option<SegHook>>,
 }
+
+/// Hook called at named points of `SegManager` with a block address (tests force an
+/// interleaving with it; see `set_test_hook`). Points: `"appended"`, in `append` right
+/// after the head lock is released, with the appended block's address.
+pub type SegHook = Arc<dyn Fn(&'static str, BlkAddr) + Send + Sync>;
 
 /// Segments an SSR search looks at before taking the best seen (F2FS max_victim_search).
 pub const SSR_SEARCH_MAX: u64 = 4096;
@@ -267,6 +276,8 @@ impl SegManager {
             lsu_off: AtomicBool::new(false),
             sit_lock: Mutex::new(()),
             ssr_cursor: AtomicU64::new(0),
+            hook_on: AtomicBool::new(false),
+            test_hook: parking_lot::RwLock::new(None),
         };
         let mut buf = vec![0u8; BLOCK_SIZE * 2];
         for i in 0..geo.sit_blocks {
@@ -333,6 +344,23 @@ impl SegManager {
         let used: u64 = m.heads.iter().map(|h| m.head_used(&h.lock())).sum();
         m.space = crate::space::SpaceBudget::new(m.bps(), free, used);
         Ok(m)
+    }
+
+    /// Install (or remove) the test hook. Tests only: the hook runs on the appending
+    /// thread, with no lock of the segment manager held.
+    pub fn set_test_hook(&self, hook: Option<SegHook>) {
+        let on = hook.is_some();
+        *self.test_hook.write() = hook;
+        self.hook_on.store(on, Ordering::Release);
+    }
+
+    fn test_point(&self, what: &'static str, addr: BlkAddr) {
+        if self.hook_on.load(Ordering::Relaxed) {
+            let h = self.test_hook.read().clone();
+            if let Some(h) = h {
+                h(what, addr);
+            }
+        }
     }
 
     pub fn section_valid(&self, sec: u64) -> u64 {
@@ -714,6 +742,9 @@ impl SegManager {
         if h.buf.len() >= WRITE_BATCH_BLOCKS * BLOCK_SIZE {
             self.submit(hi, &mut h)?;
         }
+        drop(h);
+        // Another append may move the head on from here (the window of issue 12).
+        self.test_point("appended", addr);
         Ok(addr)
     }
 
@@ -1088,5 +1119,130 @@ impl SegManager {
 impl Drop for SegManager {
     fn drop(&mut self) {
         self.io.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashlog_dev::RamDevice;
+
+    /// A segment manager as mkfs sets it up: one mlog (six heads, each in a fresh
+    /// one-segment section) on a zeroed RAM device of `blocks` blocks.
+    fn fresh(blocks: u64) -> SegManager {
+        let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(blocks));
+        let geo = Geometry::compute(blocks, 1, 1).unwrap();
+        let sit = vec![0u8; geo.sit_blocks.div_ceil(8) as usize];
+        let ssa = vec![0u8; geo.ssa_blocks.div_ceil(8) as usize];
+        let mut m = SegManager::load(dev, &geo, &sit, &ssa, &[], 0, 0).unwrap();
+        let mut specs = Vec::new();
+        for kind in [LogKind::Data, LogKind::Node] {
+            for temp in [Temp::Hot, Temp::Warm, Temp::Cold] {
+                specs.push((kind, temp, 0, 0));
+            }
+        }
+        let heads = m.fresh_heads(&specs).unwrap();
+        m.install_heads(&heads).unwrap();
+        m
+    }
+
+    fn sum(nid: u32) -> Summary {
+        Summary {
+            nid,
+            ofs: 0,
+            version: 0,
+        }
+    }
+
+    /// Regression test for issue 12 (fixed in e31f28b: `append` marks the block valid
+    /// under the head lock). Forced interleaving, all on one thread through the
+    /// "appended" hook, i.e. in the window after head A's lock is released:
+    ///
+    /// 1. head A (warm data) appends the last block of its section S; its lock goes and
+    ///    the hook stops it right there;
+    /// 2. another append on head A moves A on: S stops being current, and with threaded
+    ///    logging due (adaptive mode, few free sections) S is a dirty data section;
+    /// 3. head B (hot data) fills its own section and advances: SSR looks for the dirty
+    ///    segment with the fewest blocks valid now or at the checkpoint;
+    /// 4. A's append returns.
+    ///
+    /// When the bit was set after the lock (the old order), S looked like it had one hole
+    /// at its last block in step 3: B thread-logged into it and got A's address (two
+    /// nodes at one block, fsck "block used twice ... reachable but marked free"). With
+    /// the fix S is full, B claims a fresh section and no address is handed out twice.
+    #[test]
+    fn ssr_never_reuses_a_block_appended_but_not_yet_marked_valid() {
+        let m = Arc::new(fresh(32 << 10));
+        // Threaded logging is due at every section end (as on a nearly full volume).
+        m.ssr_below_secs.store(u64::MAX, Ordering::Relaxed);
+        let a = head_index(0, LogKind::Data, Temp::Warm);
+        let b = head_index(0, LogKind::Data, Temp::Hot);
+        let bps = m.bps();
+        let seg_s = m.heads[a].lock().seg;
+        let sec_s = m.sec_of(seg_s);
+        let last = m.geo.seg_start(seg_s) + bps - 1;
+        let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(0x5a);
+
+        // Every address handed out inside the window (steps 2 and 3).
+        let inside: Arc<Mutex<Vec<(usize, BlkAddr)>>> = Arc::default();
+        let fired = Arc::new(AtomicBool::new(false));
+        let weak = Arc::downgrade(&m);
+        let (inside2, fired2) = (inside.clone(), fired.clone());
+        m.set_test_hook(Some(Arc::new(move |what, addr| {
+            if what != "appended" || addr != last || fired2.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            let m = weak.upgrade().expect("segment manager alive");
+            // Step 2: A moves on, S is a dirty data section no head owns.
+            let moved = m.append(a, sum(2), fill).unwrap();
+            inside2.lock().push((a, moved));
+            assert_ne!(m.sec_of(m.geo.seg_of(moved).unwrap()), sec_s);
+            assert!(!m.is_current_section(sec_s), "S still owned by a head");
+            assert_eq!(
+                m.segment_kind(seg_s, m.geo.log_heads as usize),
+                Some(LogKind::Data)
+            );
+            assert!(m.want_ssr(), "threaded logging not due");
+            // Step 3: B fills its section, then its next append looks for an SSR target.
+            for i in 0..=bps {
+                let got = m.append(b, sum(3 + i as u32), fill).unwrap();
+                inside2.lock().push((b, got));
+            }
+        })));
+
+        // Step 1 (and 4 when the last append returns).
+        let mut outside = Vec::new();
+        for i in 0..bps {
+            outside.push(m.append(a, sum(1), fill).unwrap());
+            assert_eq!(outside[i as usize], m.geo.seg_start(seg_s) + i);
+        }
+        m.set_test_hook(None);
+        assert!(
+            fired.load(Ordering::SeqCst),
+            "the hook never saw S's last block"
+        );
+
+        let inside = inside.lock().clone();
+        assert_eq!(inside.len() as u64, bps + 2);
+        for &(hi, addr) in &inside {
+            assert!(
+                addr != last,
+                "head {hi} was given block {addr}, which head {a} appended and a node will \
+                 point at (block used twice; SSR blocks {})",
+                m.ssr_blocks.load(Ordering::Relaxed)
+            );
+        }
+        let mut all: Vec<BlkAddr> = outside
+            .iter()
+            .copied()
+            .chain(inside.iter().map(|x| x.1))
+            .collect();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "an address was handed out twice");
+        // Every appended block is marked valid, S in full.
+        assert_eq!(m.seg_entry(seg_s).valid.load(Ordering::Relaxed) as u64, bps);
+        assert_eq!(m.total_valid(), n as u64);
     }
 }
