@@ -367,3 +367,115 @@ fn fsck_checks_stored_acls() {
     assert_eq!(perm(&fs, f), 0o670, "a failed chmod changes nothing");
     fs.abandon();
 }
+
+/// ACL changes on a volume whose user space is full: every setfacl-like setxattr, chmod
+/// with a stored ACL, ACL removal and creation with an inherited default ACL runs inside
+/// an operation that reserved its checkpoint debt from the space budget, so each either
+/// succeeds or gets ENOSPC; none poisons the mount or overcommits the budget, syncs in
+/// between succeed, and the modes survive a remount with fsck clean.
+#[test]
+fn acl_changes_on_a_full_volume_never_poison_the_mount() {
+    const BS: u64 = 4096;
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new((64 << 20) / BS));
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts(true)).unwrap();
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+    fs.setxattr(d, DEFAULT_NAME, &named_acl(), XattrMode::Any)
+        .unwrap();
+    let files: Vec<Ino> = (0..16)
+        .map(|i| {
+            fs.create(root, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let mut expect = vec![0o644u32; files.len()];
+    // Fill the user space.
+    let big = fs.create(root, b"big", 0o644, 0, 0).unwrap().ino;
+    let chunk = vec![0xa5u8; 16 * BS as usize];
+    let mut off = 0u64;
+    loop {
+        match fs.write(big, off, &chunk) {
+            Ok(_) => off += chunk.len() as u64,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+    loop {
+        match fs.write(big, off, &chunk[..BS as usize]) {
+            Ok(_) => off += BS,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().blocks_free, 0);
+
+    let ok_or_nospc = |r: Result<()>, what: &str| -> bool {
+        match r {
+            Ok(()) => true,
+            Err(Error::NoSpace) => false,
+            Err(e) => panic!("{what}: {e} ({:?})", fs.stats()),
+        }
+    };
+    let who = Creator {
+        uid: 0,
+        gid: 0,
+        umask: 0o022,
+    };
+    let (mut done, mut refused) = (0u32, 0u32);
+    for i in 0..600usize {
+        let k = i % files.len();
+        let f = files[k];
+        let r = match i / files.len() % 4 {
+            // setfacl -m u:1000:rwx: an xattr node, which needs a user block.
+            0 => fs
+                .setxattr(f, ACCESS_NAME, &named_acl(), XattrMode::Any)
+                .map(|()| expect[k] = 0o670),
+            // chmod: rewrites a stored ACL in place.
+            1 => {
+                let set = SetAttr {
+                    mode: Some(0o750),
+                    ..Default::default()
+                };
+                fs.setattr(f, &set).map(|_| expect[k] = 0o750)
+            }
+            // setfacl -b equivalent: an ACL the mode bits say removes the stored one.
+            2 => fs
+                .setxattr(f, ACCESS_NAME, &plain_acl(6, 4, 0), XattrMode::Any)
+                .map(|()| expect[k] = 0o640),
+            // A file inheriting d's default ACL (inode + xattr node), removed again.
+            _ => fs
+                .make_node(d, format!("n{i}").as_bytes(), S_IFREG | 0o666, 0, who)
+                .and_then(|_| fs.unlink(d, format!("n{i}").as_bytes())),
+        };
+        if ok_or_nospc(r, &format!("op {i}")) {
+            done += 1;
+        } else {
+            refused += 1;
+        }
+        if i % 50 == 49 {
+            let s = fs.sync();
+            assert!(s.is_ok(), "sync after op {i}: {s:?}");
+        }
+    }
+    eprintln!("ACL ops on the full volume: {done} done, {refused} ENOSPC");
+    assert!(done > 0, "no ACL operation succeeded on the full volume");
+    assert!(
+        refused > 0,
+        "the volume was never full for these operations"
+    );
+    assert_eq!(fs.stats().space_overcommit_blocks, 0);
+    for (k, &f) in files.iter().enumerate() {
+        assert_eq!(perm(&fs, f), expect[k], "file {k} before remount");
+    }
+    fs.unmount().unwrap();
+    let r = fsck(&*dev).unwrap();
+    assert!(r.is_clean(), "{r}");
+    let fs = Fs::mount(dev.clone(), opts(true)).unwrap();
+    for (k, &f) in files.iter().enumerate() {
+        assert_eq!(perm(&fs, f), expect[k], "file {k} after remount");
+    }
+    fs.unmount().unwrap();
+}
