@@ -306,18 +306,20 @@ impl FlashlogFuse {
     /// file's group, as Linux's `posix_acl_update_mode` does. (The kernel tells a FUSE file
     /// system so with FUSE_SETXATTR_ACL_KILL_SGID only over FUSE_SETXATTR_EXT, whose request
     /// layout fuser 0.18 does not decode, so the adapter asks /proc for the caller's groups.)
-    fn acl_kill_sgid(&self, req: &Request, ino: Ino) {
-        let Ok(a) = self.fs.getattr(ino) else { return };
+    /// Clear setgid after an access ACL was set by a caller outside the file's group, as
+    /// Linux's posix_acl_update_mode does. Not atomic with the ACL write (fuser 0.18 cannot
+    /// pass SETXATTR_EXT's kill-sgid flag): if it fails, the caller gets the error rather
+    /// than a success that left setgid on.
+    fn acl_kill_sgid(&self, req: &Request, ino: Ino) -> flashlog_core::Result<()> {
+        let a = self.fs.getattr(ino)?;
         if a.mode & libc::S_ISGID == 0 || caller_in_group(req, a.gid) {
-            return;
+            return Ok(());
         }
         let sa = SetAttr {
             mode: Some(a.mode & 0o7777 & !libc::S_ISGID),
             ..Default::default()
         };
-        if let Err(e) = self.fs.setattr(ino, &sa) {
-            tracing::warn!("clearing setgid of inode {ino} after an ACL change: {e}");
-        }
+        self.fs.setattr(ino, &sa).map(|_| ())
     }
 
     fn open_flags(&self, attr: &Attr) -> FopenFlags {
@@ -763,7 +765,7 @@ impl Filesystem for FlashlogFuse {
         };
         tri!(reply, self.fs.setxattr(ino, name.as_bytes(), value, mode));
         if self.cfg.core.acl && name.as_bytes() == ACL_ACCESS_NAME {
-            self.acl_kill_sgid(req, ino);
+            tri!(reply, self.acl_kill_sgid(req, ino));
         }
         reply.ok();
     }
