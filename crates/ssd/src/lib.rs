@@ -29,6 +29,7 @@ pub mod device;
 pub mod engine;
 pub mod flash;
 pub mod ftl;
+pub mod locks;
 pub mod stats;
 pub mod store;
 pub mod timing;
@@ -47,5 +48,6 @@ pub use ftl::{
     LineId, LineState, LineTable, Lpn, Mapping, PageFtl, PageMap, Ppn, VictimPolicy, ZonedConfig,
     ZonedFtl,
 };
+pub use locks::{LockStats, LockSummary};
 pub use stats::{OpKind, SsdStats};
 pub use workload::{Pattern, Phase, PhaseResult};
