@@ -63,6 +63,13 @@ fn phase(dev: &SsdDevice, threads: u64, secs: f64, write: bool) -> anyhow::Resul
         if write { st.latency.write.p99_us } else { st.latency.read.p99_us },
         100.0 * st.locks.wait_s() / thread_s,
     );
+    println!(
+        "  engine lock held {:.1}% of the phase; device GC runs {}; wake-up lateness p50 {:.0} us p99 {:.0} us",
+        100.0 * st.locks.engine.hold_s / el,
+        st.gc_runs,
+        st.latency.wall_lateness.p50_us,
+        st.latency.wall_lateness.p99_us,
+    );
     for (name, l) in [
         ("engine", &st.locks.engine),
         ("recorder", &st.locks.recorder),

@@ -1,7 +1,7 @@
 //! [`SsdDevice`]: the emulator as a [`BlockDevice`], on a virtual or a wall clock.
 //!
-//! Owns: the engine (FTL + timing) behind one short-held lock, the statistics recorder, the
-//! page-content store and the clock.
+//! Owns: the engine (FTL + timing) behind one short-held lock, the statistics recorder (one
+//! shard per group of threads), the page-content store, the clock and the lock meters.
 //!
 //! Clocks:
 //! - virtual: a request is submitted at the device's current virtual time and the time jumps
@@ -16,8 +16,10 @@
 //! carries all device events queued before it finished; requests are checked (range,
 //! alignment) before touching any state.
 //!
-//! Lock order: `engine` then nothing; `recorder` is taken only after `engine` is released; the
-//! store's internal locks are leaves taken with no other lock held.
+//! Lock order: `engine` then nothing; a recorder shard is taken only after `engine` is
+//! released (one shard at a time); the store's internal locks are leaves taken with no other
+//! lock held. Every lock is metered (`locks.rs`, reported in `SsdStats::locks`); docs/EMULATOR.md
+//! §2.8 lists what each protects.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -82,6 +82,9 @@ pub struct SustainedResult {
     /// system's points, and the emulator's.
     pub core_lock_wait_share: f64,
     pub device_lock_wait_share: f64,
+    /// Share of the volume's life the emulator's engine lock was held: near 100 % it would
+    /// be the bound whatever the host does.
+    pub device_engine_busy: f64,
     pub fs_waf: f64,
     /// Seconds from the start of the run until cleaning first ran.
     pub gc_start_s: Option<f64>,
@@ -314,6 +317,9 @@ fn summarize(
             })
             .collect();
         r.device_lock_wait_share = ssd.locks.wait_s() / thread_s;
+        if let Ok(e) = &end {
+            r.device_engine_busy = ssd.locks.engine.hold_s / e.elapsed_s.max(1e-9);
+        }
     }
     match end {
         Ok(e) => {
@@ -450,6 +456,7 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
         "fs wait % thr",
         "device lock waits",
         "dev wait % thr",
+        "dev lock busy",
     ]);
     for r in &results {
         let waits: Vec<String> = r
@@ -488,6 +495,7 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
                 dwaits.join(", ")
             },
             format!("{:.2}%", 100.0 * r.device_lock_wait_share),
+            format!("{:.1}%", 100.0 * r.device_engine_busy),
         ]);
     }
     let mut body = t3.render();
@@ -499,7 +507,8 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
              % thr: lock wait as a share of thread time (threads x (fill + random) seconds), \
              for the file system's points and for the emulated SSD's own locks (ssd_engine: \
              the FTL and timing state; ssd_recorder: latency statistics; ssd_store: page \
-             contents).\n";
+             contents). dev lock busy: the share of the run the emulator's engine lock was \
+             held (near 100 % the device model itself would be the bound).\n";
     rep.section("cleaning detail", body);
     let mut body = t2.render();
     body += &format!(
