@@ -230,6 +230,8 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
         }
         body += "\nwait on the emulated SSD's own locks, % of thread time:\n";
         body += &w.render();
+        body += "(waits of the file system's own I/O threads, such as writeback and \
+                 checkpoints, count too, so the share can be above 0 at one thread)\n";
     }
     for r in &results {
         if let Some(e) = &r.error {
