@@ -1,7 +1,7 @@
 //! [`SsdDevice`]: the emulator as a [`BlockDevice`], on a virtual or a wall clock.
 //!
-//! Owns: the engine (FTL + timing) behind one short-held lock, the statistics recorder, the
-//! page-content store and the clock.
+//! Owns: the engine (FTL + timing) behind one short-held lock, the statistics recorder (one
+//! shard per group of threads), the page-content store, the clock and the lock meters.
 //!
 //! Clocks:
 //! - virtual: a request is submitted at the device's current virtual time and the time jumps
@@ -16,8 +16,10 @@
 //! carries all device events queued before it finished; requests are checked (range,
 //! alignment) before touching any state.
 //!
-//! Lock order: `engine` then nothing; `recorder` is taken only after `engine` is released; the
-//! store's internal locks are leaves taken with no other lock held.
+//! Lock order: `engine` then nothing; a recorder shard is taken only after `engine` is
+//! released (one shard at a time); the store's internal locks are leaves taken with no other
+//! lock held. Every lock is metered (`locks.rs`, reported in `SsdStats::locks`); docs/EMULATOR.md
+//! §2.8 lists what each protects.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -34,8 +36,19 @@ use crate::ftl::{
     CostBenefit, CoupledFtl, Ftl, FtlError, FtlStats, Greedy, IntervalMap, PageFtl, VictimPolicy,
     ZonedFtl,
 };
+use crate::locks::{LockMeter, LockStats, Metered};
 use crate::stats::{LatencyStats, MemoryStats, OpKind, Recorder, SsdStats};
 use crate::store::Store;
+
+/// Recorder shards (see `SsdDevice::recs`).
+const RECORDER_SHARDS: usize = 16;
+
+static NEXT_THREAD_SLOT: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// A small per-thread number: which recorder shard this thread records into.
+    static THREAD_SLOT: usize = NEXT_THREAD_SLOT.fetch_add(1, Ordering::Relaxed) as usize;
+}
 
 /// Errors building a device.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +101,11 @@ pub struct SsdDevice {
     cfg: SsdConfig,
     caps: Capabilities,
     engine: Mutex<Engine>,
-    rec: Mutex<Recorder>,
+    engine_meter: LockMeter,
+    /// Recorder shards: a thread records into shard `thread slot % RECORDER_SHARDS`, so that
+    /// completions of different threads rarely meet on one lock; `stats` merges them.
+    recs: Box<[Mutex<Recorder>]>,
+    rec_meter: LockMeter,
     store: Store,
     clock: Clock,
     /// The FTL changes logical addresses during GC: store accesses happen under the engine
@@ -168,9 +185,13 @@ impl SsdDevice {
             ClockKind::Wall => Clock::Wall(Instant::now()),
         };
         Ok(SsdDevice {
-            rec: Mutex::new(Recorder::new(cfg.bw_bin_ns, 0)),
+            recs: (0..RECORDER_SHARDS)
+                .map(|_| Mutex::new(Recorder::new(cfg.bw_bin_ns, 0)))
+                .collect(),
+            rec_meter: LockMeter::default(),
             caps,
             engine: Mutex::new(engine),
+            engine_meter: LockMeter::default(),
             store,
             clock,
             cfg,
@@ -180,6 +201,35 @@ impl SsdDevice {
 
     pub fn config(&self) -> &SsdConfig {
         &self.cfg
+    }
+
+    /// The engine lock, metered.
+    fn engine(&self) -> Metered<'_, Engine> {
+        self.engine_meter.lock(&self.engine)
+    }
+
+    /// This thread's recorder shard, metered.
+    fn rec(&self) -> Metered<'_, Recorder> {
+        let slot = THREAD_SLOT.with(|s| *s);
+        self.rec_meter.lock(&self.recs[slot % self.recs.len()])
+    }
+
+    /// Every recorder shard merged into one.
+    fn merged_recorder(&self) -> Recorder {
+        let mut all = self.rec_meter.lock(&self.recs[0]).clone();
+        for r in self.recs.iter().skip(1) {
+            all.merge(&self.rec_meter.lock(r));
+        }
+        all
+    }
+
+    /// Waits and holds of the emulator's own locks since the last `reset_stats`.
+    pub fn lock_stats(&self) -> LockStats {
+        LockStats {
+            engine: self.engine_meter.summary(),
+            recorder: self.rec_meter.summary(),
+            store: self.store.lock_summary().unwrap_or_default(),
+        }
     }
 
     /// Current device time in ns (virtual, or since creation).
@@ -200,7 +250,7 @@ impl SsdDevice {
 
     /// Queue a device-to-host event; it rides on the next completion.
     pub fn push_event(&self, ev: DeviceEvent) {
-        self.engine.lock().events_mut().push(ev);
+        self.engine().events_mut().push(ev);
     }
 
     /// Power cut and restart (fault injection for every FTL): events not yet delivered on a
@@ -208,12 +258,12 @@ impl SsdDevice {
     /// migration records) survives, and unacknowledged upcalls ride on the next completions
     /// again. Contents of accepted writes survive (the write buffer is capacitor-backed too).
     pub fn power_cycle(&self) {
-        self.engine.lock().power_cycle();
+        self.engine().power_cycle();
     }
 
     /// 4 KiB blocks holding valid data on flash (over every line; O(lines)).
     pub fn valid_blocks(&self) -> u64 {
-        let e = self.engine.lock();
+        let e = self.engine();
         let lines = e.lines();
         (0..lines.lines())
             .map(|l| u64::from(lines.vpc(crate::ftl::LineId(l))))
@@ -222,26 +272,31 @@ impl SsdDevice {
 
     /// FTL-specific counters (zone resets, migration records, upcalls, redirects, ...).
     pub fn ftl_stats(&self) -> FtlStats {
-        self.engine.lock().ftl_stats()
+        self.engine().ftl_stats()
     }
 
     /// Name of the FTL ("page", "zoned", "coupled", ...).
     pub fn ftl_name(&self) -> &'static str {
-        self.engine.lock().mapping_name()
+        self.engine().mapping_name()
     }
 
     /// Start a measured phase: zero counters, histograms, busy times and the bandwidth
     /// series. The FTL and timing state (mapping, lines, die queues) are kept.
     pub fn reset_stats(&self) {
         let now = self.now_ns();
-        self.engine.lock().reset_counters();
-        self.rec.lock().reset(now);
+        self.engine().reset_counters();
+        for r in self.recs.iter() {
+            r.lock().reset(now);
+        }
+        self.engine_meter.reset();
+        self.rec_meter.reset();
+        self.store.reset_lock_stats();
     }
 
     /// Die busy time so far, summed over dies, as (serving the host, device GC, dies); a
     /// cheap probe for utilisation over an interval (`stats` builds histograms too).
     pub fn die_busy(&self) -> (u64, u64, usize) {
-        let b = self.engine.lock().busy();
+        let b = self.engine().busy();
         (
             b.die_user_ns.iter().sum(),
             b.die_gc_ns.iter().sum(),
@@ -252,7 +307,7 @@ impl SsdDevice {
     /// Snapshot of all statistics.
     pub fn stats(&self) -> SsdStats {
         let (counters, busy, stall, mem, free_lines, ftl) = {
-            let e = self.engine.lock();
+            let e = self.engine();
             (
                 e.counters().clone(),
                 e.busy(),
@@ -262,7 +317,7 @@ impl SsdDevice {
                 e.ftl_stats(),
             )
         };
-        let rec = self.rec.lock();
+        let rec = self.merged_recorder();
         let latency = LatencyStats {
             read: rec.latency(OpKind::Read),
             write: rec.latency(OpKind::Write),
@@ -271,7 +326,6 @@ impl SsdDevice {
             wall_lateness: rec.lateness(),
         };
         let bandwidth = rec.bandwidth();
-        drop(rec);
         let wb = self.cfg.write_buffer.bytes;
         SsdStats {
             waf: SsdStats::compute_waf(&counters),
@@ -300,12 +354,13 @@ impl SsdDevice {
             bandwidth,
             counters,
             ftl,
+            locks: self.lock_stats(),
         }
     }
 
     /// Check the FTL invariants (O(device size); for tests).
     pub fn check_invariants(&self) -> Result<(), String> {
-        self.engine.lock().check_invariants()
+        self.engine().check_invariants()
     }
 
     /// Run `f` on the engine at `at`, then `store_op` on the contents (under the engine lock
@@ -317,7 +372,7 @@ impl SsdDevice {
         store_op: impl FnOnce(&Store, R) -> DevResult<()>,
     ) -> DevResult<Timed> {
         let mut completion = Completion::empty();
-        let mut e = self.engine.lock();
+        let mut e = self.engine();
         let res = f(&mut e);
         // GC moves that changed logical addresses move their contents before anything else
         // can look at the store (also when the request itself failed).
@@ -346,8 +401,7 @@ impl SsdDevice {
     }
 
     fn record(&self, kind: OpKind, timed: &Timed, bytes: u64) {
-        self.rec
-            .lock()
+        self.rec()
             .record(kind, timed.done_ns - timed.submit_ns, timed.done_ns, bytes);
     }
 
@@ -481,7 +535,7 @@ impl SsdDevice {
                 let timed = f(self, at)?;
                 sleep_until(&self.clock, timed.done_ns);
                 let end = self.clock.now();
-                let mut rec = self.rec.lock();
+                let mut rec = self.rec();
                 rec.record(kind, end - at, timed.done_ns, bytes);
                 rec.record_lateness(end.saturating_sub(timed.done_ns));
                 Ok(timed.completion)
@@ -553,6 +607,6 @@ impl BlockDevice for SsdDevice {
     }
 
     fn resend_migrations(&self) -> DevResult<()> {
-        self.engine.lock().resend_migrations().map_err(engine_err)
+        self.engine().resend_migrations().map_err(engine_err)
     }
 }

@@ -15,11 +15,12 @@
 //! - `flash`: the NAND back-end every FTL runs on (timing, lines, reverse map, counters);
 //! - `engine`: request dispatch from the device to the FTL;
 //! - `store`: page contents (none, RAM, file);
-//! - `stats`, `analytic`: measurements and closed-form expectations;
+//! - `stats`, `analytic`: measurements and closed-form expectations; `locks`: lock meters;
 //! - `device`: the `BlockDevice`; `workload`, `cli`: the synthetic workload command.
 //!
-//! Lock order (whole crate): `SsdDevice.engine` → released → `SsdDevice.rec`; store shard
-//! locks are leaves. No lock is held while sleeping on the wall clock.
+//! Lock order (whole crate): `SsdDevice.engine` → released → a `SsdDevice.recs` shard; store
+//! shard locks are leaves. No lock is held while sleeping on the wall clock. `locks` meters
+//! every one of them (docs/EMULATOR.md §2.8).
 
 pub mod analytic;
 pub mod calendar;
@@ -29,6 +30,7 @@ pub mod device;
 pub mod engine;
 pub mod flash;
 pub mod ftl;
+pub mod locks;
 pub mod stats;
 pub mod store;
 pub mod timing;
@@ -47,5 +49,6 @@ pub use ftl::{
     LineId, LineState, LineTable, Lpn, Mapping, PageFtl, PageMap, Ppn, VictimPolicy, ZonedConfig,
     ZonedFtl,
 };
+pub use locks::{LockStats, LockSummary};
 pub use stats::{OpKind, SsdStats};
 pub use workload::{Pattern, Phase, PhaseResult};

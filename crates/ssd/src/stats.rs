@@ -8,7 +8,8 @@
 //! width and merge pairwise when it would); latencies are recorded in nanoseconds, clamped to
 //! the histogram range.
 //!
-//! Lock order: the device takes its recorder lock only after releasing the engine lock.
+//! Lock order: the device takes a recorder shard lock only after releasing the engine lock,
+//! one shard at a time.
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -101,6 +102,24 @@ impl BandwidthSeries {
         }
     }
 
+    /// Add `o`'s bytes (a series with the same start; bins widen to the coarser of the two).
+    fn merge(&mut self, o: &BandwidthSeries) {
+        let mut o = o.clone();
+        while self.bin_ns < o.bin_ns {
+            self.merge_pairs();
+        }
+        while o.bin_ns < self.bin_ns {
+            o.merge_pairs();
+        }
+        let n = self.read_bytes.len().max(o.read_bytes.len());
+        self.read_bytes.resize(n, 0);
+        self.write_bytes.resize(n, 0);
+        for (i, (r, w)) in o.read_bytes.iter().zip(&o.write_bytes).enumerate() {
+            self.read_bytes[i] += r;
+            self.write_bytes[i] += w;
+        }
+    }
+
     fn merge_pairs(&mut self) {
         let merge = |v: &mut Vec<u64>| {
             let m: Vec<u64> = v.chunks(2).map(|c| c.iter().sum()).collect();
@@ -131,6 +150,7 @@ impl BandwidthSeries {
 }
 
 /// Histograms and bandwidth series.
+#[derive(Clone)]
 pub struct Recorder {
     hist: [Histogram<u64>; 4],
     /// Wall clock only: achieved minus modelled completion time.
@@ -166,6 +186,16 @@ impl Recorder {
             OpKind::Write => self.bw.record(done_ns, bytes, true),
             _ => {}
         }
+    }
+
+    /// Add everything `o` recorded (recorders started at the same time with the same bins).
+    pub fn merge(&mut self, o: &Recorder) {
+        for (h, oh) in self.hist.iter_mut().zip(&o.hist) {
+            // Same bounds on both sides: adding cannot fail.
+            let _ = h.add(oh);
+        }
+        let _ = self.late.add(&o.late);
+        self.bw.merge(&o.bw);
     }
 
     pub fn record_lateness(&mut self, late_ns: u64) {
@@ -231,6 +261,8 @@ pub struct SsdStats {
     pub bandwidth: BandwidthSeries,
     /// FTL-specific counters.
     pub ftl: crate::ftl::FtlStats,
+    /// Waits on and holds of the emulator's own locks (is the device the host's bottleneck?).
+    pub locks: crate::locks::LockStats,
 }
 
 impl SsdStats {
@@ -260,5 +292,31 @@ mod tests {
         let l = r.latency(OpKind::Write);
         assert_eq!(l.count, 10_000);
         assert!((l.p50_us - 0.01).abs() < 0.001);
+    }
+
+    #[test]
+    fn merged_shards_keep_counts_and_bytes() {
+        // One shard saw a long run (its bins widened), the other a short one.
+        let mut a = Recorder::new(1000, 0);
+        let mut b = Recorder::new(1000, 0);
+        for i in 0..10_000u64 {
+            a.record(OpKind::Write, 10, i * 1000, 4096);
+        }
+        for i in 0..100u64 {
+            b.record(OpKind::Read, 20, i * 1000, 8192);
+        }
+        b.record_lateness(5);
+        a.merge(&b);
+        assert_eq!(a.latency(OpKind::Write).count, 10_000);
+        assert_eq!(a.latency(OpKind::Read).count, 100);
+        assert_eq!(a.lateness().count, 1);
+        let bw = a.bandwidth();
+        assert!(bw.write_bytes.len() <= MAX_BW_BINS);
+        assert_eq!(bw.write_bytes.iter().sum::<u64>(), 10_000 * 4096);
+        assert_eq!(bw.read_bytes.iter().sum::<u64>(), 100 * 8192);
+        // The short shard's 1 µs bins were widened to the long one's: its first bin holds
+        // one read per 1 µs of the widened bin.
+        assert_eq!(bw.bin_ns, 8000);
+        assert_eq!(bw.read_bytes[0], 8 * 8192);
     }
 }

@@ -8,7 +8,7 @@
 //! is visible to every read that starts after the write returned.
 //!
 //! Lock order: the RAM store's shard locks are leaves (one held at a time, never while calling
-//! out); the file store has no locks (positional I/O).
+//! out; metered together by one `LockMeter`); the file store has no locks (positional I/O).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -18,17 +18,21 @@ use std::path::Path;
 use flashlog_dev::{DevResult, BLOCK_SIZE, BLOCK_SIZE_U64};
 use parking_lot::Mutex;
 
+use crate::locks::{LockMeter, LockSummary, Metered};
+
 /// Shards of the RAM store: enough that two to a few dozen threads rarely collide.
 const RAM_SHARDS: usize = 64;
 /// Discards up to this many blocks remove them one by one; longer ones scan the stored blocks.
 const RAM_DISCARD_PER_BLOCK: u64 = 1 << 20;
 
 type Block = Box<[u8; BLOCK_SIZE]>;
+type Shard = Mutex<HashMap<u64, Block>>;
 
 /// Where page contents live.
 pub enum Store {
     None,
-    Ram(Box<[Mutex<HashMap<u64, Block>>]>),
+    /// Shards keyed by `lpn % RAM_SHARDS`, and one meter for all of their locks.
+    Ram(Box<[Shard]>, LockMeter),
     File(File),
 }
 
@@ -42,6 +46,7 @@ impl Store {
             (0..RAM_SHARDS)
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
+            LockMeter::default(),
         )
     }
 
@@ -64,19 +69,39 @@ impl Store {
         matches!(self, Store::File(_))
     }
 
-    fn shard(shards: &[Mutex<HashMap<u64, Block>>], lpn: u64) -> &Mutex<HashMap<u64, Block>> {
-        &shards[(lpn % shards.len() as u64) as usize]
+    fn shard<'a>(
+        shards: &'a [Shard],
+        meter: &'a LockMeter,
+        lpn: u64,
+    ) -> Metered<'a, HashMap<u64, Block>> {
+        meter.lock(&shards[(lpn % shards.len() as u64) as usize])
+    }
+
+    /// The shard locks' counters (None: this store has no locks).
+    pub fn lock_summary(&self) -> Option<LockSummary> {
+        match self {
+            Store::Ram(_, meter) => Some(meter.summary()),
+            _ => None,
+        }
+    }
+
+    pub fn reset_lock_stats(&self) {
+        if let Store::Ram(_, meter) = self {
+            meter.reset();
+        }
     }
 
     pub fn write(&self, addr: u64, buf: &[u8]) -> DevResult<()> {
         match self {
             Store::None => Ok(()),
-            Store::Ram(shards) => {
+            Store::Ram(shards, meter) => {
                 for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
                     let lpn = addr + i as u64;
                     let mut block: Block = Box::new([0u8; BLOCK_SIZE]);
                     block.copy_from_slice(chunk);
-                    Self::shard(shards, lpn).lock().insert(lpn, block);
+                    // The replaced block is freed after the shard lock is released.
+                    let old = Self::shard(shards, meter, lpn).insert(lpn, block);
+                    drop(old);
                 }
                 Ok(())
             }
@@ -90,10 +115,10 @@ impl Store {
                 buf.fill(0);
                 Ok(())
             }
-            Store::Ram(shards) => {
+            Store::Ram(shards, meter) => {
                 for (i, chunk) in buf.chunks_exact_mut(BLOCK_SIZE).enumerate() {
                     let lpn = addr + i as u64;
-                    match Self::shard(shards, lpn).lock().get(&lpn) {
+                    match Self::shard(shards, meter, lpn).get(&lpn) {
                         Some(b) => chunk.copy_from_slice(&b[..]),
                         None => chunk.fill(0),
                     }
@@ -107,17 +132,20 @@ impl Store {
     pub fn discard(&self, addr: u64, count: u64) -> DevResult<()> {
         match self {
             Store::None => Ok(()),
-            Store::Ram(shards) => {
+            Store::Ram(shards, meter) => {
                 let end = addr.saturating_add(count);
                 if count <= RAM_DISCARD_PER_BLOCK {
                     for lpn in addr..end {
-                        Self::shard(shards, lpn).lock().remove(&lpn);
+                        let old = Self::shard(shards, meter, lpn).remove(&lpn);
+                        drop(old);
                     }
                 } else {
                     // A huge range (an infinite logical space makes these cheap to ask for):
                     // visit what is stored instead of every address.
                     for shard in shards.iter() {
-                        shard.lock().retain(|&lpn, _| !(addr..end).contains(&lpn));
+                        meter
+                            .lock(shard)
+                            .retain(|&lpn, _| !(addr..end).contains(&lpn));
                     }
                 }
                 Ok(())

@@ -36,6 +36,10 @@ pub struct FxResult {
     pub mib_s: f64,
     pub latency: LatSummary,
     pub gc_runs: u64,
+    /// Seconds the workers waited on the emulated SSD's own locks during this test (0 on
+    /// other devices), and that as a share of thread time (threads × seconds).
+    pub device_lock_wait_s: f64,
+    pub device_lock_wait_share: f64,
     pub error: Option<String>,
 }
 
@@ -83,8 +87,11 @@ fn run_one(
     }
     let mut out = Vec::new();
     let created: Vec<std::sync::atomic::AtomicU64> = (0..threads).map(|_| 0.into()).collect();
+    let ssd = vol.bd.ssd.clone();
+    let dev_wait = || ssd.as_ref().map_or(0.0, |d| d.lock_stats().wait_s());
     for test in TESTS {
         let gc0 = fs.stats();
+        let w0 = dev_wait();
         let (ops, secs, lat, err) = run_workers(threads, dur, |t, stop, lat| {
             let mut n = 0u64;
             match test {
@@ -138,6 +145,7 @@ fn run_one(
             Ok(n)
         });
         let gc1 = fs.stats();
+        let device_lock_wait_s = dev_wait() - w0;
         let ops_s = ops as f64 / secs.max(1e-9);
         out.push(FxResult {
             policy: p.label.clone(),
@@ -153,6 +161,8 @@ fn run_one(
             },
             latency: lat.summary(),
             gc_runs: (gc1.gc_fg_runs + gc1.gc_bg_runs) - (gc0.gc_fg_runs + gc0.gc_bg_runs),
+            device_lock_wait_s,
+            device_lock_wait_share: device_lock_wait_s / (threads as f64 * secs).max(1e-9),
             error: err,
         });
         bar.inc(1);
@@ -197,6 +207,32 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
         }
     }
     let mut body = t.render();
+    if results.iter().any(|r| r.device_lock_wait_s > 0.0) {
+        let mut hdr: Vec<String> = vec!["test".into(), "policy".into()];
+        for n in counts {
+            hdr.push(format!("{n} thr"));
+        }
+        let hdr: Vec<&str> = hdr.iter().map(|s| s.as_str()).collect();
+        let mut w = Table::new(&hdr);
+        for test in TESTS {
+            for p in &ctx.policies {
+                let mut row = vec![test.to_string(), p.label.clone()];
+                for &n in counts {
+                    let r = results
+                        .iter()
+                        .find(|r| r.test == test && r.policy == p.label && r.threads == n);
+                    row.push(r.map_or("-".into(), |r| {
+                        format!("{:.2}%", 100.0 * r.device_lock_wait_share)
+                    }));
+                }
+                w.row(row);
+            }
+        }
+        body += "\nwait on the emulated SSD's own locks, % of thread time:\n";
+        body += &w.render();
+        body += "(waits of the file system's own I/O threads, such as writeback and \
+                 checkpoints, count too, so the share can be above 0 at one thread)\n";
+    }
     for r in &results {
         if let Some(e) = &r.error {
             body += &format!("{} {} x{}: ERROR {e}\n", r.test, r.policy, r.threads);

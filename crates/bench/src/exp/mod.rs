@@ -171,6 +171,7 @@ impl Volume {
                 read_p99_us: s.latency.read.p99_us,
                 wall_lateness_p50_us: s.latency.wall_lateness.p50_us,
                 write_buffer_stall_s: s.write_buffer_stall_ns as f64 / 1e9,
+                locks: s.locks,
             }),
             cpu_s,
             peak_rss_mib: peak_rss_mib(),
@@ -196,6 +197,9 @@ pub struct SsdSummary {
     /// How late wall-clock sleeps woke up (timer overshoot of the host).
     pub wall_lateness_p50_us: f64,
     pub write_buffer_stall_s: f64,
+    /// Waits on and holds of the emulator's own locks over the volume's life (mkfs to
+    /// unmount): is the emulated device the lock the host waits on?
+    pub locks: flashlog_ssd::LockStats,
 }
 
 /// End-of-run measurements of one volume.
@@ -224,6 +228,16 @@ impl VolumeEnd {
             .clone()
             .or_else(|| self.fsck_errors.clone())
     }
+}
+
+/// The emulator's lock waits as bench lock-wait points (`ssd_engine`, `ssd_recorder`,
+/// `ssd_store`), next to the core's.
+pub fn device_lock_waits(l: &flashlog_ssd::LockStats) -> Vec<(&'static str, f64, u64)> {
+    vec![
+        ("ssd_engine", l.engine.wait_s, l.engine.contended),
+        ("ssd_recorder", l.recorder.wait_s, l.recorder.contended),
+        ("ssd_store", l.store.wait_s, l.store.contended),
+    ]
 }
 
 /// A 4 KiB-aligned buffer of non-zero bytes.

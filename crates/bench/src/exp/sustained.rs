@@ -75,6 +75,16 @@ pub struct SustainedResult {
     pub gc_false_positive_reads: u64,
     /// Seconds waited and contended acquisitions per lock or contention point.
     pub lock_waits: Vec<LockWait>,
+    /// The same for the emulated SSD's own locks (empty on other devices), over the volume's
+    /// life (mkfs to unmount).
+    pub device_lock_waits: Vec<LockWait>,
+    /// Lock waits as a share of thread time (threads × (fill + random seconds)): the file
+    /// system's points, and the emulator's.
+    pub core_lock_wait_share: f64,
+    pub device_lock_wait_share: f64,
+    /// Share of the volume's life the emulator's engine lock was held: near 100 % it would
+    /// be the bound whatever the host does.
+    pub device_engine_busy: f64,
     pub fs_waf: f64,
     /// Seconds from the start of the run until cleaning first ran.
     pub gc_start_s: Option<f64>,
@@ -215,6 +225,7 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
     let end = vol.finish();
     let mut r = summarize(
         p,
+        threads,
         &samples,
         &lat,
         end,
@@ -251,6 +262,7 @@ fn fill_file(fs: &Fs, t: usize, bytes: u64, seed: u64, ops: &Ops) -> Result<Ino>
 #[allow(clippy::too_many_arguments)]
 fn summarize(
     p: &PolicySpec,
+    p_threads: usize,
     samples: &[Sample],
     lat: &Lat,
     end: Result<VolumeEnd>,
@@ -293,6 +305,22 @@ fn summarize(
             contended,
         })
         .collect();
+    let thread_s = (p_threads as f64 * (fill_s + random_s)).max(1e-9);
+    r.core_lock_wait_share = r.lock_waits.iter().map(|w| w.wait_s).sum::<f64>() / thread_s;
+    if let Some(ssd) = end.as_ref().ok().and_then(|e| e.ssd.as_ref()) {
+        r.device_lock_waits = super::device_lock_waits(&ssd.locks)
+            .into_iter()
+            .map(|(point, wait_s, contended)| LockWait {
+                point: point.to_string(),
+                wait_s,
+                contended,
+            })
+            .collect();
+        r.device_lock_wait_share = ssd.locks.wait_s() / thread_s;
+        if let Ok(e) = &end {
+            r.device_engine_busy = ssd.locks.engine.hold_s / e.elapsed_s.max(1e-9);
+        }
+    }
     match end {
         Ok(e) => {
             let c = &e.counters;
@@ -425,10 +453,20 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
         "dev GC",
         "die-bound MiB/s",
         "lock waits (s, contended acquisitions)",
+        "fs wait % thr",
+        "device lock waits",
+        "dev wait % thr",
+        "dev lock busy",
     ]);
     for r in &results {
         let waits: Vec<String> = r
             .lock_waits
+            .iter()
+            .filter(|w| w.contended > 0)
+            .map(|w| format!("{} {:.3}s/{}", w.point, w.wait_s, w.contended))
+            .collect();
+        let dwaits: Vec<String> = r
+            .device_lock_waits
             .iter()
             .filter(|w| w.contended > 0)
             .map(|w| format!("{} {:.3}s/{}", w.point, w.wait_s, w.contended))
@@ -450,6 +488,14 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
             } else {
                 waits.join(", ")
             },
+            format!("{:.2}%", 100.0 * r.core_lock_wait_share),
+            if dwaits.is_empty() {
+                "-".into()
+            } else {
+                dwaits.join(", ")
+            },
+            format!("{:.2}%", 100.0 * r.device_lock_wait_share),
+            format!("{:.1}%", 100.0 * r.device_engine_busy),
         ]);
     }
     let mut body = t3.render();
@@ -457,7 +503,12 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
         "WAF (cleaning): device blocks / data blocks written after cleaning started. die busy: \
              the emulated dies' busy time after cleaning started (host requests and device GC), \
              of which dev GC is the SSD's own GC. die-bound: the application bandwidth if the \
-             dies were busy all the time with the same work per application byte.\n";
+             dies were busy all the time with the same work per application byte. \
+             % thr: lock wait as a share of thread time (threads x (fill + random) seconds), \
+             for the file system's points and for the emulated SSD's own locks (ssd_engine: \
+             the FTL and timing state; ssd_recorder: latency statistics; ssd_store: page \
+             contents). dev lock busy: the share of the run the emulator's engine lock was \
+             held (near 100 % the device model itself would be the bound).\n";
     rep.section("cleaning detail", body);
     let mut body = t2.render();
     body += &format!(
