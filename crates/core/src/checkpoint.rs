@@ -534,7 +534,9 @@ impl FsInner {
         self.tick_clock();
         // 0. gc=device: apply the migration upcalls received so far (their remaps go into
         //    this checkpoint).
+        self.test_point("checkpoint:before-apply");
         self.collector.before_checkpoint(self)?;
+        self.test_point("checkpoint:applied");
         let last_upcall = self.collector.last_upcall();
         // 1. Data, then nodes, of every cached inode.
         let cells = self.cells.all();
@@ -620,7 +622,9 @@ impl FsInner {
         self.cp_version.store(version, Ordering::Release);
         self.nat.release_prefree();
         let secs = self.seg.take_prefree();
+        self.test_point("checkpoint:durable");
         self.collector.after_checkpoint(self, last_upcall)?;
+        self.test_point("checkpoint:acked");
         self.seg.release_sections(secs);
         for c in &cells {
             c.is_new.store(false, Ordering::Release);
