@@ -226,6 +226,20 @@ impl crate::gc::Collector for DeviceCollector {
             ));
             return;
         }
+        // Take them now (a flush completion carries them) and apply them in a checkpoint
+        // before the mount returns, so the volume is current when users see it.
+        let r = fs.dev.flush().map_err(Error::from).and_then(|_| {
+            if self.tap.pending() > 0 {
+                let _g = fs.oplock.checkpoint();
+                fs.write_checkpoint(false)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = r {
+            fs.poison_with(format!("gc=device: applying re-sent upcalls failed: {e}"));
+            return;
+        }
         let weak: Weak<FsInner> = Arc::downgrade(fs);
         let tap = self.tap.clone();
         let stop = self.stop.clone();
