@@ -53,6 +53,11 @@ pub const NO_UPCALLS: &str = "gc=device (D2FS) needs a device that moves blocks 
      reports each move to the host (capability migration_upcalls, e.g. the emulated SSD with \
      ftl=coupled); this device does not, so nobody would clean: use gc=f2fs or gc=scale";
 
+/// Why other policies refuse a coupled device.
+pub const ONLY_DEVICE: &str = "this device cleans itself (D2FS coupled GC: the end of its \
+     address space is its GC region, where the host may not write, and it moves blocks the \
+     host must remap); mount it with gc=device";
+
 /// Live blocks a coupled device can hold: its capacity (the GC region is one capacity) less
 /// the conventional region, one zone per open log, the device's GC reserve, and 5 % slack so
 /// that its GC never copies a nearly full victim.
@@ -69,10 +74,13 @@ pub fn prepare(
     dev: Arc<dyn BlockDevice>,
     opts: &MountOptions,
 ) -> Result<(Arc<dyn BlockDevice>, Option<DeviceCollector>)> {
+    let caps = dev.capabilities();
     if opts.gc != GcPolicy::Device {
+        if caps.gc_region_blocks > 0 && !opts.read_only {
+            return Err(Error::NotSupported(ONLY_DEVICE));
+        }
         return Ok((dev, None));
     }
-    let caps = dev.capabilities();
     if !caps.migration_upcalls || caps.gc_region_blocks == 0 {
         return Err(Error::NotSupported(NO_UPCALLS));
     }

@@ -37,11 +37,21 @@ fn fsck_clean(dev: &dyn BlockDevice) {
 }
 
 #[test]
-fn device_gc_refuses_a_device_without_migration_upcalls() {
+fn device_gc_needs_a_coupled_device_and_a_coupled_device_needs_device_gc() {
     let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(1 << 16));
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
     let err = Fs::mount(dev, opts()).err().expect("refused").to_string();
     assert!(err.contains("migration_upcalls"), "{err}");
+    // And the other way round: a coupled device with a host cleaner.
+    let ssd = coupled();
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let f2fs = MountOptions {
+        cp_interval: None,
+        gc_interval: None,
+        ..MountOptions::default()
+    };
+    let err = Fs::mount(ssd, f2fs).err().expect("refused").to_string();
+    assert!(err.contains("gc=device"), "{err}");
 }
 
 /// Random 4 KiB overwrites of files filling ~60 % of what statfs reports, for three device
