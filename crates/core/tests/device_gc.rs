@@ -293,3 +293,50 @@ fn power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing() {
     }
     fsck_clean(&*ssd);
 }
+
+/// Virtual overprovisioning: the partition is ~2.4x the device, but statfs reports what the
+/// device holds and writes get ENOSPC when live data reaches it (not a stall, not a device
+/// refusal), after at least 90 % of the reported space; deleting a file makes room again,
+/// and fsck is clean.
+#[test]
+fn enospc_at_the_device_capacity_not_the_partition_size() {
+    let ssd = coupled();
+    let dev: Arc<dyn BlockDevice> = ssd.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let st = fs.statfs();
+    let partition = ssd.capabilities().block_count;
+    assert!(
+        st.blocks * 2 < partition,
+        "statfs {} of {partition}",
+        st.blocks
+    );
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut written = 0u64;
+    let mut files = 0;
+    'fill: loop {
+        let ino = fs
+            .create(ROOT_INO, format!("g{files}").as_bytes(), 0o644, 0, 0)
+            .unwrap()
+            .ino;
+        files += 1;
+        for k in 0..16u64 {
+            match fs.write(ino, k << 20, &chunk) {
+                Ok(_) => written += 1 << 20,
+                Err(Error::NoSpace) => break 'fill,
+                Err(e) => panic!("write failed with {e} instead of ENOSPC"),
+            }
+        }
+    }
+    assert!(
+        written >= st.blocks * 4096 / 10 * 9 && written <= st.blocks * 4096,
+        "ENOSPC after {written} B of {} B reported",
+        st.blocks * 4096
+    );
+    fs.unlink(ROOT_INO, b"g0").unwrap();
+    fs.sync().unwrap();
+    let ino = fs.create(ROOT_INO, b"again", 0o644, 0, 0).unwrap().ino;
+    fs.write(ino, 0, &chunk).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&*dev);
+}
