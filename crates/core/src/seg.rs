@@ -356,7 +356,11 @@ impl SegManager {
         let p = self.prefree.lock();
         self.free_sections()
             + p.iter()
-                .filter(|&&sec| !self.current.test(sec) && self.section_valid(sec) == 0)
+                .filter(|&&sec| {
+                    !self.current.test(sec)
+                        && self.section_valid(sec) == 0
+                        && !self.is_device_section(sec)
+                })
                 .count() as u64
     }
     pub fn reserve_sections(&self) -> u64 {
@@ -464,7 +468,10 @@ impl SegManager {
             self.dirty_sit.set(sit_pos(seg).0);
             if left == 0 {
                 let sec = self.sec_of(seg);
-                if !self.current.test(sec) && self.section_valid(sec) == 0 {
+                if !self.current.test(sec)
+                    && self.section_valid(sec) == 0
+                    && !self.is_device_section(sec)
+                {
                     self.prefree.lock().insert(sec);
                 }
             }
