@@ -99,6 +99,31 @@ impl DeviceSpec {
         Ok(cfg)
     }
 
+    /// The device a policy runs on: `device` (D2FS) gets the emulator's coupled-GC FTL
+    /// unless `--ssd-set ftl=...` chose one; everything else runs on the spec as given.
+    pub fn for_policy(&self, gc: flashlog_core::GcPolicy) -> DeviceSpec {
+        match self {
+            DeviceSpec::Ssd {
+                preset,
+                bytes,
+                set,
+                clock,
+            } if gc == flashlog_core::GcPolicy::Device
+                && !set.iter().any(|kv| kv.starts_with("ftl=")) =>
+            {
+                let mut set = set.clone();
+                set.push("ftl=coupled".into());
+                DeviceSpec::Ssd {
+                    preset: preset.clone(),
+                    bytes: *bytes,
+                    set,
+                    clock: clock.clone(),
+                }
+            }
+            other => other.clone(),
+        }
+    }
+
     /// Short description for tables.
     pub fn describe(&self) -> String {
         let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);

@@ -86,7 +86,8 @@ pub struct BenchArgs {
     /// virtual.
     #[arg(long, default_value = "wall")]
     pub clock: String,
-    /// Comma-separated policies: f2fs, f2fs-lfs, scale, scale:N (N GC workers). Default:
+    /// Comma-separated policies: f2fs, f2fs-lfs, scale, scale:N (N GC workers), device (D2FS, on
+    /// the emulator's coupled FTL). Default:
     /// every policy the core implements.
     #[arg(long)]
     pub policies: Option<String>,

@@ -51,6 +51,15 @@ const TABLE: &[Row] = &[
         "ScaleLFS collectors with F2FS's threaded logging (not in the paper, which runs LFS mode)",
     ),
     (
+        "device",
+        GcPolicy::Device,
+        AllocMode::Lfs,
+        false,
+        false,
+        "D2FS: the SSD cleans (coupled GC, ftl=coupled, chosen for this policy on an emulated \
+         SSD), the host applies its migration upcalls",
+    ),
+    (
         "none",
         GcPolicy::None,
         AllocMode::Lfs,
@@ -194,8 +203,12 @@ pub fn implemented() -> Vec<PolicySpec> {
         .collect()
 }
 
-/// Mount the policy on a 64 MiB RAM volume and unmount it.
+/// Mount the policy on a 64 MiB RAM volume and unmount it. `device` needs the emulator's
+/// coupled FTL, which `Volume::open` selects for it; it is not probed on RAM.
 fn probe(p: &PolicySpec) -> Result<()> {
+    if p.gc == GcPolicy::Device {
+        return Ok(());
+    }
     let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(16384));
     Fs::mkfs(
         dev.clone(),

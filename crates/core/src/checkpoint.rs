@@ -22,7 +22,7 @@ use flashlog_format::codec::{zero_block, Block};
 use flashlog_format::cp::{self, Checkpoint, LogKind, PackChoice, Temp};
 use flashlog_format::node::{self, iflag, InodeHdr, NodeKind};
 use flashlog_format::sb::{Geometry, Superblock};
-use flashlog_format::{BLOCK_SIZE, ROOT_INO};
+use flashlog_format::{BLOCKS_PER_SEG, BLOCK_SIZE, ROOT_INO};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -183,8 +183,21 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
             }));
         }
     }
-    let geo = Geometry::compute(caps.block_count, opts.segs_per_sec, opts.mlogs)
-        .map_err(|e| Error::Invalid(Box::leak(e.to_string().into_boxed_str())))?;
+    // A D2FS coupled device: sections are zones, the main area starts after the page-mapped
+    // conventional region (all metadata lives there) and runs over the GC region, and the
+    // user space is what the device can hold (virtual overprovisioning).
+    let geo = if caps.migration_upcalls && caps.zone_blocks > 0 && caps.gc_region_blocks > 0 {
+        Geometry::compute_zoned(
+            caps.block_count,
+            caps.conventional_blocks,
+            caps.zone_blocks,
+            crate::gc_device::live_limit(&caps, opts.mlogs),
+            opts.mlogs,
+        )
+    } else {
+        Geometry::compute(caps.block_count, opts.segs_per_sec, opts.mlogs)
+    }
+    .map_err(|e| Error::Invalid(Box::leak(e.to_string().into_boxed_str())))?;
     // Zero the metadata areas: a stale block of an earlier volume with a valid crc would be
     // trusted. Discard zeroes where the device says it does.
     if caps.discard && caps.discard_zeroes {
@@ -242,6 +255,9 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
         0,
         0,
     )?;
+    if let Some(first) = device_region(&caps, &geo) {
+        seg.reserve_device_region(first);
+    }
     let heads = seg.fresh_heads(&head_specs(geo.mlogs))?;
     seg.install_heads(&heads)?;
     let nat = NatTable::new(geo.max_nid, geo.nat_blocks);
@@ -394,8 +410,19 @@ pub fn read_checkpoint(dev: &dyn BlockDevice, geo: &Geometry) -> Result<Checkpoi
     }
 }
 
+/// First section of the device's GC region (D2FS coupled device), if the volume has one.
+pub fn device_region(caps: &flashlog_dev::Capabilities, geo: &Geometry) -> Option<u64> {
+    if caps.gc_region_blocks == 0 {
+        return None;
+    }
+    let start = caps.block_count.checked_sub(caps.gc_region_blocks)?;
+    let bps = BLOCKS_PER_SEG * geo.segs_per_sec as u64;
+    Some(start.saturating_sub(geo.main_addr) / bps)
+}
+
 /// Mount-time state from the newest checkpoint (no roll-forward yet).
 pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsInner, Checkpoint)> {
+    let (dev, device_gc) = crate::gc_device::prepare(dev, &opts)?;
     let sb = read_superblock(&*dev)?;
     let geo = sb.geo.clone();
     let cpk = read_checkpoint(&*dev, &geo)?;
@@ -423,7 +450,15 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         &cpk.ssa_bitmap,
         &cpk.heads,
         cpk.elapsed_secs,
-        opts.io_threads,
+        // gc=device: a head's writes must reach the device in address order. The coupled
+        // FTL seals a zone's line when its last slot is written; a reordered write of the
+        // last slot seals it early, and the zone can then lose its line to device GC and get
+        // a second one that never seals (never reset, so the section cannot be reused).
+        if device_gc.is_some() {
+            0
+        } else {
+            opts.io_threads
+        },
     )?;
     let cp_state = CpState {
         nat_bm: cpk.nat_bitmap.clone(),
@@ -435,7 +470,25 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         opts.alloc_mode == crate::config::AllocMode::Lfs,
         Ordering::Relaxed,
     );
-    let collector = crate::gc::collector_for(&opts)?;
+    let collector: Box<dyn crate::gc::Collector> = match device_gc {
+        Some(d) => {
+            let Some(first) = device_region(dev.capabilities(), &geo)
+                .filter(|_| geo.main_addr == dev.capabilities().conventional_blocks)
+            else {
+                return Err(Error::Invalid(
+                    "gc=device: this volume was not formatted for the device's zones and GC \
+                     region (run mkfs on the coupled device)",
+                ));
+            };
+            seg.reserve_device_region(first);
+            // Zone blocks are write-once until the device reclaims the zone: no threaded
+            // logging into holes.
+            seg.lfs_mode.store(true, Ordering::Relaxed);
+            d.set_loaded(cpk.last_upcall);
+            Box::new(d)
+        }
+        None => crate::gc::collector_for(&opts)?,
+    };
     seg.set_gc_streams(
         base,
         collector
@@ -479,6 +532,12 @@ impl FsInner {
             ));
         }
         self.tick_clock();
+        // 0. gc=device: apply the migration upcalls received so far (their remaps go into
+        //    this checkpoint).
+        self.test_point("checkpoint:before-apply");
+        self.collector.before_checkpoint(self)?;
+        self.test_point("checkpoint:applied");
+        let last_upcall = self.collector.last_upcall();
         // 1. Data, then nodes, of every cached inode.
         let cells = self.cells.all();
         for c in &cells {
@@ -531,6 +590,7 @@ impl FsInner {
             valid_inodes: self.valid_inodes.load(Ordering::Acquire),
             free_segments: self.seg.free_after_checkpoint() * self.sb.geo.segs_per_sec as u64,
             next_nid_hint: 0,
+            last_upcall,
             heads: self.seg.head_records(),
             orphans,
             nat_bitmap: nat_bm.clone(),
@@ -561,7 +621,11 @@ impl FsInner {
         drop(cp);
         self.cp_version.store(version, Ordering::Release);
         self.nat.release_prefree();
-        self.seg.release_prefree();
+        let secs = self.seg.take_prefree();
+        self.test_point("checkpoint:durable");
+        self.collector.after_checkpoint(self, last_upcall)?;
+        self.test_point("checkpoint:acked");
+        self.seg.release_sections(secs);
         for c in &cells {
             c.is_new.store(false, Ordering::Release);
         }

@@ -137,6 +137,8 @@ struct Checker<'a> {
     /// Every reachable main-area block.
     owners: HashMap<BlkAddr, Owner>,
     reserved_blocks: u64,
+    /// First block of the device's GC region (gc=device), else `u64::MAX`.
+    device_from: BlkAddr,
     /// Inode -> names found in directories.
     links: HashMap<Ino, u32>,
     /// Nids reached through inodes.
@@ -718,7 +720,8 @@ impl<'a> Checker<'a> {
                 let Some(&owner) = self.owners.get(&(start + off as u64)) else {
                     continue;
                 };
-                if matches!(owner, Owner::Node(_)) != class_node {
+                // The device's GC region (gc=device) packs node and data blocks together.
+                if matches!(owner, Owner::Node(_)) != class_node && start < self.device_from {
                     mixed += 1;
                     if mixed == 1 {
                         self.err(
@@ -854,7 +857,9 @@ impl<'a> Checker<'a> {
             let valid: u64 = (sec * sps..(sec + 1) * sps)
                 .map(|s| self.sit[s as usize].valid as u64)
                 .sum();
-            if valid == 0 && !current.contains(&sec) {
+            // The device's GC region (gc=device) is never free for the host.
+            let device = g.seg_start(sec * sps) >= self.device_from;
+            if valid == 0 && !current.contains(&sec) && !device {
                 free += 1;
             }
         }
@@ -939,6 +944,14 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
         report,
         owners: HashMap::new(),
         reserved_blocks: 0,
+        device_from: {
+            let c = dev.capabilities();
+            if c.gc_region_blocks > 0 {
+                c.block_count - c.gc_region_blocks
+            } else {
+                u64::MAX
+            }
+        },
         links: HashMap::new(),
         reached_nids: HashSet::new(),
         subdirs: HashMap::new(),

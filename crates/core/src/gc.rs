@@ -4,8 +4,8 @@
 //! implemented here (F2FS paper 2.5, seed-impl-facts 1.6): foreground cleaning with the
 //! greedy cost when free sections run short, background cleaning with the cost-benefit
 //! cost when the volume is idle, a bounded victim search, lazy migration in the background.
-//! `none` never cleans (for an infinite partition). `scale` and `device` are their own
-//! issues and refuse to mount until they exist.
+//! `none` never cleans (for an infinite partition). `scale` is in scale.rs, `device` (D2FS: the
+//! device cleans) in gc_device.rs.
 //!
 //! Migration of one victim section:
 //! 0. reserve from the space budget what the moves may use (`reserve_victim`: the copies
@@ -105,6 +105,20 @@ pub trait Collector: Send + Sync {
     fn start(&self, _fs: &std::sync::Arc<FsInner>) {}
     /// Stop worker threads.
     fn stop(&self) {}
+    /// A checkpoint is about to write (op lock held exclusively): `gc=device` applies the
+    /// queued migration upcalls here.
+    fn before_checkpoint(&self, _fs: &FsInner) -> Result<()> {
+        Ok(())
+    }
+    /// The last migration upcall the next checkpoint covers (0: none).
+    fn last_upcall(&self) -> u64 {
+        0
+    }
+    /// The checkpoint covering upcalls up to `in_pack` is durable; prefree sections are not
+    /// freed yet.
+    fn after_checkpoint(&self, _fs: &FsInner, _in_pack: u64) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The collector of a policy.
@@ -113,9 +127,8 @@ pub fn collector_for(opts: &crate::config::MountOptions) -> Result<Box<dyn Colle
         GcPolicy::F2fs => Ok(Box::new(F2fsCollector)),
         GcPolicy::None => Ok(Box::new(NoCollector)),
         GcPolicy::Scale => Ok(Box::new(crate::scale::ScaleCollector::new(opts)?)),
-        GcPolicy::Device => Err(Error::NotSupported(
-            "gc=device (D2FS device-driven GC) is not implemented yet; use gc=f2fs",
-        )),
+        // Built by `gc_device::prepare`, which also wraps the device.
+        GcPolicy::Device => Err(Error::NotSupported(crate::gc_device::NO_UPCALLS)),
     }
 }
 

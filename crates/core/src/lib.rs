@@ -42,6 +42,7 @@ pub mod file;
 pub mod fs;
 pub mod fsck;
 pub mod gc;
+pub mod gc_device;
 pub mod gc_none;
 pub mod inner;
 pub mod io;

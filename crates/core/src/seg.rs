@@ -183,6 +183,12 @@ pub struct SegManager {
     /// load of a flag nobody writes (no shared lock on the append path).
     hook_on: AtomicBool,
     test_hook: parking_lot::RwLock<Option<SegHook>>,
+    /// `gc=device`: first section of the device's GC region (never allocated, never freed
+    /// by the host); `u64::MAX` elsewhere.
+    device_secs_from: AtomicU64,
+    /// `gc=device`: blocks invalidated since the last checkpoint, discarded one by one after
+    /// it is durable (`gc_device.rs`). None on other policies.
+    pub dead: Mutex<Option<crate::discard::DiscardMap>>,
 }
 
 /// Hook called at named points of `SegManager` with a block address (tests force an
@@ -278,6 +284,8 @@ impl SegManager {
             ssr_cursor: AtomicU64::new(0),
             hook_on: AtomicBool::new(false),
             test_hook: parking_lot::RwLock::new(None),
+            device_secs_from: AtomicU64::new(u64::MAX),
+            dead: Mutex::new(None),
         };
         let mut buf = vec![0u8; BLOCK_SIZE * 2];
         for i in 0..geo.sit_blocks {
@@ -378,7 +386,11 @@ impl SegManager {
         let p = self.prefree.lock();
         self.free_sections()
             + p.iter()
-                .filter(|&&sec| !self.current.test(sec) && self.section_valid(sec) == 0)
+                .filter(|&&sec| {
+                    !self.current.test(sec)
+                        && self.section_valid(sec) == 0
+                        && !self.is_device_section(sec)
+                })
                 .count() as u64
     }
     pub fn reserve_sections(&self) -> u64 {
@@ -428,8 +440,48 @@ impl SegManager {
         }
     }
 
+    /// `gc=device`: sections from `first` on are the device's GC region. They are marked in
+    /// use (never claimed) and taken out of the free count and the space budget; per-block
+    /// discards of invalidated blocks start. Called at mkfs and mount before any head moves.
+    pub fn reserve_device_region(&mut self, first: u64) {
+        let nsecs = self.geo.sections();
+        let mut taken = 0;
+        for sec in first..nsecs {
+            if !self.used.set(sec) {
+                taken += 1;
+            }
+        }
+        let free = self.free_secs.load(Ordering::Relaxed) - taken;
+        self.free_secs.store(free, Ordering::Relaxed);
+        self.device_secs_from.store(first, Ordering::Relaxed);
+        let used: u64 = self.heads.iter().map(|h| self.head_used(&h.lock())).sum();
+        self.space = crate::space::SpaceBudget::new(self.bps(), free, used);
+        *self.dead.lock() = Some(crate::discard::DiscardMap::new());
+    }
+
+    /// Whether `sec` lies in the device's GC region (`gc=device`).
+    pub fn is_device_section(&self, sec: u64) -> bool {
+        sec >= self.device_secs_from.load(Ordering::Relaxed)
+    }
+
     /// Mark `addr` invalid (nothing points at it any more).
     pub fn invalidate(&self, addr: BlkAddr) {
+        self.invalidate_as(addr, true)
+    }
+
+    /// `gc=device`: the device moved `addr`'s block elsewhere and the owner now points at
+    /// the new address: invalid here, but never discarded (the device would redirect the
+    /// discard to the block's new home).
+    pub fn invalidate_migrated(&self, addr: BlkAddr) {
+        self.invalidate_as(addr, false)
+    }
+
+    fn invalidate_as(&self, addr: BlkAddr, dead: bool) {
+        if dead {
+            if let Some(m) = self.dead.lock().as_mut() {
+                m.invalidate(addr, 1);
+            }
+        }
         let _sit = self.sit_guard();
         let Some((seg, off)) = self.locate(addr) else {
             return;
@@ -446,7 +498,10 @@ impl SegManager {
             self.dirty_sit.set(sit_pos(seg).0);
             if left == 0 {
                 let sec = self.sec_of(seg);
-                if !self.current.test(sec) && self.section_valid(sec) == 0 {
+                if !self.current.test(sec)
+                    && self.section_valid(sec) == 0
+                    && !self.is_device_section(sec)
+                {
                     self.prefree.lock().insert(sec);
                 }
             }
@@ -1079,10 +1134,25 @@ impl SegManager {
 
     /// After a durable checkpoint: prefree sections become free.
     pub fn release_prefree(&self) -> u64 {
-        let secs: Vec<u64> = std::mem::take(&mut *self.prefree.lock())
+        let secs = self.take_prefree();
+        self.release_sections(secs)
+    }
+
+    /// The prefree sections a durable checkpoint may free (empty, no head owns them, not the
+    /// device's), taken out of the prefree set.
+    pub fn take_prefree(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.prefree.lock())
             .into_iter()
-            .filter(|&sec| !self.current.test(sec) && self.section_valid(sec) == 0)
-            .collect();
+            .filter(|&sec| {
+                !self.current.test(sec)
+                    && self.section_valid(sec) == 0
+                    && !self.is_device_section(sec)
+            })
+            .collect()
+    }
+
+    /// Discard and free `secs` (from `take_prefree`).
+    pub fn release_sections(&self, secs: Vec<u64>) -> u64 {
         // Tell the device the sections hold nothing (F2FS discards prefree segments after
         // the checkpoint), before they can be allocated again. Discard is advisory.
         if self.dev.capabilities().discard {

@@ -18,6 +18,10 @@ pub struct Stats {
     pub gc_bg_runs: AtomicU64,
     pub gc_sections_freed: AtomicU64,
     pub gc_moved_blocks: AtomicU64,
+    pub upcalls_applied: AtomicU64,
+    pub upcalls_skipped: AtomicU64,
+    pub upcall_pairs_applied: AtomicU64,
+    pub upcall_pairs_skipped: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
     pub gc_read_blocks: AtomicU64,
     pub gc_dirty_moves: AtomicU64,
@@ -48,6 +52,12 @@ pub struct Counters {
     pub gc_sections_freed: u64,
     /// Valid blocks moved by cleaning.
     pub gc_moved_blocks: u64,
+    /// gc=device: migration upcalls applied / skipped as already applied, and their pairs
+    /// applied / skipped as superseded.
+    pub upcalls_applied: u64,
+    pub upcalls_skipped: u64,
+    pub upcall_pairs_applied: u64,
+    pub upcall_pairs_skipped: u64,
     /// Blocks a collector read but did not move because a newer write or a truncate won
     /// the race (node-lock rule).
     pub gc_skipped_blocks: u64,
@@ -96,6 +106,10 @@ impl Stats {
             gc_bg_runs: g(&self.gc_bg_runs),
             gc_sections_freed: g(&self.gc_sections_freed),
             gc_moved_blocks: g(&self.gc_moved_blocks),
+            upcalls_applied: g(&self.upcalls_applied),
+            upcalls_skipped: g(&self.upcalls_skipped),
+            upcall_pairs_applied: g(&self.upcall_pairs_applied),
+            upcall_pairs_skipped: g(&self.upcall_pairs_skipped),
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
             gc_read_blocks: g(&self.gc_read_blocks),
             gc_dirty_moves: g(&self.gc_dirty_moves),

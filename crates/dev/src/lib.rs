@@ -53,6 +53,10 @@ pub struct Capabilities {
     /// Blocks at the start of the device that accept writes anywhere (conventional,
     /// page-mapped); `block_count` on an ordinary device.
     pub conventional_blocks: u64,
+    /// Blocks at the end of the device that only the device allocates (D2FS coupled GC: the
+    /// GC region, one device capacity, where the device packs the pages it migrates); the
+    /// host never writes there but must track the blocks pairs move there. 0 elsewhere.
+    pub gc_region_blocks: u64,
     /// Human-readable kind, for reports.
     pub kind: String,
 }
@@ -69,6 +73,7 @@ impl Capabilities {
             persistent: false,
             zone_blocks: 0,
             conventional_blocks: block_count,
+            gc_region_blocks: 0,
             kind: kind.to_string(),
         }
     }

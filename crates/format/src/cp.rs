@@ -71,6 +71,9 @@ pub struct Checkpoint {
     pub valid_inodes: u64,
     pub free_segments: u64,
     pub next_nid_hint: Nid,
+    /// D2FS (`gc=device`): id of the last migration upcall whose pairs this checkpoint
+    /// covers (0: none). Header bytes 108..116; zero in images written before it existed.
+    pub last_upcall: u64,
     pub heads: Vec<LogHeadRecord>,
     pub orphans: Vec<Ino>,
     /// Bit i set: copy 1 of NAT block i is current.
@@ -97,6 +100,7 @@ const H_SIT_BM: usize = 88;
 const H_SSA_BM: usize = 92;
 const H_PAYLOAD_BYTES: usize = 96;
 const H_PAYLOAD_CRC: usize = 104;
+const H_LAST_UPCALL: usize = 108;
 // Payload block offsets.
 const P_VERSION: usize = 8;
 const P_INDEX: usize = 16;
@@ -176,6 +180,7 @@ impl Checkpoint {
         put_u64(&mut hdr[..], H_VALID_INODES, self.valid_inodes);
         put_u64(&mut hdr[..], H_FREE_SEGS, self.free_segments);
         put_u32(&mut hdr[..], H_NEXT_NID, self.next_nid_hint);
+        put_u64(&mut hdr[..], H_LAST_UPCALL, self.last_upcall);
         put_u32(&mut hdr[..], H_HEADS, self.heads.len() as u32);
         put_u32(&mut hdr[..], H_ORPHANS, self.orphans.len() as u32);
         put_u32(&mut hdr[..], H_NAT_BM, self.nat_bitmap.len() as u32);
@@ -321,6 +326,7 @@ impl Checkpoint {
             valid_inodes: get_u64(&hdr[..], H_VALID_INODES),
             free_segments: get_u64(&hdr[..], H_FREE_SEGS),
             next_nid_hint: get_u32(&hdr[..], H_NEXT_NID),
+            last_upcall: get_u64(&hdr[..], H_LAST_UPCALL),
             heads,
             orphans,
             nat_bitmap,
@@ -378,6 +384,7 @@ mod tests {
             valid_inodes: 1,
             free_segments: 3,
             next_nid_hint: 4,
+            last_upcall: 7,
             heads: vec![LogHeadRecord {
                 kind: LogKind::Node,
                 temp: Temp::Warm,

@@ -130,6 +130,10 @@ pub enum GeometryError {
     BadSectionSize(u32),
     #[error("mlogs must be between 1 and 32, got {0}")]
     BadMlogs(u32),
+    #[error("zone of {0} blocks (or a conventional region not a whole number of zones) cannot be a section: sections are 1-512 segments of 512 blocks, a power of two")]
+    ZoneSize(u64),
+    #[error("the metadata needs {need} blocks but the device's conventional (page-mapped) region has only {conv}; give the device a larger conventional region (conventional_bytes)")]
+    MetaTooBig { need: u64, conv: u64 },
 }
 
 /// F2FS mkfs's overprovision search (f2fs-tools 1.16 `get_best_overprovision`): try ovp from
@@ -250,6 +254,87 @@ impl Geometry {
             }
             main_segs -= sps;
         }
+    }
+
+    /// Lay out a D2FS coupled-GC device (virtual overprovisioning): `block_count` blocks of
+    /// which the first `conv_blocks` are page-mapped (all metadata must fit there) and the
+    /// last `gc_region_blocks` belong to the device's GC region. Sections are zones
+    /// (`zone_blocks`), the main area starts at `conv_blocks` and runs to the end of the device
+    /// (the SIT and SSA must cover the GC region: migrated blocks live there), and
+    /// `user_blocks` is what the device can really hold: `live_limit` blocks. Everything else
+    /// of the main area counts as overprovision (`ovp_segments`), so the on-disk relations of
+    /// an ordinary geometry hold unchanged.
+    pub fn compute_zoned(
+        block_count: u64,
+        conv_blocks: u64,
+        zone_blocks: u64,
+        live_limit: u64,
+        mlogs: u32,
+    ) -> Result<Geometry, GeometryError> {
+        let bytes = block_count * BLOCK_SIZE as u64;
+        if zone_blocks == 0
+            || zone_blocks % BLOCKS_PER_SEG != 0
+            || !(zone_blocks / BLOCKS_PER_SEG).is_power_of_two()
+            || zone_blocks / BLOCKS_PER_SEG > 512
+        {
+            return Err(GeometryError::ZoneSize(zone_blocks));
+        }
+        if !(1..=32).contains(&mlogs) {
+            return Err(GeometryError::BadMlogs(mlogs));
+        }
+        let sps = zone_blocks / BLOCKS_PER_SEG;
+        if conv_blocks % zone_blocks != 0 || conv_blocks >= block_count {
+            return Err(GeometryError::ZoneSize(zone_blocks));
+        }
+        let main_segs = (block_count - conv_blocks) / zone_blocks * sps;
+        let max_nid = (main_segs * BLOCKS_PER_SEG).clamp(1024, MAX_NIDS);
+        let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
+        let sit_blocks = ceil_div(main_segs, SIT_ENTRIES_PER_BLOCK as u64);
+        let ssa_blocks = main_segs;
+        let pack = 2 + ceil_div(
+            cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks),
+            CP_PAYLOAD_BYTES as u64,
+        );
+        let cp_addr = 2;
+        let sit_addr = cp_addr + 2 * pack;
+        let nat_addr = sit_addr + 2 * sit_blocks;
+        let ssa_addr = nat_addr + 2 * nat_blocks;
+        let meta_end = ssa_addr + 2 * ssa_blocks;
+        if meta_end > conv_blocks {
+            return Err(GeometryError::MetaTooBig {
+                need: meta_end,
+                conv: conv_blocks,
+            });
+        }
+        let logs = ((DEFAULT_LOG_HEADS + 3) * mlogs) as u64;
+        let user_segments = (live_limit / BLOCKS_PER_SEG).min(main_segs);
+        let reserved = (logs + 2) * sps;
+        if user_segments < 4 || main_segs - user_segments < reserved {
+            return Err(GeometryError::NoUserSpace {
+                bytes,
+                user_segments,
+            });
+        }
+        Ok(Geometry {
+            block_count,
+            segs_per_sec: sps as u32,
+            cp_addr,
+            cp_pack_blocks: pack,
+            sit_addr,
+            sit_blocks,
+            nat_addr,
+            nat_blocks,
+            ssa_addr,
+            ssa_blocks,
+            main_addr: conv_blocks,
+            main_segments: main_segs,
+            max_nid: max_nid as Nid,
+            reserved_segments: reserved,
+            ovp_segments: main_segs - user_segments,
+            user_blocks: user_segments * BLOCKS_PER_SEG,
+            log_heads: DEFAULT_LOG_HEADS * mlogs,
+            mlogs,
+        })
     }
 
     /// First block of main-area segment `seg`.

@@ -177,6 +177,7 @@ impl SsdDevice {
         caps.persistent = store.persistent();
         caps.zone_blocks = ftl.zone_blocks();
         caps.conventional_blocks = ftl.conventional_blocks();
+        caps.gc_region_blocks = ftl.gc_region_blocks();
         caps.infinite_space = ftl.infinite_space();
         let remaps = ftl.migration_upcalls();
         let engine = Engine::new(&cfg, ftl);

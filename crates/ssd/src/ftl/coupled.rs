@@ -509,6 +509,9 @@ impl Ftl for CoupledFtl {
     fn conventional_blocks(&self) -> u64 {
         self.conv_blocks()
     }
+    fn gc_region_blocks(&self) -> u64 {
+        self.gc_zones * self.z
+    }
 
     fn check_write(&self, lpn: u64, n: u64) -> Result<(), FtlError> {
         let end = lpn + n;

@@ -167,6 +167,11 @@ pub trait Ftl: Send {
     fn conventional_blocks(&self) -> u64 {
         self.logical_blocks()
     }
+    /// Blocks at the end of the logical space that only the device allocates (the D2FS GC
+    /// region), else 0.
+    fn gc_region_blocks(&self) -> u64 {
+        0
+    }
     /// Refuse a host write of `n` blocks at `lpn` that breaks the FTL's rules, before
     /// anything changes.
     fn check_write(&self, _lpn: u64, _n: u64) -> Result<(), FtlError> {

@@ -1,0 +1,311 @@
+//! The `device` policy (D2FS, FAST '25 §5): the device cleans, the host remaps.
+//!
+//! Owns: the host end of migration upcalls. The device (`Capabilities::migration_upcalls`,
+//! the emulator's `ftl=coupled`) moves valid blocks of its victims into its GC region and
+//! sends (old, new) pairs on ordinary completions; an [`UpcallTap`] around the device queues
+//! them and wakes the handler thread (no polling). The host never cleans.
+//!
+//! Applying a pair (the node-lock rule): the owner of `old` per the SSA still points at
+//! `old` (NAT entry for a node block; the direct node's slot, under the file's cell lock,
+//! for a data block) -> point it at `new`, set `new` valid with the same summary, and
+//! invalidate `old` without ever discarding it (the device would redirect the discard to the
+//! block's new home). Otherwise the pair is superseded and skipped.
+//!
+//! Protocol with the checkpoint (docs/DESIGN.md "D2FS host side"):
+//! 1. every checkpoint first applies every queued upcall, and records the last applied
+//!    upcall id in the pack (`Checkpoint::last_upcall`);
+//! 2. once the pack is durable: discard every block invalidated before it (one by one:
+//!    the device learns what is dead; while its records are outstanding a discard of a moved
+//!    block is redirected, which is what kills a dead block the device moved), apply what
+//!    arrived meanwhile (so no pair for an address of a section about to be freed is left
+//!    unapplied), acknowledge up to the pack's id, and only then discard and free the
+//!    sections emptied before the pack;
+//! 3. at mount, `resend_migrations` re-delivers every unacknowledged upcall; ids up to the
+//!    checkpoint's `last_upcall` are skipped (applying them again could move a block of a
+//!    later owner of a reused address), later ones are applied.
+//!
+//! Invariants: upcalls are applied in id order, each at most once per mount (`last`);
+//! `acked <= last in a durable checkpoint`; sections of the GC region are never allocated
+//! or freed by the host (`SegManager::reserve_device_region`).
+//!
+//! Lock order: applying runs under the exclusive side of the op lock (inside a checkpoint),
+//! then `state`, then one file cell at a time. The handler thread takes the op lock only
+//! through a checkpoint.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use flashlog_dev::{BlockDevice, UpcallTap};
+use flashlog_format::cp::LogKind;
+use flashlog_format::BLOCKS_PER_SEG;
+use parking_lot::Mutex;
+
+use crate::config::{GcPolicy, MountOptions};
+use crate::error::{Error, Result};
+use crate::inner::FsInner;
+
+/// The tapped device the file system talks to.
+pub type Tapped = UpcallTap<Arc<dyn BlockDevice>>;
+
+/// Why `gc=device` refuses a device.
+pub const NO_UPCALLS: &str = "gc=device (D2FS) needs a device that moves blocks itself and \
+     reports each move to the host (capability migration_upcalls, e.g. the emulated SSD with \
+     ftl=coupled); this device does not, so nobody would clean: use gc=f2fs or gc=scale";
+
+/// Why other policies refuse a coupled device.
+pub const ONLY_DEVICE: &str = "this device cleans itself (D2FS coupled GC: the end of its \
+     address space is its GC region, where the host may not write, and it moves blocks the \
+     host must remap); mount it with gc=device";
+
+/// Live blocks a coupled device can hold: its capacity (the GC region is one capacity) less
+/// the conventional region, one zone per open log, the device's GC reserve, and 5 % slack so
+/// that its GC never copies a nearly full victim.
+pub fn live_limit(caps: &flashlog_dev::Capabilities, mlogs: u32) -> u64 {
+    let z = caps.zone_blocks;
+    let logs = ((flashlog_format::sb::DEFAULT_LOG_HEADS + 3) * mlogs) as u64;
+    let cap = caps.gc_region_blocks;
+    let raw = cap.saturating_sub(caps.conventional_blocks + (logs + 8) * z);
+    raw / 100 * 95
+}
+
+/// `gc=device` at mount: check the device and put the upcall tap in front of it.
+pub fn prepare(
+    dev: Arc<dyn BlockDevice>,
+    opts: &MountOptions,
+) -> Result<(Arc<dyn BlockDevice>, Option<DeviceCollector>)> {
+    let caps = dev.capabilities();
+    if opts.gc != GcPolicy::Device {
+        if caps.gc_region_blocks > 0 && !opts.read_only {
+            return Err(Error::NotSupported(ONLY_DEVICE));
+        }
+        return Ok((dev, None));
+    }
+    if !caps.migration_upcalls || caps.gc_region_blocks == 0 {
+        return Err(Error::NotSupported(NO_UPCALLS));
+    }
+    let tap = Arc::new(UpcallTap::new(dev));
+    let d: Arc<dyn BlockDevice> = tap.clone();
+    Ok((d, Some(DeviceCollector::new(tap))))
+}
+
+#[derive(Default)]
+struct State {
+    /// Last upcall applied (this mount or a durable checkpoint before it).
+    last: u64,
+    /// Last upcall acknowledged to the device.
+    acked: u64,
+}
+
+/// The `device` collector: no cleaning, an upcall handler.
+pub struct DeviceCollector {
+    tap: Arc<Tapped>,
+    state: Mutex<State>,
+    stop: Arc<AtomicBool>,
+    handle: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl DeviceCollector {
+    fn new(tap: Arc<Tapped>) -> Self {
+        DeviceCollector {
+            tap,
+            state: Mutex::new(State::default()),
+            stop: Arc::new(AtomicBool::new(false)),
+            handle: Mutex::new(None),
+        }
+    }
+
+    /// The id in the mounted checkpoint: upcalls up to it are already applied.
+    pub fn set_loaded(&self, last: u64) {
+        let mut s = self.state.lock();
+        s.last = last;
+        s.acked = 0;
+    }
+
+    /// Apply every queued upcall not applied yet. The caller holds the op lock exclusively.
+    fn apply_queued(&self, fs: &FsInner) -> Result<()> {
+        let mut s = self.state.lock();
+        for up in self.tap.take() {
+            if up.id <= s.last {
+                fs.stats.upcalls_skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            // What the remaps dirty (one node per pair at most) comes from the collectors'
+            // side of the budget; a checkpoint writes it at once.
+            let _space = fs.seg.space.try_reserve(up.pairs.len() as u64, false);
+            for p in &up.pairs {
+                if apply_pair(fs, p.old, p.new)? {
+                    fs.stats
+                        .upcall_pairs_applied
+                        .fetch_add(1, Ordering::Relaxed);
+                } else {
+                    fs.stats
+                        .upcall_pairs_skipped
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            s.last = up.id;
+            fs.stats.upcalls_applied.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// Apply one pair under the node-lock rule; true if a pointer moved.
+pub fn apply_pair(fs: &FsInner, old: u64, new: u64) -> Result<bool> {
+    let g = &fs.sb.geo;
+    let (Some(seg), Some(_)) = (g.seg_of(old), g.seg_of(new)) else {
+        return Ok(false);
+    };
+    if !fs.seg.is_valid(old) || fs.seg.is_valid(new) {
+        return Ok(false);
+    }
+    let off = ((old - g.main_addr) % BLOCKS_PER_SEG) as usize;
+    let sum = fs.seg.read_ssa(seg)?.entries[off];
+    let nid = sum.nid;
+    if !fs.nat.valid(nid) {
+        return Ok(false);
+    }
+    let moved_kind = if fs.nat.addr(nid) == old {
+        // A node block: the NAT is its only pointer.
+        fs.nat.set(nid, fs.nat.ino(nid), new);
+        LogKind::Node
+    } else {
+        if fs.nat.version(nid) != sum.version {
+            return Ok(false);
+        }
+        let ino = fs.nat.ino(nid);
+        if ino == 0 {
+            return Ok(false);
+        }
+        let cell = match fs.cell(ino) {
+            Ok(c) => c,
+            Err(Error::NotFound) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let mut st = cell.lock();
+        if st.freed {
+            return Ok(false);
+        }
+        let slot = sum.ofs as usize;
+        if crate::gc::owner_index_pub(fs, &mut st, nid, slot)?.is_none()
+            || fs.dnode_get(&st, nid, slot) != old
+        {
+            return Ok(false);
+        }
+        fs.dnode_set(&mut st, nid, slot, new);
+        LogKind::Data
+    };
+    fs.seg.set_valid(new);
+    fs.seg.set_summary(new, sum)?;
+    fs.seg.set_class_kind(new, moved_kind);
+    fs.seg.invalidate_migrated(old);
+    Ok(true)
+}
+
+impl crate::gc::Collector for DeviceCollector {
+    fn name(&self) -> &'static str {
+        "device"
+    }
+
+    /// No host cleaning: make the device send what it buffered, and let a checkpoint apply
+    /// it (the caller checkpoints when sections are prefree).
+    fn foreground(&self, fs: &FsInner, _target: u64) -> Result<u64> {
+        fs.dev.flush()?;
+        if self.tap.pending() > 0 {
+            let _g = fs.oplock.checkpoint();
+            fs.write_checkpoint(false)?;
+        }
+        Ok(0)
+    }
+
+    fn background(&self, _fs: &FsInner) -> Result<u64> {
+        Ok(0)
+    }
+
+    fn start(&self, fs: &Arc<FsInner>) {
+        if fs.opts.read_only {
+            return;
+        }
+        // Whatever the device sent before a restart comes again; the handler applies it.
+        if let Err(e) = fs.dev.resend_migrations() {
+            fs.poison_with(format!(
+                "gc=device: re-send of migration upcalls failed: {e}"
+            ));
+            return;
+        }
+        // Take them now (a flush completion carries them) and apply them in a checkpoint
+        // before the mount returns, so the volume is current when users see it.
+        let r = fs.dev.flush().map_err(Error::from).and_then(|_| {
+            if self.tap.pending() > 0 {
+                let _g = fs.oplock.checkpoint();
+                fs.write_checkpoint(false)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = r {
+            fs.poison_with(format!("gc=device: applying re-sent upcalls failed: {e}"));
+            return;
+        }
+        let weak: Weak<FsInner> = Arc::downgrade(fs);
+        let tap = self.tap.clone();
+        let stop = self.stop.clone();
+        let h = std::thread::Builder::new()
+            .name("flashlog-upcall".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    // Blocks until a completion delivered an upcall (the timeout only lets
+                    // unmount stop the thread).
+                    if tap.wait_ready(Duration::from_millis(100)) == 0 {
+                        continue;
+                    }
+                    let Some(fs) = weak.upgrade() else { break };
+                    if fs.poisoned.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let _g = fs.oplock.checkpoint();
+                    let _ = fs.write_checkpoint(false);
+                }
+            })
+            .expect("spawn upcall handler");
+        *self.handle.lock() = Some(h);
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    fn before_checkpoint(&self, fs: &FsInner) -> Result<()> {
+        self.apply_queued(fs)
+    }
+
+    fn last_upcall(&self) -> u64 {
+        self.state.lock().last
+    }
+
+    fn after_checkpoint(&self, fs: &FsInner, in_pack: u64) -> Result<()> {
+        // 1. Per-block discards of what died before the pack (redirects still work: nothing
+        //    of this round is acknowledged yet).
+        let cmds = match fs.seg.dead.lock().as_mut() {
+            Some(m) => m.drain_commands(),
+            None => Vec::new(),
+        };
+        for c in cmds {
+            fs.dev.discard(c.addr, c.len)?;
+            fs.seg.discarded_blocks.fetch_add(c.len, Ordering::Relaxed);
+        }
+        // 2. What arrived during the checkpoint, before any section is freed.
+        self.apply_queued(fs)?;
+        // 3. Acknowledge what the durable pack covers.
+        let mut s = self.state.lock();
+        if in_pack > s.acked {
+            fs.dev.ack_migrations(in_pack)?;
+            s.acked = in_pack;
+        }
+        Ok(())
+    }
+}

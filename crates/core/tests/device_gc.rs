@@ -1,0 +1,342 @@
+//! `gc=device` (D2FS) on the emulated coupled-GC SSD: the device cleans, the host applies
+//! migration upcalls, checkpoints and acknowledges. Checked against a model of the files'
+//! contents; fsck must be clean and a remount must read the same bytes.
+
+use flashlog_core::*;
+use flashlog_dev::{BlockDevice, RamDevice};
+use flashlog_ssd::{SsdConfig, SsdDevice, StoreKind};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+const CAP: u64 = 512 << 20;
+const FILE: u64 = 8 << 20;
+
+fn coupled() -> Arc<SsdDevice> {
+    let mut c = SsdConfig::preset("970pro-like")
+        .unwrap()
+        .with_capacity(CAP)
+        .unwrap();
+    c.set("ftl", "coupled").unwrap();
+    c.store = StoreKind::Ram;
+    Arc::new(SsdDevice::new(c).unwrap())
+}
+
+fn opts() -> MountOptions {
+    MountOptions {
+        gc: "device".parse().unwrap(),
+        cp_interval: None,
+        gc_interval: None,
+        ..MountOptions::default()
+    }
+}
+
+fn fsck_clean(dev: &dyn BlockDevice) {
+    let r = flashlog_core::fsck::fsck(dev).unwrap();
+    assert!(r.is_clean(), "fsck: {:?}", r.findings);
+}
+
+#[test]
+fn device_gc_needs_a_coupled_device_and_a_coupled_device_needs_device_gc() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(1 << 16));
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let err = Fs::mount(dev, opts()).err().expect("refused").to_string();
+    assert!(err.contains("migration_upcalls"), "{err}");
+    // And the other way round: a coupled device with a host cleaner.
+    let ssd = coupled();
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let f2fs = MountOptions {
+        cp_interval: None,
+        gc_interval: None,
+        ..MountOptions::default()
+    };
+    let err = Fs::mount(ssd, f2fs).err().expect("refused").to_string();
+    assert!(err.contains("gc=device"), "{err}");
+}
+
+/// Random 4 KiB overwrites of files filling ~60 % of what statfs reports, for three device
+/// capacities of writes: the device's GC must run (upcalls applied), every byte must read
+/// back as the model says before and after a remount, fsck clean, no budget overcommit.
+#[test]
+fn random_overwrites_with_device_gc_match_the_model() {
+    let ssd = coupled();
+    let dev: Arc<dyn BlockDevice> = ssd.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let st = fs.statfs();
+    assert!(
+        st.blocks * 4096 < CAP,
+        "statfs reports {} blocks: more than the device holds",
+        st.blocks
+    );
+    let nfiles = (st.blocks * 4096 * 6 / 10 / FILE) as usize;
+    let mut model: Vec<Vec<u8>> = Vec::new();
+    let mut inos = Vec::new();
+    for i in 0..nfiles {
+        let data: Vec<u8> = (0..FILE).map(|k| (k as usize * 7 + i) as u8).collect();
+        inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
+        model.push(data);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    let writes = 3 * CAP / 4096;
+    for n in 0..writes {
+        let f = rng.random_range(0..nfiles);
+        let blk = rng.random_range(0..FILE / 4096) as usize;
+        let byte: u8 = rng.random();
+        let buf = vec![byte; 4096];
+        fs.write(inos[f], (blk * 4096) as u64, &buf).unwrap();
+        model[f][blk * 4096..(blk + 1) * 4096].copy_from_slice(&buf);
+        if n % 20000 == 0 {
+            fs.sync().unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    let c = fs.stats();
+    eprintln!(
+        "upcalls applied {} skipped {}; pairs applied {} skipped {}",
+        c.upcalls_applied, c.upcalls_skipped, c.upcall_pairs_applied, c.upcall_pairs_skipped
+    );
+    assert!(
+        c.upcall_pairs_applied > 0,
+        "the device never migrated a live block"
+    );
+    assert_eq!(c.space_overcommit_blocks, 0);
+    for (i, m) in model.iter().enumerate() {
+        assert!(
+            fs.read_file(&format!("/f{i}")).unwrap() == *m,
+            "file {i} differs"
+        );
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&*dev);
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    for (i, m) in model.iter().enumerate() {
+        assert!(
+            fs.read_file(&format!("/f{i}")).unwrap() == *m,
+            "file {i} differs after remount"
+        );
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&*dev);
+}
+
+/// The emulated SSD behind a switch: once `cut` is set every request fails as after a power
+/// cut (the host poisons itself and stops); the SSD itself keeps what it accepted.
+struct Cut {
+    inner: Arc<SsdDevice>,
+    cut: std::sync::atomic::AtomicBool,
+}
+
+impl Cut {
+    fn check(&self) -> flashlog_dev::DevResult<()> {
+        if self.cut.load(std::sync::atomic::Ordering::Acquire) {
+            Err(flashlog_dev::DevError::PowerCut)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl BlockDevice for Cut {
+    fn capabilities(&self) -> &flashlog_dev::Capabilities {
+        self.inner.capabilities()
+    }
+    fn read(&self, a: u64, b: &mut [u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.read(a, b)
+    }
+    fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.write(a, b)
+    }
+    fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.discard(a, n)
+    }
+    fn flush(&self) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.flush()
+    }
+    fn ack_migrations(&self, upto: u64) -> flashlog_dev::DevResult<()> {
+        self.check()?;
+        self.inner.ack_migrations(upto)
+    }
+    fn resend_migrations(&self) -> flashlog_dev::DevResult<()> {
+        self.check()?;
+        self.inner.resend_migrations()
+    }
+}
+
+/// Power cuts at each step of the protocol, each while the device has upcalls the host has
+/// not acknowledged: received but not applied (`checkpoint:before-apply`), applied in memory
+/// only (`checkpoint:applied`), in a durable checkpoint but not acknowledged
+/// (`checkpoint:durable`), acknowledged but the emptied sections not yet freed
+/// (`checkpoint:acked`). Each round overwrites blocks at random (the device migrates all
+/// along), fsyncing every file every 4096 writes; the cut stops the host at the armed point,
+/// the SSD is power-cycled (records kept, undelivered upcalls lost, unacknowledged ones
+/// re-sent), and the remount must re-receive and apply (or skip, if the durable checkpoint
+/// covers them) what was outstanding: every fsync'd byte reads back (a block written after
+/// the last fsync holds the fsync'd bytes or one of the later writes), fsck is clean at the
+/// end, and the next round continues on the same volume.
+#[test]
+fn power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing() {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ssd = coupled();
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(53);
+    // Contents as of the last fsync, and per block the bytes written since.
+    let mut durable: Vec<Vec<u8>> = Vec::new();
+    let mut since: HashMap<(usize, usize), Vec<u8>> = HashMap::new();
+    let mut inos = Vec::new();
+    let points = [
+        "checkpoint:before-apply",
+        "checkpoint:applied",
+        "checkpoint:durable",
+        "checkpoint:acked",
+    ];
+    for round in 0..=points.len() {
+        let dev = Arc::new(Cut {
+            inner: ssd.clone(),
+            cut: AtomicBool::new(false),
+        });
+        let fs = Fs::mount(dev.clone(), opts()).unwrap();
+        if round > 0 {
+            let c = fs.stats();
+            eprintln!(
+                "after a cut at {}: upcalls re-applied {} skipped {}, pairs applied {}",
+                points[round - 1],
+                c.upcalls_applied,
+                c.upcalls_skipped,
+                c.upcall_pairs_applied
+            );
+            assert!(
+                c.upcalls_applied + c.upcalls_skipped > 0,
+                "nothing re-sent after a cut at {}",
+                points[round - 1]
+            );
+            if round <= 2 {
+                assert!(
+                    c.upcall_pairs_applied > 0,
+                    "unapplied upcalls not re-applied"
+                );
+            }
+            for (i, d) in durable.iter_mut().enumerate() {
+                let got = fs.read_file(&format!("/f{i}")).unwrap();
+                for (b, chunk) in got.chunks(4096).enumerate() {
+                    let want = &d[b * 4096..(b + 1) * 4096];
+                    if chunk == want {
+                        continue;
+                    }
+                    let later = since.get(&(i, b)).map(|v| v.as_slice()).unwrap_or(&[]);
+                    assert!(
+                        chunk.iter().all(|&x| x == chunk[0]) && later.contains(&chunk[0]),
+                        "file {i} block {b}: fsync'd bytes lost by the cut at {}",
+                        points[round - 1]
+                    );
+                    d[b * 4096..(b + 1) * 4096].copy_from_slice(chunk);
+                }
+            }
+            since.clear();
+        } else {
+            let nfiles = (fs.statfs().blocks * 4096 * 6 / 10 / FILE) as usize;
+            for i in 0..nfiles {
+                let data: Vec<u8> = (0..FILE).map(|k| (k as usize * 3 + i) as u8).collect();
+                inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
+                durable.push(data);
+            }
+            fs.sync().unwrap();
+        }
+        if round == points.len() {
+            fs.unmount().unwrap();
+            break;
+        }
+        let point = points[round];
+        let (d, s2) = (dev.clone(), ssd.clone());
+        fs.set_test_hook(Some(Arc::new(move |what| {
+            if what == point {
+                let st = s2.ftl_stats();
+                if st.upcalls_sent > st.upcalls_acked {
+                    d.cut.store(true, Ordering::Release);
+                }
+            }
+        })));
+        let mut current = durable.clone();
+        'writes: for n in 1..=4 * CAP / 4096 {
+            let f = rng.random_range(0..inos.len());
+            let blk = rng.random_range(0..FILE / 4096) as usize;
+            let byte = rng.random::<u8>();
+            since.entry((f, blk)).or_default().push(byte);
+            if fs
+                .write(inos[f], (blk * 4096) as u64, &[byte; 4096])
+                .is_err()
+            {
+                break;
+            }
+            current[f][blk * 4096..(blk + 1) * 4096].fill(byte);
+            if n % 4096 == 0 {
+                for &ino in &inos {
+                    if fs.fsync(ino, false).is_err() {
+                        break 'writes;
+                    }
+                }
+                durable = current.clone();
+                since.clear();
+            }
+        }
+        assert!(
+            dev.cut.load(Ordering::Acquire),
+            "{point} never reached with upcalls outstanding"
+        );
+        fs.abandon();
+        ssd.power_cycle();
+    }
+    fsck_clean(&*ssd);
+}
+
+/// Virtual overprovisioning: the partition is ~2.4x the device, but statfs reports what the
+/// device holds and writes get ENOSPC when live data reaches it (not a stall, not a device
+/// refusal), after at least 90 % of the reported space; deleting a file makes room again,
+/// and fsck is clean.
+#[test]
+fn enospc_at_the_device_capacity_not_the_partition_size() {
+    let ssd = coupled();
+    let dev: Arc<dyn BlockDevice> = ssd.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let st = fs.statfs();
+    let partition = ssd.capabilities().block_count;
+    assert!(
+        st.blocks * 2 < partition,
+        "statfs {} of {partition}",
+        st.blocks
+    );
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut written = 0u64;
+    let mut files = 0;
+    'fill: loop {
+        let ino = fs
+            .create(ROOT_INO, format!("g{files}").as_bytes(), 0o644, 0, 0)
+            .unwrap()
+            .ino;
+        files += 1;
+        for k in 0..16u64 {
+            match fs.write(ino, k << 20, &chunk) {
+                Ok(_) => written += 1 << 20,
+                Err(Error::NoSpace) => break 'fill,
+                Err(e) => panic!("write failed with {e} instead of ENOSPC"),
+            }
+        }
+    }
+    assert!(
+        written >= st.blocks * 4096 / 10 * 9 && written <= st.blocks * 4096,
+        "ENOSPC after {written} B of {} B reported",
+        st.blocks * 4096
+    );
+    fs.unlink(ROOT_INO, b"g0").unwrap();
+    fs.sync().unwrap();
+    let ino = fs.create(ROOT_INO, b"again", 0o644, 0, 0).unwrap().ino;
+    fs.write(ino, 0, &chunk).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&*dev);
+}
