@@ -12,16 +12,7 @@
 use flashlog_dev::{BlockDevice, BLOCK_SIZE};
 use flashlog_ssd::{parse_duration_ns, parse_size, SsdConfig, SsdDevice, StoreKind};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
+use flashlog_ssd::workload::Rng;
 
 fn main() -> anyhow::Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();

@@ -83,19 +83,25 @@ impl PhaseResult {
     }
 }
 
-/// SplitMix64: tiny, fast and seedable; good enough for uniform addresses.
-struct Rng(u64);
+/// SplitMix64: tiny, fast and seedable; good enough for uniform addresses. The one
+/// generator of the emulator's workloads, tests and examples (`Rng(seed)`).
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
+    /// `next() % n`: the slightly biased form some model tests were written against.
+    pub fn below_mod(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
     /// Uniform in 0..n (multiply-shift; bias below 2^-40 for our ranges).
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
     }
 }

@@ -944,20 +944,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    /// splitmix64: a tiny deterministic generator for the model tests.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::workload::Rng;
 
     fn small() -> IntervalConfig {
         IntervalConfig {
@@ -1072,12 +1059,12 @@ mod tests {
             let mut model: BTreeMap<u64, u32> = BTreeMap::new();
             let mut r = Rng(seed);
             let base = (seed % 3) << 20; // a root region per seed class
-            let mut head = base + r.below(1000);
+            let mut head = base + r.below_mod(1000);
             let mut tail = head;
             let mut ppn = 0u32;
             let mut max_bytes = 0;
             for step in 0..20_000u32 {
-                match r.below(10) {
+                match r.below_mod(10) {
                     0..=4 => {
                         // Append (the log head advances).
                         ppn = ppn.wrapping_add(1) % 1_000_000;
@@ -1086,12 +1073,12 @@ mod tests {
                     }
                     5 | 6 if head > tail => {
                         // Invalidate a random live block (its file was overwritten).
-                        let l = tail + r.below(head - tail);
+                        let l = tail + r.below_mod(head - tail);
                         assert_eq!(m.unmap(Lpn(l)), model.remove(&l).map(Ppn));
                     }
                     7 if head > tail => {
                         // The tail ages out: discard a run from it.
-                        let n = 1 + r.below(40).min(head - tail - 1);
+                        let n = 1 + r.below_mod(40).min(head - tail - 1);
                         for l in tail..tail + n {
                             assert_eq!(m.unmap(Lpn(l)), model.remove(&l).map(Ppn));
                         }
@@ -1099,7 +1086,7 @@ mod tests {
                     }
                     8 if !model.is_empty() => {
                         // Device GC moves a live page.
-                        let k = r.below(head - tail + 1);
+                        let k = r.below_mod(head - tail + 1);
                         if let Some((&l, _)) = model.range(tail + k..).next() {
                             ppn = ppn.wrapping_add(1) % 1_000_000;
                             assert!(m.map(Lpn(l), Ppn(ppn)).is_some());
@@ -1203,7 +1190,7 @@ mod tests {
         let mut r = Rng(3);
         let mut removed = 0;
         while removed < 1638 {
-            let l = 8192 + r.below(4096);
+            let l = 8192 + r.below_mod(4096);
             if m.unmap(Lpn(l)).is_some() {
                 removed += 1;
             }
@@ -1282,8 +1269,8 @@ mod tests {
         let mut r = Rng(11);
         let mut l = 0;
         while l < n {
-            let run = 1 + r.below(600);
-            if r.below(2) == 0 {
+            let run = 1 + r.below_mod(600);
+            if r.below_mod(2) == 0 {
                 for k in l..(l + run).min(n) {
                     m.unmap(Lpn(k));
                 }
