@@ -23,7 +23,7 @@
 //! Lock order: the victim claim bit (atomic) -> file cell -> log head. A collector holds the
 //! op lock's shared side while it migrates, never the cell lock of more than one file.
 
-use crate::cell::{InodeState, Page};
+use crate::cell::{InodeCell, InodeState, Page};
 use crate::config::GcPolicy;
 use crate::error::{Error, Result};
 use crate::inner::{node_temp, FsInner};
@@ -34,6 +34,7 @@ use flashlog_format::node::{self, NodeKind};
 use flashlog_format::BLOCK_SIZE as BS;
 use flashlog_format::{BlkAddr, Nid, SegNo, BLOCKS_PER_SEG, BLOCK_SIZE, NULL_ADDR};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Sections a background pass looks at (F2FS max_victim_search).
@@ -397,18 +398,10 @@ fn migrate_data(
     how: Migration,
 ) -> Result<bool> {
     let nid = sum.nid;
-    if !fs.nat.valid(nid) || fs.nat.version(nid) != sum.version {
+    let Some(cell) = data_owner(fs, &sum)? else {
         return Ok(false);
-    }
-    let ino = fs.nat.ino(nid);
-    if ino == 0 {
-        return Ok(false);
-    }
-    let cell = match fs.cell(ino) {
-        Ok(c) => c,
-        Err(Error::NotFound) => return Ok(false),
-        Err(e) => return Err(e),
     };
+    let ino = fs.nat.ino(nid);
     let mut st = cell.lock();
     if st.freed {
         return Ok(false);
@@ -464,7 +457,12 @@ fn migrate_data(
 
 /// File block index mapped by slot `slot` of direct node `nid` of the locked file, loading
 /// the node if needed; None if `nid` is not a direct node of this file.
-fn owner_index(fs: &FsInner, st: &mut InodeState, nid: Nid, slot: usize) -> Result<Option<u64>> {
+pub(crate) fn owner_index(
+    fs: &FsInner,
+    st: &mut InodeState,
+    nid: Nid,
+    slot: usize,
+) -> Result<Option<u64>> {
     if nid == st.ino {
         let inline = st.hdr.flags & (node::iflag::INLINE_DATA | node::iflag::INLINE_DENTRY) != 0;
         return Ok((!inline && slot < node::ADDRS_PER_INODE).then_some(slot as u64));
@@ -632,14 +630,23 @@ impl FsInner {
     }
 }
 
-/// `owner_index` for other collectors.
-pub(crate) fn owner_index_pub(
-    fs: &FsInner,
-    st: &mut InodeState,
-    nid: Nid,
-    slot: usize,
-) -> Result<Option<u64>> {
-    owner_index(fs, st, nid, slot)
+/// The cell of the file that a data block's summary names, if that owner still exists in
+/// the version the summary recorded (the first half of the node-lock rule; the caller locks
+/// the cell and compares the pointer). Shared by every collector and the upcall handler.
+pub(crate) fn data_owner(fs: &FsInner, sum: &Summary) -> Result<Option<Arc<InodeCell>>> {
+    let nid = sum.nid;
+    if !fs.nat.valid(nid) || fs.nat.version(nid) != sum.version {
+        return Ok(None);
+    }
+    let ino = fs.nat.ino(nid);
+    if ino == 0 {
+        return Ok(None);
+    }
+    match fs.cell(ino) {
+        Ok(c) => Ok(Some(c)),
+        Err(Error::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Eager node migration for other collectors.

@@ -171,24 +171,15 @@ pub fn apply_pair(fs: &FsInner, old: u64, new: u64) -> Result<bool> {
         fs.nat.set(nid, fs.nat.ino(nid), new);
         LogKind::Node
     } else {
-        if fs.nat.version(nid) != sum.version {
+        let Some(cell) = crate::gc::data_owner(fs, &sum)? else {
             return Ok(false);
-        }
-        let ino = fs.nat.ino(nid);
-        if ino == 0 {
-            return Ok(false);
-        }
-        let cell = match fs.cell(ino) {
-            Ok(c) => c,
-            Err(Error::NotFound) => return Ok(false),
-            Err(e) => return Err(e),
         };
         let mut st = cell.lock();
         if st.freed {
             return Ok(false);
         }
         let slot = sum.ofs as usize;
-        if crate::gc::owner_index_pub(fs, &mut st, nid, slot)?.is_none()
+        if crate::gc::owner_index(fs, &mut st, nid, slot)?.is_none()
             || fs.dnode_get(&st, nid, slot) != old
         {
             return Ok(false);

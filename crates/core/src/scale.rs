@@ -482,7 +482,7 @@ fn move_with_svp(
         if st.freed {
             return Ok(false);
         }
-        match crate::gc::owner_index_pub(fs, &mut st, nid, sum.ofs as usize)? {
+        match crate::gc::owner_index(fs, &mut st, nid, sum.ofs as usize)? {
             Some(i) if fs.dnode_get(&st, nid, sum.ofs as usize) == addr => i,
             _ => return Ok(false),
         }
@@ -511,7 +511,7 @@ fn commit_move(
     if st.freed || fs.nat.version(nid) != sum.version {
         return Ok(None);
     }
-    let Some(idx) = crate::gc::owner_index_pub(fs, st, nid, slot)? else {
+    let Some(idx) = crate::gc::owner_index(fs, st, nid, slot)? else {
         return Ok(None);
     };
     if fs.dnode_get(st, nid, slot) != addr {
