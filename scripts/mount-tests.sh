@@ -11,7 +11,8 @@
 # Needs root, fuse3 (fusermount3), sqlite3, git, acl (setfacl), attr (setfattr), rsync and
 # python3 (scripts/test.sh installs them) and the release binaries (cargo build --release). Each step prints one PASS/FAIL line; the exit
 # status is the number of failed steps (0 = all passed).
-# Environment: KEEP=1 keeps the work directory; STRESS_SECONDS (20), FSX_OPS (20000).
+# Environment: KEEP=1 keeps the work directory; STRESS_SECONDS (20), FSX_OPS (20000);
+# ONLY=t_emulated (comma separated) runs just the named self-contained steps.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,6 +69,10 @@ trap cleanup EXIT
 step() {
     local name=$1
     shift
+    # ONLY=t_name[,t_other] runs just those steps (they must not need the earlier ones).
+    if [[ -n ${ONLY:-} && ",$ONLY," != *",$1,"* ]]; then
+        return 0
+    fi
     local t0=$SECONDS log=$work/step.log
     if "$@" >"$log" 2>&1; then
         printf 'PASS %-34s (%ds)%s\n' "$name" $((SECONDS - t0)) "$(summary_of "$log")"
@@ -398,6 +403,45 @@ t_sigkill() {
     result "24 MiB + 20 small fsync'd files intact after kill -9; fsck clean"
 }
 
+# --device: a fresh emulated SSD in the daemon's memory with -o gc=device (D2FS on the
+# coupled-GC FTL, chosen automatically): fsync'd data and a cp -a tree read back, the
+# unmount logs the emulator's summary; gc=device on an image or a RAM device is refused
+# with the reason.
+t_emulated() {
+    local emnt=$work/emu-mnt elog=$work/emu.log epid=$work/emu.pid eimg=$work/emu.img out pid rc=0
+    mkdir -p "$emnt"
+    out=$("$FL" mount --daemon --pid-file "$epid" --log "$elog" --device 970pro-like:1GiB \
+        -o gc=device "$emnt" 2>&1) || { echo "mount --device failed: $out"; return 1; }
+    echo "$out"
+    grep -q "ftl=coupled" <<<"$out" || { echo "gc=device did not pick ftl=coupled"; rc=1; }
+    grep -q "vanish at unmount" <<<"$out" || { echo "mount message does not say the contents vanish"; rc=1; }
+    pid=$(cat "$epid")
+    head -c 8M /dev/urandom >"$work/emu.data"
+    dd if="$work/emu.data" of="$emnt/data" bs=1M conv=fsync status=none || rc=1
+    echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+    cmp "$work/emu.data" "$emnt/data" || { echo "8 MiB file read back differs"; rc=1; }
+    cp -a "$snap/scripts" "$emnt/tree" && diff -r "$snap/scripts" "$emnt/tree" || { echo "cp -a tree differs"; rc=1; }
+    umount "$emnt" || return 1
+    for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && { echo "daemon $pid still running after umount"; return 1; }
+    cat "$elog"
+    grep -q "emulated device summary: .*WAF .*device GC: .*upcalls sent" "$elog" || { echo "no emulator summary in the log"; rc=1; }
+    grep -q "contents discarded" "$elog" || { echo "unmount does not say the contents are gone"; rc=1; }
+    # gc=device where the device cannot move blocks itself: refused, saying why.
+    "$FL" mkfs --size 64M "$eimg" >/dev/null || return 1
+    if out=$("$FL" mount -o gc=device "$eimg" "$emnt" 2>&1); then
+        echo "gc=device over an image file mounted"; return 1
+    fi
+    echo "$out"
+    grep -q "migration_upcalls" <<<"$out" || { echo "image refusal does not say why: $out"; rc=1; }
+    if out=$("$FL" mount -o gc=device --device ram:256MiB "$emnt" 2>&1); then
+        echo "gc=device over a RAM device mounted"; return 1
+    fi
+    grep -q "migration_upcalls" <<<"$out" || { echo "RAM refusal does not say why: $out"; rc=1; }
+    grep -qs " $emnt " /proc/mounts && { echo "a refused mount left $emnt mounted"; rc=1; }
+    [[ $rc == 0 ]] && result "970pro-like:1GiB gc=device (ftl=coupled): 8 MiB fsync'd + cp -a tree read back; summary logged; gc=device on image/RAM refused"
+}
+
 t_final() {
     mount_fs || return 1
     local src
@@ -427,6 +471,7 @@ step "-o noacl: setfacl refused, cp -p ok" t_noacl
 step "mount -t fuse.flashlog, fstab, nosubtype" t_mount_helper
 step "SIGTERM/SIGINT unmount cleanly" t_sigterm
 step "SIGKILL loses nothing fsync'd" t_sigkill
+step "--device 970pro-like -o gc=device" t_emulated
 step "final remount + umount + fsck" t_final
 echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"
 exit $((failures > 0 ? 1 : 0))

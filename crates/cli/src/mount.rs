@@ -16,9 +16,16 @@
 //!
 //! Invariant: signals are blocked before the first thread is spawned (the core's checkpoint
 //! thread, fuser's request threads), so no thread but the signal thread ever takes them.
+//!
+//! `--device SPEC` (instead of an image): the volume lives on an emulated SSD in this
+//! process's memory (the bench's device spec, `flashlog_bench::device::DeviceSpec`). The
+//! device is created, formatted and mounted in the serving process, after daemonizing (the
+//! emulator starts threads, which must not exist at fork); its contents vanish at unmount,
+//! where the emulator's summary (WAF, device GC, upcalls) is logged.
 
 use crate::device::{self, Access};
 use anyhow::{anyhow, bail, Context, Result};
+use flashlog_bench::device::{BenchDevice, DeviceSpec};
 use flashlog_core::Fs;
 use flashlog_fuse::MountConfig;
 use nix::sys::signal::{SigSet, Signal};
@@ -29,7 +36,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(clap::Args)]
-#[command(after_help = "\
+#[command(
+    allow_missing_positional = true,
+    after_help = "\
 Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
   ro | rw                   read-only or read-write (default rw)
   gc=f2fs|scale|device|none garbage-collection policy (default f2fs)
@@ -52,14 +61,24 @@ Unknown options are an error.
 Unmount with `umount DIR` or `fusermount3 -u DIR`, or stop a foreground mount with Ctrl-C;
 every way writes a final checkpoint.
 
+--device PRESET:SIZE mounts a fresh volume on an emulated SSD held in memory (presets as for
+`flashlog bench --device`, e.g. 970pro-like:4GiB, sata-like:1GiB, or ram:1GiB for a RAM device
+without a timing model). It is formatted at mount and its CONTENTS VANISH AT UNMOUNT; the
+unmount logs the device's write amplification, GC work and upcalls. With -o gc=device the
+emulator runs its coupled-GC FTL (ftl=coupled) unless --ssd-set ftl=... chose another; a device
+without migration upcalls (an image file, ram:, another FTL) refuses gc=device with the reason.
+
 Examples:
   flashlog mount disk.img /mnt/flash                  # foreground, Ctrl-C unmounts
   flashlog mount --daemon -o gc=scale disk.img /mnt/flash
+  flashlog mount --daemon --device 970pro-like:4GiB -o gc=device /mnt/flash   # D2FS, in memory
   mount -t fuse.flashlog disk.img /mnt/flash           # via the mount(8) helper
-  fstab: /srv/disk.img  /mnt/flash  fuse.flashlog  defaults,nofail  0  0")]
+  fstab: /srv/disk.img  /mnt/flash  fuse.flashlog  defaults,nofail  0  0"
+)]
 pub struct Args {
-    /// Image file or block device holding the volume.
-    source: PathBuf,
+    /// Image file or block device holding the volume (or --device instead).
+    #[arg(required_unless_present = "device", conflicts_with = "device")]
+    source: Option<PathBuf>,
     /// Directory to mount on.
     mountpoint: PathBuf,
     /// Mount options, comma separated (may be repeated); see below.
@@ -75,6 +94,16 @@ pub struct Args {
     /// Write the id of the serving process to FILE (removed at unmount).
     #[arg(long, value_name = "FILE")]
     pid_file: Option<PathBuf>,
+    /// Instead of an image: a fresh emulated SSD in memory, PRESET:SIZE (e.g.
+    /// 970pro-like:4GiB, ram:1GiB), formatted at mount; its contents vanish at unmount.
+    #[arg(long, value_name = "PRESET:SIZE")]
+    device: Option<String>,
+    /// Emulator setting KEY=VALUE for --device (repeatable), e.g. ftl=coupled.
+    #[arg(long, value_name = "KEY=VALUE")]
+    ssd_set: Vec<String>,
+    /// Emulator clock for --device: wall (requests take the modelled time) or virtual.
+    #[arg(long, default_value = "wall", value_name = "CLOCK")]
+    clock: String,
 }
 
 /// `mount.fuse.flashlog SOURCE DIR [-o OPTS] [-n] [-f] [-v] [-s] [-t TYPE]`, as mount(8)
@@ -124,12 +153,15 @@ pub fn helper_main(argv: Vec<String>) -> Result<ExitCode> {
             .collect();
     }
     let args = Args {
-        source: source.into(),
+        source: Some(source.into()),
         mountpoint: mountpoint.into(),
         options,
         daemon: true,
         log: None,
         pid_file: None,
+        device: None,
+        ssd_set: Vec::new(),
+        clock: "wall".into(),
     };
     if fake {
         prepare(&args)?;
@@ -140,7 +172,12 @@ pub fn helper_main(argv: Vec<String>) -> Result<ExitCode> {
 
 /// Checked, absolute paths and the parsed options.
 struct Prepared {
+    /// The image or block device (empty with `emu`).
     source: PathBuf,
+    /// What messages call the volume: the image's path or the emulated device.
+    name: String,
+    /// `--device`: the emulated device to create (with the FTL gc=device needs).
+    emu: Option<DeviceSpec>,
     mountpoint: PathBuf,
     cfg: MountConfig,
 }
@@ -149,11 +186,27 @@ fn prepare(a: &Args) -> Result<Prepared> {
     let is_root = nix::unistd::geteuid().is_root();
     let mut cfg = MountConfig::defaults(is_root);
     cfg.apply(&a.options).map_err(anyhow::Error::msg)?;
-    device::check_target(&a.source)?;
-    let source = a
-        .source
-        .canonicalize()
-        .with_context(|| format!("cannot resolve {}", a.source.display()))?;
+    let (source, name, emu) = match (&a.source, &a.device) {
+        (Some(src), None) => {
+            device::check_target(src)?;
+            let source = src
+                .canonicalize()
+                .with_context(|| format!("cannot resolve {}", src.display()))?;
+            let name = source.display().to_string();
+            (source, name, None)
+        }
+        (None, Some(spec)) => {
+            let spec = DeviceSpec::from_args(spec, None, None, &a.ssd_set, &a.clock)?
+                .for_policy(cfg.core.gc);
+            let mut name = format!("{} ({spec_s})", spec.describe(), spec_s = spec_label(&spec));
+            name = name.replace(" ()", "");
+            (PathBuf::new(), name, Some(spec))
+        }
+        _ => bail!("give either an image (SOURCE) or --device PRESET:SIZE, not both"),
+    };
+    if emu.is_none() && !a.ssd_set.is_empty() {
+        bail!("--ssd-set only applies to --device (an emulated SSD)");
+    }
     let md = std::fs::metadata(&a.mountpoint).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => anyhow!("mountpoint {} does not exist (create it with `mkdir -p {}`)", a.mountpoint.display(), a.mountpoint.display()),
         std::io::ErrorKind::NotConnected => anyhow!(
@@ -183,9 +236,19 @@ fn prepare(a: &Args) -> Result<Prepared> {
     }
     Ok(Prepared {
         source,
+        name,
+        emu,
         mountpoint,
         cfg,
     })
+}
+
+/// The emulator settings of a spec, for messages ("ftl=coupled"), or "".
+fn spec_label(spec: &DeviceSpec) -> String {
+    match spec {
+        DeviceSpec::Ssd { set, .. } => set.join(","),
+        _ => String::new(),
+    }
 }
 
 fn which(cmd: &str) -> Option<PathBuf> {
@@ -314,7 +377,7 @@ fn daemonize(log: &Path, p: &Prepared) -> Result<Ready> {
             eprintln!(
                 "--- flashlog {} mount of {} on {} (pid {})",
                 env!("CARGO_PKG_VERSION"),
-                p.source.display(),
+                p.name,
                 p.mountpoint.display(),
                 std::process::id()
             );
@@ -339,18 +402,28 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
     }
     signals.thread_block().context("blocking signals")?;
 
-    let _lock = device::lock(&p.source, Access::Exclusive)?;
-    let dev = device::open(&p.source, p.cfg.core.read_only)?;
-    let fs = Fs::mount(dev, p.cfg.core.clone()).map_err(|e| device::explain(&p.source, e))?;
+    let (_lock, fs, emu, source) = match &p.emu {
+        None => {
+            let lock = device::lock(&p.source, Access::Exclusive)?;
+            let dev = device::open(&p.source, p.cfg.core.read_only)?;
+            let fs =
+                Fs::mount(dev, p.cfg.core.clone()).map_err(|e| device::explain(&p.source, e))?;
+            let source = p.source.to_string_lossy().into_owned();
+            (Some(lock), fs, None, source)
+        }
+        Some(spec) => {
+            let (fs, bd) = open_emulated(spec, p)?;
+            (None, fs, Some(bd), "flashlog-emu".to_string())
+        }
+    };
     let fs = Arc::new(fs);
-    let source = p.source.to_string_lossy().into_owned();
     let mut session = match flashlog_fuse::mount(fs.clone(), &source, &p.mountpoint, &p.cfg) {
         Ok(s) => s,
         Err(e) => {
-            finish(fs, p);
+            finish(fs, p, emu.as_ref());
             return Err(anyhow!(
                 "cannot mount {} on {}: {e}",
-                p.source.display(),
+                p.name,
                 p.mountpoint.display()
             ));
         }
@@ -360,10 +433,15 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
         std::fs::write(f, format!("{pid}\n"))
             .with_context(|| format!("cannot write the pid file {}", f.display()))?;
     }
+    let vanish = if p.emu.is_some() {
+        " (in memory: its contents vanish at unmount)"
+    } else {
+        ""
+    };
     let how = format!("unmount with `umount {}`", p.mountpoint.display());
     tracing::info!(
-        "mounted {} on {} ({}); {how}",
-        p.source.display(),
+        "mounted {}{vanish} on {} ({}); {how}",
+        p.name,
         p.mountpoint.display(),
         p.cfg.summary()
     );
@@ -373,14 +451,14 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
                 .map(|l| l.display().to_string())
                 .unwrap_or_else(|_| "?".into());
             r.ok(&format!(
-                "flashlog: mounted {} on {} (pid {pid}, log {log}); {how}",
-                p.source.display(),
+                "flashlog: mounted {}{vanish} on {} (pid {pid}, log {log}); {how}",
+                p.name,
                 p.mountpoint.display()
             ));
         }
         None => eprintln!(
-            "flashlog: mounted {} on {}; Ctrl-C or `umount {}` unmounts",
-            p.source.display(),
+            "flashlog: mounted {}{vanish} on {}; Ctrl-C or `umount {}` unmounts",
+            p.name,
             p.mountpoint.display(),
             p.mountpoint.display()
         ),
@@ -390,11 +468,31 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
     if let Err(e) = &served {
         tracing::error!("FUSE session ended with an error: {e}");
     }
-    Ok(finish(fs, p))
+    Ok(finish(fs, p, emu.as_ref()))
+}
+
+/// `--device`: a fresh emulated device, formatted with mkfs's defaults (as the bench does
+/// for a policy) and mounted. The core refuses gc=device or gc=none on a device without the
+/// capability, with the reason.
+fn open_emulated(spec: &DeviceSpec, p: &Prepared) -> Result<(Fs, BenchDevice)> {
+    let bd = spec.open()?;
+    Fs::mkfs(
+        bd.dev.clone(),
+        &flashlog_core::MkfsOptions {
+            force: true,
+            label: "emulated".into(),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| anyhow!("mkfs on {}: {e}", p.name))?;
+    let fs = Fs::mount(bd.dev.clone(), p.cfg.core.clone())
+        .map_err(|e| anyhow!("cannot mount {}: {e}", p.name))?;
+    Ok((fs, bd))
 }
 
 /// The final checkpoint. Every other holder of the `Fs` is gone once the session returned.
-fn finish(fs: Arc<Fs>, p: &Prepared) -> ExitCode {
+/// On an emulated device, then the device's summary; its contents are dropped with it.
+fn finish(fs: Arc<Fs>, p: &Prepared, emu: Option<&BenchDevice>) -> ExitCode {
     let stats = fs.stats();
     let r = match Arc::try_unwrap(fs) {
         Ok(fs) => fs.unmount(),
@@ -409,7 +507,7 @@ fn finish(fs: Arc<Fs>, p: &Prepared) -> ExitCode {
         Ok(()) => {
             let msg = format!(
                 "unmounted {} from {} cleanly: final checkpoint written (app wrote {:.1} MiB, device wrote {:.1} MiB, {} checkpoints before the final one, {} fsyncs)",
-                p.source.display(),
+                p.name,
                 p.mountpoint.display(),
                 stats.app_write_bytes as f64 / (1 << 20) as f64,
                 stats.dev_write_blocks as f64 * 4096.0 / (1 << 20) as f64,
@@ -417,7 +515,14 @@ fn finish(fs: Arc<Fs>, p: &Prepared) -> ExitCode {
                 stats.fsyncs
             );
             tracing::info!("{msg}");
+            if let Some(bd) = emu {
+                emu_summary(p, bd, &stats);
+            }
             ExitCode::SUCCESS
+        }
+        Err(e) if emu.is_some() => {
+            tracing::error!("final checkpoint of {} failed: {e}", p.name);
+            ExitCode::from(1)
         }
         Err(e) => {
             tracing::error!(
@@ -428,6 +533,32 @@ fn finish(fs: Arc<Fs>, p: &Prepared) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The emulated device's summary at unmount (its contents are dropped right after).
+fn emu_summary(p: &Prepared, bd: &BenchDevice, fs: &flashlog_core::Counters) {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let (_, written) = bd.dev.bytes();
+    let msg = match bd.ssd_stats() {
+        Some(s) => format!(
+            "emulated device summary: host wrote {:.1} MiB, NAND wrote {:.1} MiB, WAF {:.3}; device GC: {} runs, {} pages moved; upcalls sent {}, acked {}; applied by the file system {} ({} block moves)",
+            mib(s.host_write_bytes),
+            mib(s.nand_write_bytes),
+            s.waf,
+            s.gc_runs,
+            s.gc_pages_moved,
+            s.ftl.upcalls_sent,
+            s.ftl.upcalls_acked,
+            fs.upcalls_applied,
+            fs.upcall_pairs_applied
+        ),
+        None => format!("RAM device summary: host wrote {:.1} MiB", mib(written)),
+    };
+    tracing::info!("{msg}");
+    tracing::info!(
+        "{}: contents discarded (the device lived in memory)",
+        p.name
+    );
 }
 
 fn spawn_signal_thread(
