@@ -300,6 +300,9 @@ impl Fs {
                 inner.write_checkpoint(false)?;
             }
         }
+        // Roll-forward lent the recovery reserve to its head move; hold it again (taken
+        // from the sections this checkpoint released, or owed until later ones do).
+        inner.seg.restore_recovery_reserve();
         inner.collector.start(&inner);
         let fs = Fs {
             inner,

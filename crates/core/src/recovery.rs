@@ -263,7 +263,10 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
             dent.push((fsync_order(&chain, last), ino));
         }
     }
-    // Log heads continue in fresh sections so that nothing recovered is overwritten.
+    // Log heads continue in fresh sections so that nothing recovered is overwritten. The
+    // space budget held these sections out of every operation's reach (the recovery
+    // reserve), so they are free now; mount holds the reserve again after its checkpoint.
+    fs.seg.lend_recovery_reserve();
     let specs: Vec<_> = fs
         .seg
         .head_records()

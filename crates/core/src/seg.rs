@@ -227,6 +227,53 @@ impl SegManager {
         bps - room.min(bps)
     }
 
+    /// Sections roll-forward claims to move every head of the table to a fresh section
+    /// (`fresh_heads`): one per head, one more per node head when its next segment lies in
+    /// another section (one-segment sections).
+    pub fn recovery_secs(&self) -> u64 {
+        self.heads
+            .iter()
+            .map(|h| {
+                if h.lock().kind == LogKind::Node && self.sps() == 1 {
+                    2
+                } else {
+                    1
+                }
+            })
+            .sum()
+    }
+
+    /// Hold `recovery_secs` out of the space budget (after the head table changed shape or
+    /// the budget was rebuilt).
+    fn hold_recovery_reserve(&self) {
+        let secs = self.recovery_secs().min(
+            self.geo
+                .recovery_reserve_secs()
+                .max(self.device_reserve_secs()),
+        );
+        self.space.set_recovery_reserve(secs);
+    }
+
+    /// `gc=device` volumes: everything roll-forward needs (their overprovision is the
+    /// device's, not F2FS's search).
+    fn device_reserve_secs(&self) -> u64 {
+        if self.device_secs_from.load(Ordering::Relaxed) == u64::MAX {
+            0
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// Mount, before roll-forward moves the heads: the reserve becomes claimable.
+    pub fn lend_recovery_reserve(&self) {
+        self.space.lend_recovery_reserve();
+    }
+
+    /// After the recovery checkpoint: hold the reserve again (what is short is owed).
+    pub fn restore_recovery_reserve(&self) {
+        self.hold_recovery_reserve();
+    }
+
     /// Sum of `head_used` over the table (for whole-table changes).
     fn heads_used(&self) -> u64 {
         self.heads.iter().map(|h| self.head_used(&h.lock())).sum()
@@ -351,6 +398,7 @@ impl SegManager {
         m.free_secs.store(free, Ordering::Relaxed);
         let used: u64 = m.heads.iter().map(|h| m.head_used(&h.lock())).sum();
         m.space = crate::space::SpaceBudget::new(m.bps(), free, used);
+        m.hold_recovery_reserve();
         Ok(m)
     }
 
@@ -456,6 +504,7 @@ impl SegManager {
         self.device_secs_from.store(first, Ordering::Relaxed);
         let used: u64 = self.heads.iter().map(|h| self.head_used(&h.lock())).sum();
         self.space = crate::space::SpaceBudget::new(self.bps(), free, used);
+        self.hold_recovery_reserve();
         *self.dead.lock() = Some(crate::discard::DiscardMap::new());
     }
 
@@ -611,6 +660,7 @@ impl SegManager {
         self.space
             .used_changed(self.heads_used() as i64 - used_before as i64);
         self.retire_sections(&old, recs);
+        self.hold_recovery_reserve();
         Ok(())
     }
 
@@ -622,6 +672,7 @@ impl SegManager {
         let r = self.set_gc_streams_inner(base, streams);
         self.space
             .used_changed(self.heads_used() as i64 - used_before as i64);
+        self.hold_recovery_reserve();
         r
     }
 

@@ -11,7 +11,22 @@
 //!   - sum over log heads of used(h)        (blocks head h can write before it must claim
 //!                                           a new section, counted from the other side:
 //!                                           used(h) = section size - room(h))
+//!   - recovery reserve                     (the sections roll-forward claims to move every
+//!                                           log head: one per head, one more per node head
+//!                                           whose next segment is in another section)
 //! ```
+//!
+//! The recovery reserve is never lent to operations or collectors: at a power cut `H >= 0`
+//! leaves at least that many sections free, and a crash frees no section (sections are
+//! released only after a checkpoint), so the mount's roll-forward always finds them. Mount
+//! lends it back to itself for the head move (`lend_recovery_reserve`) and takes it again
+//! after its checkpoint (`set_recovery_reserve`); what `H` cannot cover then (the old heads'
+//! unwritten room is lost to dirty sections) is owed and taken first from the sections the
+//! next checkpoints release. While any is owed, `H <= 0` (every positive `H` settles into
+//! the reserve), so no application operation gets a reservation, nothing becomes dirty
+//! and nothing can be fsync'd: a crash then has nothing to roll forward and its mount
+//! moves no head. That is why, only then, the first collector may use the part held (it
+//! is how the owed part gets paid at all on a full volume).
 //!
 //! Invariant: `H >= 0` outside an overcommit (counted in `overcommit_blocks`; the tests
 //! assert it stays 0). From it, the next checkpoint always finds its sections: writing
@@ -72,6 +87,10 @@ pub struct SpaceBudget {
     released: AtomicU64,
     /// Victim reservations held right now (`try_reserve_victim`).
     victims: AtomicU64,
+    /// Blocks of the recovery reserve held out of `H` now.
+    recovery_held: AtomicI64,
+    /// Blocks the recovery reserve should hold (held + owed).
+    recovery_target: AtomicI64,
 }
 
 impl SpaceBudget {
@@ -86,7 +105,61 @@ impl SpaceBudget {
             refusals: AtomicU64::new(0),
             released: AtomicU64::new(0),
             victims: AtomicU64::new(0),
+            recovery_held: AtomicI64::new(0),
+            recovery_target: AtomicI64::new(0),
         }
+    }
+
+    /// Hold `secs` sections out of `H` for the next mount's roll-forward. Takes what `H`
+    /// covers now (keeping `H >= 0`); the rest is owed and taken from released sections.
+    pub fn set_recovery_reserve(&self, secs: u64) {
+        self.recovery_target
+            .store(secs as i64 * self.bps, Ordering::Release);
+        self.settle_recovery_reserve();
+    }
+
+    /// Move blocks between `H` and the reserve toward the target, never taking `H` below 0.
+    fn settle_recovery_reserve(&self) {
+        let target = self.recovery_target.load(Ordering::Acquire);
+        let held = self.recovery_held.load(Ordering::Acquire);
+        if held > target {
+            let give = held - target;
+            self.recovery_held.fetch_sub(give, Ordering::AcqRel);
+            self.headroom.fetch_add(give, Ordering::AcqRel);
+            return;
+        }
+        let mut want = target - held;
+        let mut cur = self.headroom.load(Ordering::Acquire);
+        while want > 0 && cur > 0 {
+            let take = want.min(cur);
+            match self.headroom.compare_exchange_weak(
+                cur,
+                cur - take,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.recovery_held.fetch_add(take, Ordering::AcqRel);
+                    want -= take;
+                    cur -= take;
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Give the whole reserve back to `H` (mount, right before roll-forward moves the
+    /// heads): the head move claims its sections from it.
+    pub fn lend_recovery_reserve(&self) {
+        let held = self.recovery_held.swap(0, Ordering::AcqRel);
+        self.headroom.fetch_add(held, Ordering::AcqRel);
+    }
+
+    /// Blocks the recovery reserve holds now and blocks it is still owed.
+    pub fn recovery_reserve(&self) -> (u64, u64) {
+        let held = self.recovery_held.load(Ordering::Acquire);
+        let target = self.recovery_target.load(Ordering::Acquire);
+        (held as u64, (target - held).max(0) as u64)
     }
 
     fn id(&self) -> usize {
@@ -108,6 +181,7 @@ impl SpaceBudget {
         self.headroom.fetch_add(secs * self.bps, Ordering::AcqRel);
         if secs > 0 {
             self.released.fetch_add(secs as u64, Ordering::AcqRel);
+            self.settle_recovery_reserve();
         }
     }
 
@@ -136,7 +210,14 @@ impl SpaceBudget {
     /// a victim's worth of room to reserve from while the others clean.
     pub fn try_reserve_victim(&self, n: u64) -> Option<Allowance<'_>> {
         let others = self.victims.fetch_add(1, Ordering::AcqRel);
-        let floor = if others == 0 { 0 } else { 2 * self.app_floor };
+        let floor = if others != 0 {
+            2 * self.app_floor
+        } else if self.recovery_reserve().1 > 0 {
+            // Owed: nothing can be fsync'd now (module comment), the held part may clean.
+            -self.recovery_held.load(Ordering::Acquire)
+        } else {
+            0
+        };
         let a = self.try_reserve_above(n, floor, true);
         if a.is_none() {
             self.victims.fetch_sub(1, Ordering::AcqRel);
@@ -295,6 +376,38 @@ mod tests {
         let all = b.try_reserve_victim(3072).expect("alone again: down to 0");
         drop(all);
         assert_eq!(b.headroom(), 3072);
+    }
+
+    #[test]
+    fn recovery_reserve_is_never_lent_and_owed_part_comes_first() {
+        let b = SpaceBudget::new(512, 10, 0);
+        b.set_recovery_reserve(4);
+        assert_eq!(b.headroom(), 6 * 512);
+        assert!(
+            b.try_reserve(6 * 512 + 1, false).is_none(),
+            "collectors see only what is left after the reserve"
+        );
+        assert_eq!(b.recovery_reserve(), (4 * 512, 0));
+        // Mount: lend it, the head move claims 4 sections and leaves none to take back.
+        b.lend_recovery_reserve();
+        b.sections_changed(-10);
+        b.set_recovery_reserve(4);
+        assert_eq!(b.recovery_reserve(), (0, 4 * 512));
+        assert_eq!(b.headroom(), 0);
+        // While owed, operations get nothing and the first collector may clean with the
+        // part held; released sections pay what is owed first.
+        b.sections_changed(1);
+        assert_eq!(b.recovery_reserve(), (512, 3 * 512));
+        assert!(b.try_reserve(1, true).is_none());
+        assert!(b.try_reserve(1, false).is_none());
+        drop(
+            b.try_reserve_victim(512)
+                .expect("collector cleans with the held part"),
+        );
+        assert!(b.try_reserve_victim(513).is_none());
+        b.sections_changed(4);
+        assert_eq!(b.recovery_reserve(), (4 * 512, 0));
+        assert_eq!(b.headroom(), 512);
     }
 
     #[test]

@@ -222,15 +222,13 @@ fn fsync_of_a_new_file_over_a_renamed_one_keeps_both() {
     );
 }
 
-/// Known failure, outside this file's scope (space accounting, issue 12 item 1): on the
-/// smallest volume mkfs accepts for several mlogs, a crash with anything to roll forward
-/// leaves a volume whose mount fails with ENOSPC: roll-forward moves every log head (6 per
-/// mlog, node heads with their next segment) to a fresh section while the old head sections
-/// stay in use until the recovery checkpoint, and mkfs reserves sections for one set of
-/// heads only. Found by `flashlog-sim run --mlogs 4` (seed 31000) before the simulator's
-/// multi-mlog images got headroom.
+/// On the smallest volume mkfs accepts for several mlogs, a crash with anything to roll
+/// forward must leave a mountable volume: roll-forward moves every log head (6 per mlog,
+/// node heads with their next segment) to a fresh section while the old head sections stay
+/// in use until the recovery checkpoint. mkfs reserves sections for both sets and the space
+/// budget holds the recovery set out of every operation's reach. Before that, mount failed
+/// with ENOSPC for 4 mlogs on 128 MiB (found by `flashlog-sim run --mlogs 4`, seed 31000).
 #[test]
-#[ignore = "known failure: roll-forward needs a second set of head sections mkfs does not reserve"]
 fn roll_forward_mounts_on_the_smallest_multi_mlog_volume() {
     for mlogs in [2u32, 4, 8] {
         let mut blocks = (64u64 << 20) / 4096;

@@ -164,7 +164,25 @@ pub fn best_overprovision(
     best.map(|(o, r, s, _)| (o, r, s))
 }
 
+/// Sections a mount's roll-forward claims for `mlogs` log partitions at most: one per log
+/// head, one more per node head for its next segment, one per collector stream (one
+/// counted here; more only where overprovision affords them).
+pub fn recovery_reserve_secs(mlogs: u32) -> u64 {
+    ((DEFAULT_LOG_HEADS + 3) * mlogs + 1) as u64
+}
+
 impl Geometry {
+    /// Sections of the overprovision set aside for the recovery reserve: what mkfs added
+    /// above F2FS's own search (0 on a one-mlog volume too small for it).
+    pub fn recovery_reserve_secs(&self) -> u64 {
+        let sps = self.segs_per_sec as u64;
+        let logs = ((DEFAULT_LOG_HEADS + 3) * self.mlogs) as u64;
+        match best_overprovision(self.main_segments / sps, 1, logs) {
+            Some((_, _, o)) => (self.ovp_segments / sps).saturating_sub(o),
+            None => 0,
+        }
+    }
+
     /// Lay out a device of `block_count` blocks.
     pub fn compute(
         block_count: u64,
@@ -210,7 +228,21 @@ impl Geometry {
                 // each node head reserves in advance (F2FS counts its 6 current segments).
                 let logs = ((DEFAULT_LOG_HEADS + 3) * mlogs) as u64;
                 let (reserved, ovp) = match best_overprovision(main_segs / sps, 1, logs) {
-                    Some((_, r, o)) => (r * sps, o * sps),
+                    // Overprovision also covers the recovery reserve: a mount's roll-forward
+                    // moves every head (and one collector stream) to a fresh section while
+                    // the old ones stay in use until its checkpoint, so the space budget
+                    // holds a second set of head sections (docs/DESIGN.md "Recovery
+                    // reserve"). Several mlogs only: one mlog keeps F2FS's layout (64 MiB
+                    // has no room for it; see docs/TESTING.md "Known failures").
+                    Some((_, r, o)) => {
+                        let secs = main_segs / sps;
+                        let with = o + recovery_reserve_secs(mlogs);
+                        if mlogs > 1 {
+                            (r * sps, with.min(secs) * sps)
+                        } else {
+                            (r * sps, o * sps)
+                        }
+                    }
                     None => {
                         return Err(GeometryError::NoUserSpace {
                             bytes,
@@ -218,7 +250,7 @@ impl Geometry {
                         })
                     }
                 };
-                let user_segments = main_segs - ovp;
+                let user_segments = main_segs.saturating_sub(ovp);
                 if user_segments < 4 {
                     return Err(GeometryError::NoUserSpace {
                         bytes,

@@ -38,14 +38,11 @@ pub fn sim_mount_options(gc: flashlog_core::GcPolicy) -> MountOptions {
     }
 }
 
-/// mkfs of the base volume for `mlogs` log partitions: 64 MiB for one (the smallest mkfs
-/// accepts); for more, twice the smallest power-of-two size mkfs accepts (each mlog has its
-/// own log heads, each head its own section), at most 2 GiB. Twice, because at the smallest
-/// size a crash with anything to roll forward leaves a volume that does not mount (see
-/// docs/TESTING.md, "Known failures"), which would hide everything else.
+/// mkfs of the base volume for `mlogs` log partitions: the smallest power-of-two size mkfs
+/// accepts for the count (64 MiB for one; each mlog has its own log heads, each head its
+/// own section, and mkfs reserves a second set for roll-forward), at most 1 GiB.
 fn make_base(mlogs: u32) -> Result<RamDevice, String> {
     let mut blocks = crate::VOLUME_BLOCKS;
-    let mut doubled = mlogs == 1;
     let ram = loop {
         let ram = Arc::new(RamDevice::new(blocks));
         let dev: Arc<dyn BlockDevice> = ram.clone();
@@ -57,11 +54,7 @@ fn make_base(mlogs: u32) -> Result<RamDevice, String> {
                 ..Default::default()
             },
         ) {
-            Ok(_) if doubled => break ram,
-            Ok(_) => {
-                doubled = true;
-                blocks *= 2;
-            }
+            Ok(_) => break ram,
             Err(e) if blocks >= crate::VOLUME_BLOCKS << 4 => {
                 return Err(format!(
                     "mkfs of a {} MiB base image with {mlogs} mlogs failed: {e}",
