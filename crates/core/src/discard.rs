@@ -95,6 +95,22 @@ impl DiscardMap {
         }
     }
 
+    /// Take `addr` back out of the map (it turned out to be live elsewhere); true if it
+    /// was recorded.
+    pub fn forget(&mut self, addr: u64) -> bool {
+        let i = (addr % DISCARD_SECTION_BLOCKS) as usize;
+        let Some(w) = self.sections.get_mut(&(addr / DISCARD_SECTION_BLOCKS)) else {
+            return false;
+        };
+        let bit = 1u64 << (i % 64);
+        if w[i / 64] & bit == 0 {
+            return false;
+        }
+        w[i / 64] &= !bit;
+        self.pending -= 1;
+        true
+    }
+
     /// Whether `addr` waits in the map.
     pub fn is_pending(&self, addr: u64) -> bool {
         let i = (addr % DISCARD_SECTION_BLOCKS) as usize;
@@ -330,6 +346,18 @@ mod tests {
 
     fn blocks(cmds: &[DiscardCmd]) -> BTreeSet<u64> {
         cmds.iter().flat_map(|c| c.addr..c.addr + c.len).collect()
+    }
+
+    #[test]
+    fn forget_takes_one_block_back() {
+        let mut m = DiscardMap::new();
+        m.invalidate(10, 3);
+        assert!(m.forget(11));
+        assert!(!m.forget(11), "already taken back");
+        assert!(!m.forget(DISCARD_SECTION_BLOCKS + 11), "never recorded");
+        assert_eq!(m.pending_blocks(), 2);
+        assert!(!m.is_pending(11));
+        assert_eq!(blocks(&m.drain_commands()), BTreeSet::from([10, 12]));
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! `old` (NAT entry for a node block; the direct node's slot, under the file's cell lock,
 //! for a data block) -> point it at `new`, set `new` valid with the same summary, and
 //! invalidate `old` without ever discarding it (the device would redirect the discard to the
-//! block's new home). Otherwise the pair is superseded and skipped.
+//! block's new home). Otherwise the pair is superseded and skipped; if the host already
+//! points at `new` (roll-forward after a cut recovered a node written after the pair was
+//! applied), a queued discard of `old` is withdrawn, since the device would redirect it to
+//! the live block at `new`.
 //!
 //! Protocol with the checkpoint (docs/DESIGN.md "D2FS host side"):
 //! 1. every checkpoint first applies every queued upcall, and records the last applied
@@ -157,7 +160,22 @@ pub fn apply_pair(fs: &FsInner, old: u64, new: u64) -> Result<bool> {
     let (Some(seg), Some(_)) = (g.seg_of(old), g.seg_of(new)) else {
         return Ok(false);
     };
-    if !fs.seg.is_valid(old) || fs.seg.is_valid(new) {
+    if fs.seg.is_valid(new) {
+        // The host already points at `new`: roll-forward recovered a node fsync'd after
+        // this pair was applied in memory (before a cut), and invalidated `old` as the
+        // checkpointed address it replaced. That queued a discard of `old`, which the
+        // device would redirect through this pair's record to `new`, killing the live
+        // block: take it back (the device already moved `old`'s content away).
+        if let Some(m) = fs.seg.dead.lock().as_mut() {
+            if m.forget(old) {
+                fs.stats
+                    .upcall_discards_withdrawn
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        return Ok(false);
+    }
+    if !fs.seg.is_valid(old) {
         return Ok(false);
     }
     let off = ((old - g.main_addr) % BLOCKS_PER_SEG) as usize;

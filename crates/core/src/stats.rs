@@ -22,6 +22,7 @@ pub struct Stats {
     pub upcalls_skipped: AtomicU64,
     pub upcall_pairs_applied: AtomicU64,
     pub upcall_pairs_skipped: AtomicU64,
+    pub upcall_discards_withdrawn: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
     pub gc_read_blocks: AtomicU64,
     pub gc_dirty_moves: AtomicU64,
@@ -58,6 +59,9 @@ pub struct Counters {
     pub upcalls_skipped: u64,
     pub upcall_pairs_applied: u64,
     pub upcall_pairs_skipped: u64,
+    /// gc=device: queued discards of a pair's old address taken back because the host
+    /// already points at its new one (roll-forward after a cut; see gc_device.rs).
+    pub upcall_discards_withdrawn: u64,
     /// Blocks a collector read but did not move because a newer write or a truncate won
     /// the race (node-lock rule).
     pub gc_skipped_blocks: u64,
@@ -110,6 +114,7 @@ impl Stats {
             upcalls_skipped: g(&self.upcalls_skipped),
             upcall_pairs_applied: g(&self.upcall_pairs_applied),
             upcall_pairs_skipped: g(&self.upcall_pairs_skipped),
+            upcall_discards_withdrawn: g(&self.upcall_discards_withdrawn),
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
             gc_read_blocks: g(&self.gc_read_blocks),
             gc_dirty_moves: g(&self.gc_dirty_moves),
