@@ -209,21 +209,8 @@ impl Geometry {
         let mut main_segs = total_segs.saturating_sub(1);
         loop {
             main_segs -= main_segs % sps;
-            let max_nid = (main_segs * BLOCKS_PER_SEG).clamp(1024, MAX_NIDS);
-            let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
-            let sit_blocks = ceil_div(main_segs, SIT_ENTRIES_PER_BLOCK as u64);
-            let ssa_blocks = main_segs;
-            let pack = 2 + ceil_div(
-                cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks),
-                CP_PAYLOAD_BYTES as u64,
-            );
-            let cp_addr = 2;
-            let sit_addr = cp_addr + 2 * pack;
-            let nat_addr = sit_addr + 2 * sit_blocks;
-            let ssa_addr = nat_addr + 2 * nat_blocks;
-            let meta_end = ssa_addr + 2 * ssa_blocks;
-            let main_addr = ceil_div(meta_end, BLOCKS_PER_SEG) * BLOCKS_PER_SEG;
-            if main_addr + main_segs * BLOCKS_PER_SEG <= block_count {
+            let meta = Self::lay_out_metadata(block_count, segs_per_sec, main_segs, mlogs);
+            if meta.main_addr + main_segs * BLOCKS_PER_SEG <= block_count {
                 // Segments held by logs: one current segment per head plus the next segment
                 // each node head reserves in advance (F2FS counts its 6 current segments).
                 let logs = ((DEFAULT_LOG_HEADS + 3) * mlogs) as u64;
@@ -258,24 +245,10 @@ impl Geometry {
                     });
                 }
                 return Ok(Geometry {
-                    block_count,
-                    segs_per_sec,
-                    cp_addr,
-                    cp_pack_blocks: pack,
-                    sit_addr,
-                    sit_blocks,
-                    nat_addr,
-                    nat_blocks,
-                    ssa_addr,
-                    ssa_blocks,
-                    main_addr,
-                    main_segments: main_segs,
-                    max_nid: max_nid as Nid,
                     reserved_segments: reserved,
                     ovp_segments: ovp,
                     user_blocks: user_segments * BLOCKS_PER_SEG,
-                    log_heads: DEFAULT_LOG_HEADS * mlogs,
-                    mlogs,
+                    ..meta
                 });
             }
             if main_segs <= sps {
@@ -319,19 +292,8 @@ impl Geometry {
             return Err(GeometryError::ZoneSize(zone_blocks));
         }
         let main_segs = (block_count - conv_blocks) / zone_blocks * sps;
-        let max_nid = (main_segs * BLOCKS_PER_SEG).clamp(1024, MAX_NIDS);
-        let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
-        let sit_blocks = ceil_div(main_segs, SIT_ENTRIES_PER_BLOCK as u64);
-        let ssa_blocks = main_segs;
-        let pack = 2 + ceil_div(
-            cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks),
-            CP_PAYLOAD_BYTES as u64,
-        );
-        let cp_addr = 2;
-        let sit_addr = cp_addr + 2 * pack;
-        let nat_addr = sit_addr + 2 * sit_blocks;
-        let ssa_addr = nat_addr + 2 * nat_blocks;
-        let meta_end = ssa_addr + 2 * ssa_blocks;
+        let meta = Self::lay_out_metadata(block_count, sps as u32, main_segs, mlogs);
+        let meta_end = meta.ssa_addr + 2 * meta.ssa_blocks;
         if meta_end > conv_blocks {
             return Err(GeometryError::MetaTooBig {
                 need: meta_end,
@@ -348,8 +310,41 @@ impl Geometry {
             });
         }
         Ok(Geometry {
+            main_addr: conv_blocks,
+            reserved_segments: reserved,
+            ovp_segments: main_segs - user_segments,
+            user_blocks: user_segments * BLOCKS_PER_SEG,
+            ..meta
+        })
+    }
+
+    /// The metadata areas for a main area of `main_segs` segments, laid out from block 2:
+    /// both checkpoint packs, then SIT, NAT and SSA, each twice; `main_addr` is the first
+    /// segment boundary after them. The space split (reserved, overprovision, user blocks) is
+    /// left at zero for the caller: `compute` and `compute_zoned` differ only there and in
+    /// where the main area starts.
+    fn lay_out_metadata(
+        block_count: u64,
+        segs_per_sec: u32,
+        main_segs: u64,
+        mlogs: u32,
+    ) -> Geometry {
+        let max_nid = (main_segs * BLOCKS_PER_SEG).clamp(1024, MAX_NIDS);
+        let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
+        let sit_blocks = ceil_div(main_segs, SIT_ENTRIES_PER_BLOCK as u64);
+        let ssa_blocks = main_segs;
+        let pack = 2 + ceil_div(
+            cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks),
+            CP_PAYLOAD_BYTES as u64,
+        );
+        let cp_addr = 2;
+        let sit_addr = cp_addr + 2 * pack;
+        let nat_addr = sit_addr + 2 * sit_blocks;
+        let ssa_addr = nat_addr + 2 * nat_blocks;
+        let meta_end = ssa_addr + 2 * ssa_blocks;
+        Geometry {
             block_count,
-            segs_per_sec: sps as u32,
+            segs_per_sec,
             cp_addr,
             cp_pack_blocks: pack,
             sit_addr,
@@ -358,15 +353,15 @@ impl Geometry {
             nat_blocks,
             ssa_addr,
             ssa_blocks,
-            main_addr: conv_blocks,
+            main_addr: ceil_div(meta_end, BLOCKS_PER_SEG) * BLOCKS_PER_SEG,
             main_segments: main_segs,
             max_nid: max_nid as Nid,
-            reserved_segments: reserved,
-            ovp_segments: main_segs - user_segments,
-            user_blocks: user_segments * BLOCKS_PER_SEG,
+            reserved_segments: 0,
+            ovp_segments: 0,
+            user_blocks: 0,
             log_heads: DEFAULT_LOG_HEADS * mlogs,
             mlogs,
-        })
+        }
     }
 
     /// First block of main-area segment `seg`.
