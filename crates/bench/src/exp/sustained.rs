@@ -43,6 +43,20 @@ pub struct LockWait {
     pub contended: u64,
 }
 
+impl LockWait {
+    /// From (point, wait seconds, contended count) rows, as the core's and the emulator's
+    /// meters report them.
+    fn from_points(rows: Vec<(&'static str, f64, u64)>) -> Vec<LockWait> {
+        rows.into_iter()
+            .map(|(point, wait_s, contended)| LockWait {
+                point: point.to_string(),
+                wait_s,
+                contended,
+            })
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct SustainedResult {
     pub policy: String,
@@ -297,25 +311,11 @@ fn summarize(
         latency_cdf: lat.cdf(),
         ..Default::default()
     };
-    r.lock_waits = flashlog_core::waits::snapshot()
-        .into_iter()
-        .map(|(point, wait_s, contended)| LockWait {
-            point: point.to_string(),
-            wait_s,
-            contended,
-        })
-        .collect();
+    r.lock_waits = LockWait::from_points(flashlog_core::waits::snapshot());
     let thread_s = (p_threads as f64 * (fill_s + random_s)).max(1e-9);
     r.core_lock_wait_share = r.lock_waits.iter().map(|w| w.wait_s).sum::<f64>() / thread_s;
     if let Some(ssd) = end.as_ref().ok().and_then(|e| e.ssd.as_ref()) {
-        r.device_lock_waits = super::device_lock_waits(&ssd.locks)
-            .into_iter()
-            .map(|(point, wait_s, contended)| LockWait {
-                point: point.to_string(),
-                wait_s,
-                contended,
-            })
-            .collect();
+        r.device_lock_waits = LockWait::from_points(super::device_lock_waits(&ssd.locks));
         r.device_lock_wait_share = ssd.locks.wait_s() / thread_s;
         if let Ok(e) = &end {
             r.device_engine_busy = ssd.locks.engine.hold_s / e.elapsed_s.max(1e-9);
