@@ -383,11 +383,20 @@ impl SegManager {
             }
             let ssa = m.read_ssa(h.seg)?;
             let start = geo.seg_start(h.seg) + h.blkoff as u64;
-            // A data head with valid blocks ahead of it was thread-logging (SSR) when the
-            // checkpoint was written; it must keep skipping them.
+            // A data head was thread-logging (SSR) when the checkpoint was written if a
+            // valid block lies ahead of it in its segment or anywhere in the rest of its
+            // section: a sequential head writes its section in order, so nothing after it
+            // holds data. An SSR head must keep skipping valid blocks and, on leaving its
+            // segment, must not go on into the next one (`advance_inner`): loaded as
+            // sequential, a head whose segment's rest was all holes walked into the next
+            // segment of the dirty section and wrote over its valid blocks (fsck "reachable
+            // but marked free" after a remount in adaptive mode with large sections).
+            let sec_end = (m.sec_of(h.seg) + 1) * geo.segs_per_sec as u64;
             let ssr = h.kind == LogKind::Data
-                && (h.blkoff as usize..BLOCKS_PER_SEG as usize)
-                    .any(|o| m.segs[h.seg as usize].is_valid(o));
+                && ((h.blkoff as usize..BLOCKS_PER_SEG as usize)
+                    .any(|o| m.segs[h.seg as usize].is_valid(o))
+                    || (h.seg + 1..sec_end)
+                        .any(|s| m.segs[s as usize].valid.load(Ordering::Relaxed) > 0));
             let mut head = LogHead::new(h, ssa, ssr);
             head.buf_start = start;
             m.heads.push(Mutex::new(head));
@@ -1251,8 +1260,13 @@ mod tests {
     /// A segment manager as mkfs sets it up: one mlog (six heads, each in a fresh
     /// one-segment section) on a zeroed RAM device of `blocks` blocks.
     fn fresh(blocks: u64) -> SegManager {
+        fresh_sps(blocks, 1)
+    }
+
+    /// `fresh` with sections of `sps` segments.
+    fn fresh_sps(blocks: u64, sps: u32) -> SegManager {
         let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(blocks));
-        let geo = Geometry::compute(blocks, 1, 1).unwrap();
+        let geo = Geometry::compute(blocks, sps, 1).unwrap();
         let sit = vec![0u8; geo.sit_blocks.div_ceil(8) as usize];
         let ssa = vec![0u8; geo.ssa_blocks.div_ceil(8) as usize];
         let mut m = SegManager::load(dev, &geo, &sit, &ssa, &[], 0, 0).unwrap();
@@ -1365,5 +1379,82 @@ mod tests {
         // Every appended block is marked valid, S in full.
         assert_eq!(m.seg_entry(seg_s).valid.load(Ordering::Relaxed) as u64, bps);
         assert_eq!(m.total_valid(), n as u64);
+    }
+
+    /// Regression test: a thread-logging (SSR) head must stay one after a remount.
+    ///
+    /// Forced state, on one thread: head A fills section S (4 segments) and moves on; the
+    /// last 10 blocks of S's first segment s0 are invalidated and a checkpoint
+    /// (`flush_meta`) makes them reusable; head B fills its own section and thread-logs
+    /// into s0's holes, writing 5 of the 10. Another checkpoint records B at s0, offset
+    /// 507, with only holes ahead of it in s0 but S's other segments full of A's blocks.
+    /// The volume is then loaded again from what is on the device (a remount) and B
+    /// appends 6 blocks.
+    ///
+    /// Loaded as a sequential head (the old rule looked only at s0's rest), B wrote the 5
+    /// holes and then went on to the next segment of S, s1, whose first block is A's and
+    /// valid: two owners of one block. Loaded as SSR, B leaves s0 like a section end.
+    #[test]
+    fn ssr_head_stays_ssr_across_a_remount_and_never_enters_the_next_segment() {
+        let m = fresh_sps(64 << 10, 4);
+        let a = head_index(0, LogKind::Data, Temp::Warm);
+        let b = head_index(0, LogKind::Data, Temp::Hot);
+        let bps = m.bps();
+        let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(0x5a);
+        let s0 = m.heads[a].lock().seg;
+        let sec_s = m.sec_of(s0);
+        for _ in 0..=bps {
+            m.append(a, sum(1), fill).unwrap();
+        }
+        assert!(!m.is_current_section(sec_s), "A still owns S");
+        for off in BLOCKS_PER_SEG - 10..BLOCKS_PER_SEG {
+            m.invalidate(m.geo.seg_start(s0) + off);
+        }
+        let mut sit = vec![0u8; m.geo.sit_blocks.div_ceil(8) as usize];
+        let mut ssa = vec![0u8; m.geo.ssa_blocks.div_ceil(8) as usize];
+        m.submit_all().unwrap();
+        m.wait_io().unwrap();
+        m.flush_meta(&mut sit, &mut ssa).unwrap();
+        // Threaded logging is due from here on.
+        m.ssr_below_secs.store(u64::MAX, Ordering::Relaxed);
+        let b_seg = m.heads[b].lock().seg;
+        for _ in 0..bps - (b_seg % m.sps()) * BLOCKS_PER_SEG {
+            m.append(b, sum(2), fill).unwrap();
+        }
+        for k in 0..5 {
+            let got = m.append(b, sum(3), fill).unwrap();
+            assert_eq!(
+                got,
+                m.geo.seg_start(s0) + BLOCKS_PER_SEG - 10 + k,
+                "SSR into s0"
+            );
+        }
+        m.submit_all().unwrap();
+        m.wait_io().unwrap();
+        m.flush_meta(&mut sit, &mut ssa).unwrap();
+        let recs = m.head_records();
+        assert_eq!(
+            (recs[b].seg, recs[b].blkoff as u64),
+            (s0, BLOCKS_PER_SEG - 5)
+        );
+
+        // Remount: everything from the device and the checkpoint's head table.
+        let dev = m.dev.clone();
+        let geo = m.geo.clone();
+        drop(m);
+        let m = SegManager::load(dev, &geo, &sit, &ssa, &recs, 0, 0).unwrap();
+        m.ssr_below_secs.store(u64::MAX, Ordering::Relaxed);
+        let rest_of_s = geo.seg_start(s0 + 1)..geo.seg_start(s0 + 4);
+        let valid_before: Vec<BlkAddr> = rest_of_s.filter(|&x| m.is_valid(x)).collect();
+        assert_eq!(valid_before.len() as u64, 3 * BLOCKS_PER_SEG);
+        for _ in 0..6 {
+            let got = m.append(b, sum(4), fill).unwrap();
+            assert!(
+                !valid_before.contains(&got),
+                "head B was given block {got} of segment {}, which holds A's valid data \
+                 (the reloaded head went on from s0 = {s0} into the next segment of S)",
+                geo.seg_of(got).unwrap()
+            );
+        }
     }
 }
