@@ -219,12 +219,13 @@ impl Geometry {
                     // moves every head (and one collector stream) to a fresh section while
                     // the old ones stay in use until its checkpoint, so the space budget
                     // holds a second set of head sections (docs/DESIGN.md "Recovery
-                    // reserve"). Several mlogs only: one mlog keeps F2FS's layout (64 MiB
-                    // has no room for it; see docs/TESTING.md "Known failures").
+                    // reserve"). A one-mlog volume gets it where it costs at most 1/16 of
+                    // the main area; a smaller one keeps F2FS's layout (64 MiB has no room
+                    // for it; see docs/TESTING.md "Known failures").
                     Some((_, r, o)) => {
                         let secs = main_segs / sps;
                         let with = o + recovery_reserve_secs(mlogs);
-                        if mlogs > 1 {
+                        if mlogs > 1 || recovery_reserve_secs(1) * 16 <= secs {
                             (r * sps, with.min(secs) * sps)
                         } else {
                             (r * sps, o * sps)
