@@ -51,6 +51,9 @@ Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
   nosubtype                 type fuse instead of fuse.flashlog in /proc/mounts (fstests)
   inline|noinline           small files and directories inside the inode (default inline)
   writeback|nowriteback     kernel write-back cache (default writeback)
+  killpriv|nokillpriv       Flashlog clears setuid/setgid on write, truncate and chown
+                            (FUSE HANDLE_KILLPRIV_V2), so the kernel skips a
+                            security.capability lookup per write (default killpriv)
   threads=N                 FUSE request threads (default: one per core)
   cp_interval=SECONDS       checkpoint timer, 0 = off (default 30)
   dirty_cap=SIZE            dirty data cached before write-back (default 64M)

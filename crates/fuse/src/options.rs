@@ -27,6 +27,10 @@ pub struct MountConfig {
     pub threads: usize,
     /// Kernel write-back cache (`writeback` / `nowriteback`).
     pub writeback_cache: bool,
+    /// Negotiate FUSE_HANDLE_KILLPRIV_V2 (`killpriv` / `nokillpriv`): the adapter clears
+    /// setuid/setgid on write, truncate and chown, and the kernel stops asking for
+    /// security.capability before every write.
+    pub killpriv: bool,
     /// Mount with the subtype, so the type in /proc/mounts is `fuse.flashlog`; `nosubtype`
     /// makes it plain `fuse`, which is what fstests' `FSTYP=fuse` checks for.
     pub subtype: bool,
@@ -48,6 +52,7 @@ impl MountConfig {
                 .unwrap_or(1)
                 .min(MAX_THREADS),
             writeback_cache: true,
+            killpriv: true,
             subtype: true,
             kernel_flags: Vec::new(),
         }
@@ -120,6 +125,10 @@ impl MountConfig {
             "writeback" | "nowriteback" => {
                 flag(val)?;
                 self.writeback_cache = key == "writeback";
+            }
+            "killpriv" | "nokillpriv" => {
+                flag(val)?;
+                self.killpriv = key == "killpriv";
             }
             "threads" => {
                 let v = need(val)?;
@@ -239,7 +248,7 @@ impl MountConfig {
         Err(format!(
             "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, \
              allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
-             writeback, nowriteback, nosubtype, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
+             writeback, nowriteback, killpriv, nokillpriv, nosubtype, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
              _netdev, nofail, x-*"
         ))
@@ -258,7 +267,7 @@ impl MountConfig {
         let mode = format!("{:?}", c.alloc_mode).to_lowercase();
         let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
         format!(
-            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{}{}",
+            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{}{}{}",
             if c.read_only { "ro" } else { "rw" },
             if self.allow_other { "allow_other," } else { "" },
             if self.checks_permissions() {
@@ -275,6 +284,7 @@ impl MountConfig {
             } else {
                 "nowriteback"
             },
+            if self.killpriv { "" } else { ",nokillpriv" },
             if self.subtype { "" } else { ",nosubtype" },
         )
     }
@@ -347,6 +357,7 @@ mod tests {
         assert_eq!(c.core.cp_interval, None);
         assert_eq!(c.core.dirty_cap_bytes, 128 << 20);
         assert!(!c.core.inline && !c.writeback_cache);
+        assert!(c.killpriv && !parse("nokillpriv").unwrap().killpriv);
         assert!(c.core.acl, "ACLs are on by default");
         let c = parse("noacl,nodefault_permissions").unwrap();
         assert!(!c.core.acl && !c.checks_permissions());
