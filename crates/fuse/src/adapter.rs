@@ -95,10 +95,15 @@ const XATTR_REPLACE: i32 = 2;
 pub struct RequestCounts {
     pub write: AtomicU64,
     pub write_bytes: AtomicU64,
+    /// Wall time spent answering WRITE (copy into the core's cache, write-back when its
+    /// dirty cap is reached).
+    pub write_ns: AtomicU64,
     pub getxattr: AtomicU64,
     pub getattr: AtomicU64,
     pub setattr: AtomicU64,
     pub fsync: AtomicU64,
+    /// Wall time spent answering FSYNC (write-back of the core's cache, log, device flush).
+    pub fsync_ns: AtomicU64,
     /// setuid/setgid cleared for the kernel (HANDLE_KILLPRIV_V2: write, truncate, chown).
     pub suidgid_kills: AtomicU64,
 }
@@ -112,14 +117,16 @@ impl RequestCounts {
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Relaxed);
         format!(
-            "FUSE requests: write {} ({:.1} MiB, {:.1} KiB each), getxattr {}, getattr {}, setattr {}, fsync {}; setuid/setgid cleared {} times",
+            "FUSE requests: write {} ({:.1} MiB, {:.1} KiB each, {:.3} s), getxattr {}, getattr {}, setattr {}, fsync {} ({:.3} s); setuid/setgid cleared {} times",
             g(&self.write),
             g(&self.write_bytes) as f64 / (1 << 20) as f64,
             g(&self.write_bytes) as f64 / 1024.0 / g(&self.write).max(1) as f64,
+            g(&self.write_ns) as f64 / 1e9,
             g(&self.getxattr),
             g(&self.getattr),
             g(&self.setattr),
             g(&self.fsync),
+            g(&self.fsync_ns) as f64 / 1e9,
             g(&self.suidgid_kills),
         )
     }
@@ -426,6 +433,35 @@ impl FlashlogFuse {
         self.fs.setattr(ino, &sa)?;
         RequestCounts::bump(&self.counts.suidgid_kills);
         Ok(true)
+    }
+
+    /// WRITE: clear setuid/setgid first when the kernel asks (KILLPRIV_V2), then hand the
+    /// data to the core; a short write is reported as such.
+    fn serve_write(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        reply: ReplyWrite,
+    ) {
+        if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            tri!(reply, self.kill_suidgid(ino));
+        }
+        let mut done = 0usize;
+        while done < data.len() {
+            match self.fs.write(ino, offset + done as u64, &data[done..]) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                // A short write is reported as such; the error comes with the next write.
+                Err(_) if done > 0 => break,
+                Err(e) => {
+                    reply.error(errno_of(&e));
+                    return;
+                }
+            }
+        }
+        reply.written(done as u32);
     }
 
     fn open_flags(&self, attr: &Attr) -> FopenFlags {
@@ -775,23 +811,11 @@ impl Filesystem for FlashlogFuse {
             .write_bytes
             .fetch_add(data.len() as u64, Relaxed);
         let ino = ino!(reply, ino);
-        if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            tri!(reply, self.kill_suidgid(ino));
-        }
-        let mut done = 0usize;
-        while done < data.len() {
-            match self.fs.write(ino, offset + done as u64, &data[done..]) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                // A short write is reported as such; the error comes with the next write.
-                Err(_) if done > 0 => break,
-                Err(e) => {
-                    reply.error(errno_of(&e));
-                    return;
-                }
-            }
-        }
-        reply.written(done as u32);
+        let t0 = std::time::Instant::now();
+        self.serve_write(ino, offset, data, write_flags, reply);
+        self.counts
+            .write_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
     }
 
     fn flush(
@@ -830,7 +854,12 @@ impl Filesystem for FlashlogFuse {
     ) {
         RequestCounts::bump(&self.counts.fsync);
         let ino = ino!(reply, ino);
-        tri!(reply, self.fs.fsync(ino, datasync));
+        let t0 = std::time::Instant::now();
+        let r = self.fs.fsync(ino, datasync);
+        self.counts
+            .fsync_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+        tri!(reply, r);
         reply.ok();
     }
 

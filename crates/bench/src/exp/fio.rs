@@ -158,7 +158,10 @@ fn mount_flashlog(
         .arg("--log")
         .arg(work.join("flashlog-mount.log"))
         .arg("-o")
-        .arg(format!("gc={},mode={mode}", p.gc.name()))
+        .arg(match &ctx.args.mount_opts {
+            Some(extra) => format!("gc={},mode={mode},{extra}", p.gc.name()),
+            None => format!("gc={},mode={mode}", p.gc.name()),
+        })
         .arg(&img)
         .arg(&mnt))?;
     let pid = std::fs::read_to_string(&pidf)
@@ -465,6 +468,19 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             bar.inc(1);
         }
         unmount(&m);
+        // The daemon's request counters (logged at unmount): how many WRITEs of what size,
+        // and the extra round trips (GETXATTR before writes without HANDLE_KILLPRIV_V2).
+        if m.daemon_pid.is_some() {
+            let log = std::fs::read_to_string(work.join("flashlog-mount.log")).unwrap_or_default();
+            if let Some(l) = log
+                .lines()
+                .rev()
+                .find_map(|l| l.split_once("FUSE requests: "))
+            {
+                notes.push(format!("{} daemon, all jobs: {}", m.label, l.1));
+            }
+            let _ = std::fs::remove_file(work.join("flashlog-mount.log"));
+        }
     };
     for p in &ctx.policies {
         run_on(
