@@ -156,7 +156,7 @@ fn mount_flashlog(
         .arg("--pid-file")
         .arg(&pidf)
         .arg("--log")
-        .arg(work.join("flashlog-mount.log"))
+        .arg(mount_log(work, &p.label))
         .arg("-o")
         .arg(match &ctx.args.mount_opts {
             Some(extra) => format!("gc={},mode={mode},{extra}", p.gc.name()),
@@ -174,6 +174,14 @@ fn mount_flashlog(
         daemon_pid: pid,
         loopdev: None,
     })
+}
+
+/// The daemon's log of one policy's mount (kept in the output directory).
+fn mount_log(work: &Path, label: &str) -> PathBuf {
+    work.join(format!(
+        "flashlog-mount-{}.log",
+        label.replace(['/', ' '], "_")
+    ))
 }
 
 fn mount_passthrough(work: &Path) -> Result<Mounted> {
@@ -470,8 +478,8 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         unmount(&m);
         // The daemon's request counters (logged at unmount): how many WRITEs of what size,
         // and the extra round trips (GETXATTR before writes without HANDLE_KILLPRIV_V2).
-        if m.daemon_pid.is_some() {
-            let log = std::fs::read_to_string(work.join("flashlog-mount.log")).unwrap_or_default();
+        if let Some(policy) = m.label.strip_prefix("flashlog ") {
+            let log = std::fs::read_to_string(mount_log(&work, policy)).unwrap_or_default();
             if let Some(l) = log
                 .lines()
                 .rev()
@@ -479,7 +487,6 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             {
                 notes.push(format!("{} daemon, all jobs: {}", m.label, l.1));
             }
-            let _ = std::fs::remove_file(work.join("flashlog-mount.log"));
         }
     };
     for p in &ctx.policies {
