@@ -139,7 +139,8 @@ pub struct FlashlogFuse {
     /// Unlinked inodes held open for the kernel until its FORGET (see the module header).
     /// Leaf lock: never held across a call into the core.
     pins: Mutex<HashSet<Ino>>,
-    /// Requests served (shared with the binary, which logs them at unmount).
+    /// Requests served (logged by `destroy` at unmount; [`FlashlogFuse::counts`] shares
+    /// them with a caller that wants them while the session runs).
     counts: Arc<RequestCounts>,
     /// INIT negotiated HANDLE_KILLPRIV_V2: the kernel leaves clearing setuid/setgid on write,
     /// truncate and chown to us (and stops asking for security.capability before writes).
@@ -157,7 +158,7 @@ impl FlashlogFuse {
         }
     }
 
-    /// The request counters (they outlive the session, which consumes the adapter).
+    /// The request counters; take them before the session consumes the adapter.
     pub fn counts(&self) -> Arc<RequestCounts> {
         self.counts.clone()
     }
