@@ -403,6 +403,35 @@ t_sigkill() {
     result "24 MiB + 20 small fsync'd files intact after kill -9; fsck clean"
 }
 
+# The kernel-side settings the daemon makes (docs/DESIGN.md, "The FUSE adapter's request
+# path"), on a mount point whose name has a space (found through /proc/self/mountinfo, where
+# it reads "\040"): the mount's bdi max_ratio is 20 by default, N with bdi_max_ratio=N and
+# FUSE's own 1 with bdi_max_ratio=1; HANDLE_KILLPRIV_V2 is negotiated unless nokillpriv.
+t_fuse_knobs() {
+    local kmnt="$work/knob mnt" klog=$work/knob.log kpid=$work/knob.pid kimg=$work/knob.img
+    local opt o want kp got dev ratio pid rc=0
+    mkdir -p "$kmnt"
+    "$FL" mkfs --size 64M "$kimg" >/dev/null || return 1
+    for opt in "-:20:yes" "bdi_max_ratio=35:35:yes" "bdi_max_ratio=1,nokillpriv:1:no"; do
+        IFS=: read -r o want kp <<<"$opt"
+        rm -f "$klog"
+        if [[ $o == - ]]; then
+            "$FL" mount --daemon --pid-file "$kpid" --log "$klog" "$kimg" "$kmnt" || return 1
+        else
+            "$FL" mount --daemon --pid-file "$kpid" --log "$klog" -o "$o" "$kimg" "$kmnt" || return 1
+        fi
+        pid=$(cat "$kpid")
+        dev=$(M=${kmnt// /\\040} awk '$5 == ENVIRON["M"] {print $3}' /proc/self/mountinfo | tail -n 1)
+        ratio=$(cat "/sys/class/bdi/$dev/max_ratio" 2>/dev/null)
+        [[ $ratio == "$want" ]] || { echo "-o $o: bdi $dev max_ratio is '$ratio', not $want"; cat "$klog"; rc=1; }
+        if grep -q "enabled .*HANDLE_KILLPRIV_V2" "$klog"; then got=yes; else got=no; fi
+        [[ $got == "$kp" ]] || { echo "-o $o: HANDLE_KILLPRIV_V2 negotiated: $got, expected $kp"; cat "$klog"; rc=1; }
+        umount "$kmnt" || return 1
+        for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    done
+    [[ $rc == 0 ]] && result "bdi max_ratio 20 / 35 / 1 and KILLPRIV_V2 on / on / off as asked, on a mount point with a space"
+}
+
 # --device: a fresh emulated SSD in the daemon's memory with -o gc=device (D2FS on the
 # coupled-GC FTL, chosen automatically): fsync'd data and a cp -a tree read back, the
 # unmount logs the emulator's summary; gc=device on an image or a RAM device is refused
@@ -471,6 +500,7 @@ step "-o noacl: setfacl refused, cp -p ok" t_noacl
 step "mount -t fuse.flashlog, fstab, nosubtype" t_mount_helper
 step "SIGTERM/SIGINT unmount cleanly" t_sigterm
 step "SIGKILL loses nothing fsync'd" t_sigkill
+step "FUSE knobs: bdi_max_ratio, killpriv" t_fuse_knobs
 step "--device 970pro-like -o gc=device" t_emulated
 step "final remount + umount + fsck" t_final
 echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"

@@ -131,6 +131,10 @@ pub struct BenchArgs {
     /// fio: skip the libfuse passthrough and ext4 peers.
     #[arg(long)]
     pub no_peers: bool,
+    /// fio: extra `-o` options for the Flashlog mounts, e.g. `nokillpriv,bdi_max_ratio=1`
+    /// for the request path before issue 13.
+    #[arg(long)]
+    pub mount_opts: Option<String>,
 }
 
 /// The README's main job: a short sustained run on an emulated SSD with every policy,
@@ -155,6 +159,7 @@ pub fn default_main_job() -> BenchArgs {
         quiet: false,
         flashlog_bin: None,
         no_peers: false,
+        mount_opts: None,
     }
 }
 
@@ -188,6 +193,9 @@ impl BenchArgs {
         }
         if self.no_peers {
             s += " --no-peers";
+        }
+        if let Some(o) = &self.mount_opts {
+            s += &format!(" --mount-opts {o}");
         }
         s
     }

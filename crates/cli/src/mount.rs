@@ -51,6 +51,12 @@ Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
   nosubtype                 type fuse instead of fuse.flashlog in /proc/mounts (fstests)
   inline|noinline           small files and directories inside the inode (default inline)
   writeback|nowriteback     kernel write-back cache (default writeback)
+  killpriv|nokillpriv       Flashlog clears setuid/setgid on write, truncate and chown
+                            (FUSE HANDLE_KILLPRIV_V2), so the kernel skips a
+                            security.capability lookup per write (default killpriv)
+  bdi_max_ratio=PERCENT     share of the kernel's dirty-page limit the mount may use
+                            before writers wait for write-back (default 20; FUSE's own
+                            default is 1; needs root, else a warning)
   threads=N                 FUSE request threads (default: one per core)
   cp_interval=SECONDS       checkpoint timer, 0 = off (default 30)
   dirty_cap=SIZE            dirty data cached before write-back (default 64M)

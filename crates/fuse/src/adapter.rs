@@ -33,6 +33,12 @@
 //!   or the parent's default ACL; the ACL xattrs go to the core, which keeps the mode in step;
 //!   setting an access ACL as a non-member of the file's group clears setgid
 //!   (docs/DESIGN.md, "POSIX ACLs").
+//! - setuid/setgid on write, truncate and chown (unless `nokillpriv`): INIT negotiates
+//!   HANDLE_KILLPRIV_V2, so the kernel stops sending a GETXATTR of security.capability
+//!   before every write and leaves the clearing to us: WRITE flagged KILL_SUIDGID, SETATTR of
+//!   the owner or group of a non-directory, SETATTR of the size by a caller without
+//!   CAP_FSETID (read from /proc, as fuser 0.18 does not decode FATTR_KILL_SUIDGID).
+//!   Not atomic with a concurrent chmod of the same file (getattr, then setattr).
 //! - getlk / setlk / flock: never sent, since POSIX_LOCKS and FLOCK_LOCKS are not
 //!   negotiated: the kernel keeps locks itself, which is right for a local file system.
 //! - lseek, copy_file_range, ioctl, bmap, poll: ENOSYS, after which the kernel uses its own
@@ -56,6 +62,7 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -82,6 +89,49 @@ const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
 const XATTR_CREATE: i32 = 1;
 const XATTR_REPLACE: i32 = 2;
 
+/// Requests served, by kind (logged at unmount): the counters behind the request-path
+/// measurements of docs/BENCHMARKS.md ("fio"). Relaxed atomics, no lock.
+#[derive(Default, Debug)]
+pub struct RequestCounts {
+    pub write: AtomicU64,
+    pub write_bytes: AtomicU64,
+    /// Wall time spent answering WRITE (copy into the core's cache, write-back when its
+    /// dirty cap is reached).
+    pub write_ns: AtomicU64,
+    pub getxattr: AtomicU64,
+    pub getattr: AtomicU64,
+    pub setattr: AtomicU64,
+    pub fsync: AtomicU64,
+    /// Wall time spent answering FSYNC (write-back of the core's cache, log, device flush).
+    pub fsync_ns: AtomicU64,
+    /// setuid/setgid cleared for the kernel (HANDLE_KILLPRIV_V2: write, truncate, chown).
+    pub suidgid_kills: AtomicU64,
+}
+
+impl RequestCounts {
+    fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Relaxed);
+    }
+
+    /// One line for the log.
+    pub fn summary(&self) -> String {
+        let g = |c: &AtomicU64| c.load(Relaxed);
+        format!(
+            "FUSE requests: write {} ({:.1} MiB, {:.1} KiB each, {:.3} s), getxattr {}, getattr {}, setattr {}, fsync {} ({:.3} s); setuid/setgid cleared {} times",
+            g(&self.write),
+            g(&self.write_bytes) as f64 / (1 << 20) as f64,
+            g(&self.write_bytes) as f64 / 1024.0 / g(&self.write).max(1) as f64,
+            g(&self.write_ns) as f64 / 1e9,
+            g(&self.getxattr),
+            g(&self.getattr),
+            g(&self.setattr),
+            g(&self.fsync),
+            g(&self.fsync_ns) as f64 / 1e9,
+            g(&self.suidgid_kills),
+        )
+    }
+}
+
 /// The FUSE face of a mounted volume.
 pub struct FlashlogFuse {
     fs: Arc<Fs>,
@@ -89,6 +139,12 @@ pub struct FlashlogFuse {
     /// Unlinked inodes held open for the kernel until its FORGET (see the module header).
     /// Leaf lock: never held across a call into the core.
     pins: Mutex<HashSet<Ino>>,
+    /// Requests served (logged by `destroy` at unmount; [`FlashlogFuse::counts`] shares
+    /// them with a caller that wants them while the session runs).
+    counts: Arc<RequestCounts>,
+    /// INIT negotiated HANDLE_KILLPRIV_V2: the kernel leaves clearing setuid/setgid on write,
+    /// truncate and chown to us (and stops asking for security.capability before writes).
+    killpriv: bool,
 }
 
 impl FlashlogFuse {
@@ -97,7 +153,14 @@ impl FlashlogFuse {
             fs,
             cfg,
             pins: Mutex::new(HashSet::new()),
+            counts: Arc::new(RequestCounts::default()),
+            killpriv: false,
         }
+    }
+
+    /// The request counters; take them before the session consumes the adapter.
+    pub fn counts(&self) -> Arc<RequestCounts> {
+        self.counts.clone()
     }
 
     /// Before removing `name` from `parent`: if that removes the last link of its inode, hold
@@ -267,6 +330,39 @@ fn caller_in_group(req: &Request, gid: u32) -> bool {
         .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
 }
 
+/// The setuid/setgid bits that a write, truncate or chown clears (Linux's
+/// `should_remove_suid`): setuid always, setgid only together with group execute (setgid
+/// without it marks mandatory locking and stays).
+fn suidgid_to_kill(mode: u32) -> u32 {
+    let mut kill = mode & libc::S_ISUID;
+    if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+        kill |= libc::S_ISGID;
+    }
+    kill
+}
+
+/// CAP_FSETID's bit in the capability sets (linux/capability.h).
+const CAP_FSETID: u32 = 4;
+
+/// Whether an effective-capability line of /proc/PID/status (`CapEff:\t000001ffffffffff`)
+/// holds CAP_FSETID. Unparsable counts as not.
+fn cap_eff_has_fsetid(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_FSETID) != 0)
+}
+
+/// Whether the caller of `req` (the thread that made the system call, which waits for our
+/// reply and so still exists) holds CAP_FSETID, which lets it truncate a file without
+/// clearing its setuid/setgid bits. A caller whose status cannot be read counts as not
+/// holding it, so the bits are cleared: the safe side.
+fn caller_has_fsetid(req: &Request) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
+        .is_ok_and(|s| cap_eff_has_fsetid(&s))
+}
+
 fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
         TimeOrNow::Now => TimeSet::Now,
@@ -322,6 +418,53 @@ impl FlashlogFuse {
         self.fs.setattr(ino, &sa).map(|_| ())
     }
 
+    /// Clear setuid/setgid before a write the kernel flagged FUSE_WRITE_KILL_SUIDGID (a
+    /// write-through write by a caller without CAP_FSETID; only sent under
+    /// HANDLE_KILLPRIV_V2). Returns whether anything was cleared.
+    fn kill_suidgid(&self, ino: Ino) -> flashlog_core::Result<bool> {
+        let a = self.fs.getattr(ino)?;
+        let kill = suidgid_to_kill(a.mode);
+        if kill == 0 || a.is_dir() {
+            return Ok(false);
+        }
+        let sa = SetAttr {
+            mode: Some(a.mode & 0o7777 & !kill),
+            ..Default::default()
+        };
+        self.fs.setattr(ino, &sa)?;
+        RequestCounts::bump(&self.counts.suidgid_kills);
+        Ok(true)
+    }
+
+    /// WRITE: clear setuid/setgid first when the kernel asks (KILLPRIV_V2), then hand the
+    /// data to the core; a short write is reported as such.
+    fn serve_write(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        reply: ReplyWrite,
+    ) {
+        if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            tri!(reply, self.kill_suidgid(ino));
+        }
+        let mut done = 0usize;
+        while done < data.len() {
+            match self.fs.write(ino, offset + done as u64, &data[done..]) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                // A short write is reported as such; the error comes with the next write.
+                Err(_) if done > 0 => break,
+                Err(e) => {
+                    reply.error(errno_of(&e));
+                    return;
+                }
+            }
+        }
+        reply.written(done as u32);
+    }
+
     fn open_flags(&self, attr: &Attr) -> FopenFlags {
         // We are the only writer, so cached pages stay valid across opens.
         if attr.is_file() {
@@ -349,6 +492,20 @@ impl Filesystem for FlashlogFuse {
         if self.cfg.writeback_cache && !self.cfg.core.read_only {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
+        // Without HANDLE_KILLPRIV_V2 the kernel never sets SB_NOSEC on a FUSE mount, so every
+        // write(2) first asks for security.capability (a synchronous GETXATTR round trip in
+        // the writer's thread, half of fio's write path in a 4 KiB random-write profile).
+        // With it the kernel checks once per attribute refresh and leaves clearing
+        // setuid/setgid to us: on WRITE with FUSE_WRITE_KILL_SUIDGID and on SETATTR of the
+        // owner, or of the size by a caller without CAP_FSETID (see `setattr`).
+        if self.cfg.killpriv {
+            match config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+                Ok(()) => self.killpriv = true,
+                Err(_) => tracing::info!(
+                    "the kernel's FUSE lacks HANDLE_KILLPRIV_V2: it checks security.capability before every write"
+                ),
+            }
+        }
         if self.cfg.core.acl {
             // The kernel checks permissions against the ACLs (and turns default_permissions
             // on); the core keeps mode and ACLs in step and applies the umask or the parent's
@@ -372,6 +529,9 @@ impl Filesystem for FlashlogFuse {
                 Err(_) => missing.push(name),
             }
         }
+        if self.killpriv {
+            got.push("HANDLE_KILLPRIV_V2");
+        }
         tracing::info!(
             "FUSE ABI {:?}; enabled {}; kernel lacks [{}]",
             config.kernel_abi(),
@@ -383,6 +543,7 @@ impl Filesystem for FlashlogFuse {
 
     fn destroy(&mut self) {
         self.release_pins();
+        tracing::info!("{}", self.counts.summary());
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
@@ -398,6 +559,7 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        RequestCounts::bump(&self.counts.getattr);
         let ino = ino!(reply, ino);
         let a = tri!(reply, self.fs.getattr(ino));
         reply.attr(&TTL, &file_attr(&a));
@@ -405,7 +567,7 @@ impl Filesystem for FlashlogFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -421,6 +583,7 @@ impl Filesystem for FlashlogFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        RequestCounts::bump(&self.counts.setattr);
         let ino = ino!(reply, ino);
         // With the write-back cache the kernel sends mtime and ctime as explicit times and
         // only atime as "now"; its ctime is the "now" of this change, so UTIME_NOW gives
@@ -430,7 +593,7 @@ impl Filesystem for FlashlogFuse {
             (TimeOrNow::Now, Some(now)) => TimeSet::At(now),
             (t, _) => time_set(t),
         };
-        let sa = SetAttr {
+        let mut sa = SetAttr {
             mode,
             uid,
             gid,
@@ -439,6 +602,23 @@ impl Filesystem for FlashlogFuse {
             mtime: mtime.map(resolve),
             ctime,
         };
+        // Under HANDLE_KILLPRIV_V2 the kernel drops its own mode change for chown and
+        // truncate and flags the request FATTR_KILL_SUIDGID instead: for chown of a
+        // non-directory always, for truncate when the caller lacks CAP_FSETID. fuser 0.18
+        // does not decode that flag, so the same conditions are evaluated here (the caller
+        // waits for this reply, so its /proc status is there to read). The cleared mode goes
+        // into the same core call as the change.
+        if self.killpriv && mode.is_none() && (uid.is_some() || gid.is_some() || size.is_some()) {
+            let cur = tri!(reply, self.fs.getattr(ino));
+            let kill = suidgid_to_kill(cur.mode);
+            if kill != 0
+                && !cur.is_dir()
+                && (uid.is_some() || gid.is_some() || !caller_has_fsetid(req))
+            {
+                sa.mode = Some(cur.mode & 0o7777 & !kill);
+                RequestCounts::bump(&self.counts.suidgid_kills);
+            }
+        }
         let a = tri!(reply, self.fs.setattr(ino, &sa));
         reply.attr(&TTL, &file_attr(&a));
     }
@@ -622,26 +802,21 @@ impl Filesystem for FlashlogFuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        RequestCounts::bump(&self.counts.write);
+        self.counts
+            .write_bytes
+            .fetch_add(data.len() as u64, Relaxed);
         let ino = ino!(reply, ino);
-        let mut done = 0usize;
-        while done < data.len() {
-            match self.fs.write(ino, offset + done as u64, &data[done..]) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                // A short write is reported as such; the error comes with the next write.
-                Err(_) if done > 0 => break,
-                Err(e) => {
-                    reply.error(errno_of(&e));
-                    return;
-                }
-            }
-        }
-        reply.written(done as u32);
+        let t0 = std::time::Instant::now();
+        self.serve_write(ino, offset, data, write_flags, reply);
+        self.counts
+            .write_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
     }
 
     fn flush(
@@ -678,8 +853,14 @@ impl Filesystem for FlashlogFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        RequestCounts::bump(&self.counts.fsync);
         let ino = ino!(reply, ino);
-        tri!(reply, self.fs.fsync(ino, datasync));
+        let t0 = std::time::Instant::now();
+        let r = self.fs.fsync(ino, datasync);
+        self.counts
+            .fsync_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+        tri!(reply, r);
         reply.ok();
     }
 
@@ -771,6 +952,7 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        RequestCounts::bump(&self.counts.getxattr);
         let ino = ino!(reply, ino);
         let v = tri!(reply, self.fs.getxattr(ino, name.as_bytes()));
         reply_xattr(reply, &v, size);
@@ -999,6 +1181,30 @@ mod tests {
         assert_eq!(core_ino(INodeNo(1)), Ok(ROOT_INO));
         assert_eq!(fuse_ino(ROOT_INO), INodeNo(1));
         assert!(core_ino(INodeNo(u64::MAX)).is_err());
+    }
+
+    #[test]
+    fn setid_bits_a_write_clears() {
+        assert_eq!(suidgid_to_kill(0o100644), 0);
+        assert_eq!(suidgid_to_kill(0o104755), libc::S_ISUID);
+        assert_eq!(suidgid_to_kill(0o106775), libc::S_ISUID | libc::S_ISGID);
+        // setgid without group execute is the mandatory-locking mark: kept.
+        assert_eq!(suidgid_to_kill(0o102644), 0);
+        assert_eq!(suidgid_to_kill(0o106745), libc::S_ISUID);
+    }
+
+    #[test]
+    fn cap_fsetid_from_proc_status() {
+        let root = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
+        assert!(cap_eff_has_fsetid(root));
+        let user = "CapPrm:\t0000000000000010\nCapEff:\t0000000000000000\n";
+        assert!(
+            !cap_eff_has_fsetid(user),
+            "a permitted but not effective cap"
+        );
+        assert!(cap_eff_has_fsetid("CapEff:\t0000000000000010\n"));
+        assert!(!cap_eff_has_fsetid("CapEff:\tzz\n"));
+        assert!(!cap_eff_has_fsetid(""));
     }
 
     #[test]

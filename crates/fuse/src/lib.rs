@@ -57,5 +57,80 @@ pub fn mount(
     cfg: &MountConfig,
 ) -> std::io::Result<fuser::Session<FlashlogFuse>> {
     let config = session_config(source, cfg);
-    fuser::Session::new(FlashlogFuse::new(fs, cfg.clone()), mountpoint, &config)
+    let session = fuser::Session::new(FlashlogFuse::new(fs, cfg.clone()), mountpoint, &config)?;
+    if let Some(ratio) = cfg.bdi_max_ratio {
+        match set_bdi_max_ratio(mountpoint, ratio) {
+            Ok(bdi) => tracing::info!("kernel write-back: {bdi} max_ratio={ratio}"),
+            Err(e) => tracing::warn!(
+                "cannot raise the mount's kernel dirty-page share to {ratio}% (bdi_max_ratio): {e}; writers are throttled at FUSE's default of 1%"
+            ),
+        }
+    }
+    Ok(session)
+}
+
+/// The backing-device directory in sysfs of the FUSE mount on `mountpoint`, from
+/// /proc/self/mountinfo (not stat(2): the session does not serve requests yet, so a stat of
+/// our own mount point would wait for ourselves).
+fn bdi_dir(mountpoint: &Path) -> std::io::Result<std::path::PathBuf> {
+    let want = mountpoint.canonicalize()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    info.lines()
+        .rev()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let fstype = l.split(" - ").nth(1)?.split(' ').next()?;
+            (fstype.starts_with("fuse") && Path::new(&unescape_mountinfo(f.get(4)?)) == want)
+                .then(|| f[2].to_string())
+        })
+        .next()
+        .map(|dev| std::path::PathBuf::from(format!("/sys/class/bdi/{dev}")))
+        .ok_or_else(|| {
+            std::io::Error::other(format!("{} not in /proc/self/mountinfo", want.display()))
+        })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as \ooo.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Let the kernel keep up to `ratio` percent of its dirty-page limit for this mount before
+/// it throttles writers (FUSE's default is 1 %, with the bdi's strict limit, so a writer
+/// of a FUSE file waits for write-back after a few tens of MiB). The strict limit stays:
+/// only this mount's writers wait on its share. Needs root (sysfs). Returns the bdi path.
+fn set_bdi_max_ratio(mountpoint: &Path, ratio: u32) -> std::io::Result<String> {
+    let dir = bdi_dir(mountpoint)?;
+    std::fs::write(dir.join("max_ratio"), format!("{ratio}\n"))?;
+    Ok(dir.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape_mountinfo;
+
+    #[test]
+    fn mountinfo_paths() {
+        assert_eq!(unescape_mountinfo("/mnt/a\\040b"), "/mnt/a b");
+        assert_eq!(unescape_mountinfo("/x\\134y\\011z"), "/x\\y\tz");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        // Not an escape: left as is (and no panic at the end of the string).
+        assert_eq!(unescape_mountinfo("/a\\04"), "/a\\04");
+        assert_eq!(unescape_mountinfo("\\"), "\\");
+    }
 }

@@ -13,6 +13,10 @@ use std::time::Duration;
 /// (dependencies.md §1.2 measured fewer getattr/s with more threads on small machines).
 pub const MAX_THREADS: usize = 64;
 
+/// Default share of the kernel's dirty-page limit for a Flashlog mount, in percent (FUSE
+/// gives each mount 1 %; docs/BENCHMARKS.md "fio" measures what 20 changes).
+pub const DEFAULT_BDI_MAX_RATIO: u32 = 20;
+
 /// Everything a mount is configured with.
 #[derive(Clone, Debug)]
 pub struct MountConfig {
@@ -27,6 +31,14 @@ pub struct MountConfig {
     pub threads: usize,
     /// Kernel write-back cache (`writeback` / `nowriteback`).
     pub writeback_cache: bool,
+    /// Negotiate FUSE_HANDLE_KILLPRIV_V2 (`killpriv` / `nokillpriv`): the adapter clears
+    /// setuid/setgid on write, truncate and chown, and the kernel stops asking for
+    /// security.capability before every write.
+    pub killpriv: bool,
+    /// Percent of the kernel's dirty-page limit this mount may hold before its writers are
+    /// throttled (`bdi_max_ratio=N`, written to /sys/class/bdi/DEV/max_ratio after the
+    /// mount; root only). `None` (`bdi_max_ratio=1`, FUSE's own default) leaves it alone.
+    pub bdi_max_ratio: Option<u32>,
     /// Mount with the subtype, so the type in /proc/mounts is `fuse.flashlog`; `nosubtype`
     /// makes it plain `fuse`, which is what fstests' `FSTYP=fuse` checks for.
     pub subtype: bool,
@@ -48,6 +60,8 @@ impl MountConfig {
                 .unwrap_or(1)
                 .min(MAX_THREADS),
             writeback_cache: true,
+            killpriv: true,
+            bdi_max_ratio: Some(DEFAULT_BDI_MAX_RATIO),
             subtype: true,
             kernel_flags: Vec::new(),
         }
@@ -120,6 +134,22 @@ impl MountConfig {
             "writeback" | "nowriteback" => {
                 flag(val)?;
                 self.writeback_cache = key == "writeback";
+            }
+            "killpriv" | "nokillpriv" => {
+                flag(val)?;
+                self.killpriv = key == "killpriv";
+            }
+            "bdi_max_ratio" => {
+                let v = need(val)?;
+                let n: u32 = v
+                    .parse()
+                    .map_err(|_| format!("bdi_max_ratio={v}: not a number"))?;
+                if !(1..=100).contains(&n) {
+                    return Err(format!(
+                        "bdi_max_ratio={n}: must be a percentage between 1 (FUSE's default) and 100"
+                    ));
+                }
+                self.bdi_max_ratio = (n > 1).then_some(n);
             }
             "threads" => {
                 let v = need(val)?;
@@ -239,7 +269,7 @@ impl MountConfig {
         Err(format!(
             "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, \
              allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
-             writeback, nowriteback, nosubtype, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
+             writeback, nowriteback, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
              _netdev, nofail, x-*"
         ))
@@ -258,7 +288,7 @@ impl MountConfig {
         let mode = format!("{:?}", c.alloc_mode).to_lowercase();
         let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
         format!(
-            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{}{}",
+            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}",
             if c.read_only { "ro" } else { "rw" },
             if self.allow_other { "allow_other," } else { "" },
             if self.checks_permissions() {
@@ -275,6 +305,8 @@ impl MountConfig {
             } else {
                 "nowriteback"
             },
+            self.bdi_max_ratio.unwrap_or(1),
+            if self.killpriv { "" } else { ",nokillpriv" },
             if self.subtype { "" } else { ",nosubtype" },
         )
     }
@@ -347,6 +379,10 @@ mod tests {
         assert_eq!(c.core.cp_interval, None);
         assert_eq!(c.core.dirty_cap_bytes, 128 << 20);
         assert!(!c.core.inline && !c.writeback_cache);
+        assert!(c.killpriv && !parse("nokillpriv").unwrap().killpriv);
+        assert_eq!(c.bdi_max_ratio, Some(DEFAULT_BDI_MAX_RATIO));
+        assert_eq!(parse("bdi_max_ratio=50").unwrap().bdi_max_ratio, Some(50));
+        assert_eq!(parse("bdi_max_ratio=1").unwrap().bdi_max_ratio, None);
         assert!(c.core.acl, "ACLs are on by default");
         let c = parse("noacl,nodefault_permissions").unwrap();
         assert!(!c.core.acl && !c.checks_permissions());
@@ -371,6 +407,9 @@ mod tests {
         assert!(parse("bogus").unwrap_err().contains("\"bogus\""));
         assert!(parse("gc=fast").unwrap_err().contains("fast"));
         assert!(parse("threads=0").is_err());
+        assert!(parse("bdi_max_ratio=0").is_err());
+        assert!(parse("bdi_max_ratio=101").unwrap_err().contains("101"));
+        assert!(parse("bdi_max_ratio=x").is_err());
         assert!(parse("threads").is_err());
         assert!(parse("ro=1").is_err());
         assert!(parse("mode=").is_err());

@@ -156,9 +156,12 @@ fn mount_flashlog(
         .arg("--pid-file")
         .arg(&pidf)
         .arg("--log")
-        .arg(work.join("flashlog-mount.log"))
+        .arg(mount_log(work, &p.label))
         .arg("-o")
-        .arg(format!("gc={},mode={mode}", p.gc.name()))
+        .arg(match &ctx.args.mount_opts {
+            Some(extra) => format!("gc={},mode={mode},{extra}", p.gc.name()),
+            None => format!("gc={},mode={mode}", p.gc.name()),
+        })
         .arg(&img)
         .arg(&mnt))?;
     let pid = std::fs::read_to_string(&pidf)
@@ -171,6 +174,14 @@ fn mount_flashlog(
         daemon_pid: pid,
         loopdev: None,
     })
+}
+
+/// The daemon's log of one policy's mount (kept in the output directory).
+fn mount_log(work: &Path, label: &str) -> PathBuf {
+    work.join(format!(
+        "flashlog-mount-{}.log",
+        label.replace(['/', ' '], "_")
+    ))
 }
 
 fn mount_passthrough(work: &Path) -> Result<Mounted> {
@@ -465,6 +476,18 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             bar.inc(1);
         }
         unmount(&m);
+        // The daemon's request counters (logged at unmount): how many WRITEs of what size,
+        // and the extra round trips (GETXATTR before writes without HANDLE_KILLPRIV_V2).
+        if let Some(policy) = m.label.strip_prefix("flashlog ") {
+            let log = std::fs::read_to_string(mount_log(&work, policy)).unwrap_or_default();
+            if let Some(l) = log
+                .lines()
+                .rev()
+                .find_map(|l| l.split_once("FUSE requests: "))
+            {
+                notes.push(format!("{} daemon, all jobs: {}", m.label, l.1));
+            }
+        }
     };
     for p in &ctx.policies {
         run_on(

@@ -18,6 +18,7 @@ pub fn cases() -> Vec<Case> {
         "perm/chown_nonroot_eperm" => chown_nonroot_eperm,
         "perm/chmod_nonowner_eperm" => chmod_nonowner_eperm,
         "perm/write_clears_setid" => write_clears_setid,
+        "perm/truncate_clears_setid" => truncate_clears_setid,
         "perm/access_read_denied" => access_read_denied,
         "perm/access_write_denied" => access_write_denied,
         "perm/owner_class_wins" => owner_class_wins,
@@ -264,6 +265,36 @@ fn write_clears_setid(ctx: &Ctx) -> Result<Outcome> {
     check!(
         m & 0o777 == 0o775,
         "write changed permission bits (mode {m:o})"
+    );
+    Ok(Outcome::Pass)
+}
+
+/// truncate(2) clears setuid and a group-executable setgid when the caller lacks
+/// CAP_FSETID, and keeps them for root (Linux's setattr_should_drop_suidgid). Over FUSE with
+/// HANDLE_KILLPRIV_V2 the file system makes this decision, not the kernel.
+fn truncate_clears_setid(ctx: &Ctx) -> Result<Outcome> {
+    need_unpriv!(ctx);
+    let f = ctx.p("f");
+    make_file(&f, b"original")?;
+    ok(sys::chown(&f, ctx.uid, ctx.gid), "chown")?;
+    ok(sys::chmod(&f, 0o6775), "chmod 6775")?;
+    let p = f.clone();
+    ctx.as_user(ctx.uid, ctx.gid, move || {
+        ok(sys::truncate(&p, 3), "truncate as owner")?;
+        Ok(())
+    })?;
+    let m = mode_of(&f)?;
+    check!(
+        m == 0o775,
+        "unprivileged truncate left mode {m:o} (expected 775)"
+    );
+    ok(sys::chmod(&f, 0o6775), "chmod 6775")?;
+    ok(sys::truncate(&f, 1), "truncate as root")?;
+    let m = mode_of(&f)?;
+    check!(m == 0o6775, "root's truncate changed mode to {m:o}");
+    check!(
+        ok(sys::stat(&f), "stat")?.st_size == 1,
+        "size after truncate"
     );
     Ok(Outcome::Pass)
 }
