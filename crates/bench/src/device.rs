@@ -99,20 +99,24 @@ impl DeviceSpec {
         Ok(cfg)
     }
 
-    /// The device a policy runs on: `device` (D2FS) gets the emulator's coupled-GC FTL
-    /// unless `--ssd-set ftl=...` chose one; everything else runs on the spec as given.
+    /// The device a policy runs on: `device` (D2FS) gets the emulator's coupled-GC FTL and
+    /// `none` (IPLFS) its interval-mapping FTL (the infinite space), unless `--ssd-set
+    /// ftl=...` chose one; everything else runs on the spec as given.
     pub fn for_policy(&self, gc: flashlog_core::GcPolicy) -> DeviceSpec {
+        let ftl = match gc {
+            flashlog_core::GcPolicy::Device => Some("ftl=coupled"),
+            flashlog_core::GcPolicy::None => Some("ftl=interval"),
+            _ => None,
+        };
         match self {
             DeviceSpec::Ssd {
                 preset,
                 bytes,
                 set,
                 clock,
-            } if gc == flashlog_core::GcPolicy::Device
-                && !set.iter().any(|kv| kv.starts_with("ftl=")) =>
-            {
+            } if ftl.is_some() && !set.iter().any(|kv| kv.starts_with("ftl=")) => {
                 let mut set = set.clone();
-                set.push("ftl=coupled".into());
+                set.push(ftl.unwrap_or_default().into());
                 DeviceSpec::Ssd {
                     preset: preset.clone(),
                     bytes: *bytes,
