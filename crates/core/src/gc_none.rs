@@ -278,10 +278,40 @@ fn dispatcher(weak: Weak<FsInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
         if fs.poisoned.load(Ordering::Acquire) {
             return;
         }
-        if let Err(e) = dispatch_due(&fs) {
+        if let Err(e) = dispatch_due(&fs).and_then(|_| make_room_early(&fs)) {
             tracing::warn!("discard dispatch: {e}");
         }
     }
+}
+
+/// Free capacity, in segments, below which the dispatcher checkpoints and issues
+/// everything on its own, before writers have to wait for it (F2FS issues discards
+/// more aggressively as utilisation rises; here the trigger is the space the writers
+/// will ask the space path for soon): twice the space path's target.
+fn early_target(fs: &FsInner) -> u64 {
+    2 * fs.space_target()
+}
+
+/// The dispatcher's turn at making room: when free capacity runs low and dead blocks wait
+/// in the map, checkpoint and issue the whole queue (what `foreground` does for a writer
+/// that already waits).
+fn make_room_early(fs: &FsInner) -> Result<()> {
+    if !fs.seg.is_infinite() || fs.seg.free_sections() >= early_target(fs) {
+        return Ok(());
+    }
+    let pending = fs
+        .seg
+        .dead
+        .lock()
+        .as_ref()
+        .map_or(0, |m| m.pending_blocks());
+    if pending > 0 {
+        let _gc = fs.gc_lock.lock();
+        let _g = fs.oplock.checkpoint();
+        fs.check_writable()?;
+        fs.write_checkpoint(false)?;
+    }
+    dispatch_all(fs).map(|_| ())
 }
 
 impl crate::gc::Collector for NoneCollector {
