@@ -342,4 +342,28 @@ mod tests {
         assert!(DeviceSpec::from_args("ram:1MiB", None, None, &[], "wall").is_err());
         assert!(DeviceSpec::from_args("test:128MiB", None, None, &[], "sundial").is_err());
     }
+
+    #[test]
+    fn none_gets_the_interval_ftl_and_mounts_there() {
+        use flashlog_core::{Fs, GcPolicy, MkfsOptions, MountOptions};
+        let s = DeviceSpec::from_args("test:128MiB", None, None, &[], "virtual").unwrap();
+        let n = s.for_policy(GcPolicy::None);
+        assert_eq!(n.ssd_config().unwrap().ftl.name(), "interval");
+        let ftl = |d: &DeviceSpec| d.ssd_config().unwrap().ftl.name();
+        assert_eq!(ftl(&s.for_policy(GcPolicy::F2fs)), "page");
+        // An explicit FTL wins.
+        let p = DeviceSpec::from_args("test:128MiB", None, None, &["ftl=page".into()], "virtual")
+            .unwrap();
+        assert_eq!(ftl(&p.for_policy(GcPolicy::None)), "page");
+        let bd = n.open().unwrap();
+        assert!(bd.dev.capabilities().infinite_space);
+        Fs::mkfs(bd.dev.clone(), &MkfsOptions::default()).unwrap();
+        let o = MountOptions {
+            gc: GcPolicy::None,
+            cp_interval: None,
+            gc_interval: None,
+            ..MountOptions::default()
+        };
+        Fs::mount(bd.dev.clone(), o).unwrap().unmount().unwrap();
+    }
 }
