@@ -29,16 +29,19 @@
 //! checkpointed position (everything written since the checkpoint is live or waits for a
 //! discard, and both count against the pool). The first `fresh_heads` of a mount therefore
 //! moves each head `pool` blocks further, and records the skipped interval; the recovery
-//! checkpoint logs and issues its discard, minus the blocks roll-forward adopted
-//! (`set_valid` while recording). So a crash never leaves a dead block mapped.
+//! checkpoint logs and issues its discard, minus the blocks roll-forward adopted: from the
+//! load of a checkpoint not written by a clean unmount until the next checkpoint, every
+//! `set_valid` address is recorded (roll-forward adopts before it moves the heads, so
+//! which addresses fall in the skipped intervals is known only at that checkpoint). So a
+//! crash never leaves a dead block mapped, and never discards an adopted one.
 //!
 //! Invariants: `live` = blocks pointed at by the NAT or a node; every segment a head ever
 //! held lies in its region and below its current segment; the pool never counts a block
 //! twice (claimed room is credited once: when discarded or, for a head moved at recovery,
 //! when the move happens).
 //!
-//! Lock order: a log head's mutex, then `pool` or `recovery` (leaves), then `dead` (the
-//! discard map, a leaf of `seg.rs`).
+//! Lock order: a log head's mutex, then `recovery`, then `pool`; `dead` (the discard map,
+//! a leaf of `seg.rs`) is never held with either.
 
 use super::*;
 use crate::discard::DiscardCmd;
