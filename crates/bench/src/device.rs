@@ -99,20 +99,24 @@ impl DeviceSpec {
         Ok(cfg)
     }
 
-    /// The device a policy runs on: `device` (D2FS) gets the emulator's coupled-GC FTL
-    /// unless `--ssd-set ftl=...` chose one; everything else runs on the spec as given.
+    /// The device a policy runs on: `device` (D2FS) gets the emulator's coupled-GC FTL and
+    /// `none` (IPLFS) its interval-mapping FTL (the infinite space), unless `--ssd-set
+    /// ftl=...` chose one; everything else runs on the spec as given.
     pub fn for_policy(&self, gc: flashlog_core::GcPolicy) -> DeviceSpec {
+        let ftl = match gc {
+            flashlog_core::GcPolicy::Device => Some("ftl=coupled"),
+            flashlog_core::GcPolicy::None => Some("ftl=interval"),
+            _ => None,
+        };
         match self {
             DeviceSpec::Ssd {
                 preset,
                 bytes,
                 set,
                 clock,
-            } if gc == flashlog_core::GcPolicy::Device
-                && !set.iter().any(|kv| kv.starts_with("ftl=")) =>
-            {
+            } if ftl.is_some() && !set.iter().any(|kv| kv.starts_with("ftl=")) => {
                 let mut set = set.clone();
-                set.push("ftl=coupled".into());
+                set.push(ftl.unwrap_or_default().into());
                 DeviceSpec::Ssd {
                     preset: preset.clone(),
                     bytes: *bytes,
@@ -337,5 +341,29 @@ mod tests {
         assert!(e.contains("unknown preset"), "{e}");
         assert!(DeviceSpec::from_args("ram:1MiB", None, None, &[], "wall").is_err());
         assert!(DeviceSpec::from_args("test:128MiB", None, None, &[], "sundial").is_err());
+    }
+
+    #[test]
+    fn none_gets_the_interval_ftl_and_mounts_there() {
+        use flashlog_core::{Fs, GcPolicy, MkfsOptions, MountOptions};
+        let s = DeviceSpec::from_args("test:128MiB", None, None, &[], "virtual").unwrap();
+        let n = s.for_policy(GcPolicy::None);
+        assert_eq!(n.ssd_config().unwrap().ftl.name(), "interval");
+        let ftl = |d: &DeviceSpec| d.ssd_config().unwrap().ftl.name();
+        assert_eq!(ftl(&s.for_policy(GcPolicy::F2fs)), "page");
+        // An explicit FTL wins.
+        let p = DeviceSpec::from_args("test:128MiB", None, None, &["ftl=page".into()], "virtual")
+            .unwrap();
+        assert_eq!(ftl(&p.for_policy(GcPolicy::None)), "page");
+        let bd = n.open().unwrap();
+        assert!(bd.dev.capabilities().infinite_space);
+        Fs::mkfs(bd.dev.clone(), &MkfsOptions::default()).unwrap();
+        let o = MountOptions {
+            gc: GcPolicy::None,
+            cp_interval: None,
+            gc_interval: None,
+            ..MountOptions::default()
+        };
+        Fs::mount(bd.dev.clone(), o).unwrap().unmount().unwrap();
     }
 }

@@ -65,7 +65,8 @@ const TABLE: &[Row] = &[
         AllocMode::Lfs,
         false,
         false,
-        "no cleaning (IPLFS-style; only for infinite-space devices)",
+        "IPLFS: no cleaning at all, a never-reused 2^64-block space (ftl=interval, chosen for \
+         this policy on an emulated SSD), dead blocks only discarded",
     ),
 ];
 
@@ -204,9 +205,10 @@ pub fn implemented() -> Vec<PolicySpec> {
 }
 
 /// Mount the policy on a 64 MiB RAM volume and unmount it. `device` needs the emulator's
-/// coupled FTL, which `Volume::open` selects for it; it is not probed on RAM.
+/// coupled FTL and `none` its interval FTL, which `Volume::open` selects for them; they are
+/// not probed on RAM.
 fn probe(p: &PolicySpec) -> Result<()> {
-    if p.gc == GcPolicy::Device {
+    if matches!(p.gc, GcPolicy::Device | GcPolicy::None) {
         return Ok(());
     }
     let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(16384));

@@ -109,9 +109,31 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let lock = device::try_lock_now(&a.target);
     let mounted = lock.is_none();
     let dev = device::open(&a.target, true)?;
-    let sb = read_superblock(&*dev).map_err(|e| device::explain(&a.target, e))?;
-    let ck = read_checkpoint(&*dev, &sb.geo).map_err(|e| device::explain(&a.target, e))?;
-    let u = segment_usage(&*dev, &sb, &ck)?;
+    let name = a.target.display().to_string();
+    let text = render(&*dev, &name, mounted, a.json).map_err(|e| {
+        match e.downcast::<flashlog_core::Error>() {
+            Ok(e) => device::explain(&a.target, e),
+            Err(e) => e,
+        }
+    })?;
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report on `dev` (named `target`), as text or JSON.
+pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) -> Result<String> {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let sb = read_superblock(dev)?;
+    let ck = read_checkpoint(dev, &sb.geo)?;
+    let u = segment_usage(dev, &sb, &ck)?;
+    // IPLFS: no SIT to summarise; the live interval per log head (a walk of the tree, as
+    // fsck does it: there is no reverse map) and the discard log instead.
+    let iplfs = if sb.geo.infinite {
+        Some(infinite_summary(dev, &ck)?)
+    } else {
+        None
+    };
     let g = &sb.geo;
     let mib = |blocks: u64| blocks as f64 * BLOCK_SIZE as f64 / (1u64 << 20) as f64;
     let heads: Vec<_> = ck
@@ -126,7 +148,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .map(|(i, n)| (bucket_label(i), json!(n)))
         .collect();
     let v = json!({
-        "target": a.target.display().to_string(),
+        "target": target,
         "mounted": mounted,
         "superblock": {
             "label": sb.label, "uuid": hex(&sb.uuid), "created_unix": sb.created_unix, "features": sb.features,
@@ -146,32 +168,37 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "segments": g.main_segments, "free": u.free, "partial": u.partial, "full": u.full,
             "valid_blocks": u.valid_blocks, "histogram_valid_blocks": hist,
         },
+        "infinite": iplfs.as_ref().map(|s| s.json()),
     });
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(ExitCode::SUCCESS);
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(out);
     }
     if mounted {
-        println!(
+        writeln!(
+            out,
             "note: {} is mounted; this shows its last checkpoint\n",
-            a.target.display()
-        );
+            target
+        )?;
     }
-    println!("Superblock");
-    println!(
+    writeln!(out, "Superblock")?;
+    writeln!(
+        out,
         "  label {:?}, uuid {}, created {} (unix)",
         sb.label,
         hex(&sb.uuid),
         sb.created_unix
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  {} blocks of {} bytes ({:.1} MiB); user space {:.1} MiB",
         g.block_count,
         BLOCK_SIZE,
         mib(g.block_count),
         mib(g.user_blocks)
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  checkpoint @{} (2 x {}), SIT @{} (2 x {}), NAT @{} (2 x {}, {} nids), SSA @{} (2 x {})",
         g.cp_addr,
         g.cp_pack_blocks,
@@ -182,8 +209,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         g.max_nid,
         g.ssa_addr,
         g.ssa_blocks
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  main @{}: {} segments of {} blocks, {} per section; {} reserved, {} overprovision",
         g.main_addr,
         g.main_segments,
@@ -191,20 +219,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
         g.segs_per_sec,
         g.reserved_segments,
         g.ovp_segments
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  {} log heads ({} mlogs), features {:#x}",
         g.log_heads, g.mlogs, sb.features
-    );
-    println!("Checkpoint");
-    println!(
+    )?;
+    writeln!(out, "Checkpoint")?;
+    writeln!(
+        out,
         "  version {}, flags [{}], volume age {} s, written at {} (unix)",
         ck.version,
         flag_names(ck.flags).join(" "),
         ck.elapsed_secs,
         ck.wall_unix
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "  valid: {} blocks ({:.1} MiB), {} nodes, {} inodes; {} free segments; {} orphans",
         ck.valid_blocks,
         mib(ck.valid_blocks),
@@ -212,10 +243,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ck.valid_inodes,
         ck.free_segments,
         ck.orphans.len()
-    );
-    println!("  log heads:  kind  temp  mlog  segment  offset  next");
+    )?;
+    writeln!(out, "  log heads:  kind  temp  mlog  segment  offset  next")?;
     for h in &ck.heads {
-        println!(
+        writeln!(
+            out,
             "              {:<5} {:<5} {:>4}  {:>7}  {:>6}  {:>4}",
             format!("{:?}", h.kind).to_lowercase(),
             format!("{:?}", h.temp).to_lowercase(),
@@ -223,14 +255,149 @@ pub fn run(a: Args) -> Result<ExitCode> {
             h.seg,
             h.blkoff,
             h.next_seg
-        );
+        )?;
     }
-    println!("Segment usage ({} segments: {} free, {} partial, {} full; {} valid blocks, {:.1}% of main)", g.main_segments, u.free, u.partial, u.full, u.valid_blocks, 100.0 * u.valid_blocks as f64 / g.main_blocks().max(1) as f64);
+    if let Some(s) = &iplfs {
+        s.print(&mut out)?;
+        return Ok(out);
+    }
+    writeln!(out, "Segment usage ({} segments: {} free, {} partial, {} full; {} valid blocks, {:.1}% of main)", g.main_segments, u.free, u.partial, u.full, u.valid_blocks, 100.0 * u.valid_blocks as f64 / g.main_blocks().max(1) as f64)?;
     let max = u.histogram.iter().copied().max().unwrap_or(1).max(1);
-    println!("  valid blocks   segments");
+    writeln!(out, "  valid blocks   segments")?;
     for (i, n) in u.histogram.iter().enumerate() {
         let bar = "#".repeat(((n * 40).div_ceil(max)) as usize);
-        println!("  {:>12}   {:>8}  {bar}", bucket_label(i), n);
+        writeln!(out, "  {:>12}   {:>8}  {bar}", bucket_label(i), n)?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(out)
+}
+
+/// What inspect shows of an infinite (gc=none) volume.
+struct Infinite {
+    live_blocks: u64,
+    intervals: Vec<flashlog_core::fsck::LiveInterval>,
+    /// The discard log's commands (merged), from the checkpoint.
+    discards: Vec<flashlog_core::discard::DiscardCmd>,
+    log_bytes: usize,
+}
+
+/// Commands of the discard log listed one by one, at most.
+const LOG_LISTED: usize = 16;
+
+fn infinite_summary(dev: &dyn BlockDevice, ck: &Checkpoint) -> Result<Infinite> {
+    let r = flashlog_core::fsck::fsck(dev)?;
+    let discards = if ck.discard_log.is_empty() {
+        Vec::new()
+    } else {
+        flashlog_core::discard::decode_log(&ck.discard_log, u64::MAX)?
+    };
+    Ok(Infinite {
+        live_blocks: ck.live_blocks,
+        intervals: r.live_intervals,
+        discards,
+        log_bytes: ck.discard_log.len(),
+    })
+}
+
+impl Infinite {
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "live_blocks": self.live_blocks,
+            "live_intervals": self.intervals,
+            "discard_log": {
+                "bytes": self.log_bytes,
+                "commands": self.discards.len(),
+                "blocks": self.discards.iter().map(|c| c.len).sum::<u64>(),
+                "first": self.discards.iter().take(LOG_LISTED).map(|c| json!({"addr": c.addr, "len": c.len})).collect::<Vec<_>>(),
+            },
+        })
+    }
+
+    fn print(&self, out: &mut String) -> Result<()> {
+        use std::fmt::Write;
+        writeln!(
+            out,
+            "Infinite space (gc=none): {} live blocks",
+            self.live_blocks
+        )?;
+        writeln!(
+            out,
+            "  head  region start         first live          last live           head at             live blocks"
+        )?;
+        let opt = |a: Option<u64>| a.map_or("-".to_string(), |a| format!("{a:#x}"));
+        for v in &self.intervals {
+            writeln!(
+                out,
+                "  {:>4}  {:<18}  {:<18}  {:<18}  {:<18}  {:>11}",
+                v.head,
+                format!("{:#x}", v.region_start),
+                opt(v.first_live),
+                opt(v.last_live),
+                format!("{:#x}", v.head_at),
+                v.live_blocks
+            )?;
+        }
+        let blocks: u64 = self.discards.iter().map(|c| c.len).sum();
+        writeln!(
+            out,
+            "Discard log: {} bytes, {} commands, {} blocks to discard",
+            self.log_bytes,
+            self.discards.len(),
+            blocks
+        )?;
+        for c in self.discards.iter().take(LOG_LISTED) {
+            writeln!(out, "  {:#x} +{}", c.addr, c.len)?;
+        }
+        if self.discards.len() > LOG_LISTED {
+            writeln!(out, "  ... {} more", self.discards.len() - LOG_LISTED)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashlog_core::{Fs, MkfsOptions, MountOptions, ROOT_INO};
+    use flashlog_ssd::{SsdConfig, SsdDevice, StoreKind};
+    use std::sync::Arc;
+
+    #[test]
+    fn inspect_shows_the_live_interval_and_the_discard_log_of_a_gc_none_volume() {
+        let mut c = SsdConfig::preset("970pro-like")
+            .unwrap()
+            .with_capacity(256 << 20)
+            .unwrap();
+        c.set("ftl", "interval").unwrap();
+        c.store = StoreKind::Ram;
+        let ssd = Arc::new(SsdDevice::new(c).unwrap());
+        Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+        let opts = MountOptions {
+            gc: "none".parse().unwrap(),
+            cp_interval: None,
+            gc_interval: None,
+            ..MountOptions::default()
+        };
+        let fs = Fs::mount(ssd.clone(), opts).unwrap();
+        let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+        fs.write(f, 0, &vec![7u8; 2 << 20]).unwrap();
+        fs.sync().unwrap();
+        fs.write(f, 0, &vec![8u8; 2 << 20]).unwrap();
+        fs.sync().unwrap();
+        fs.abandon(); // the second checkpoint's discards stay in its log
+        let text = render(&*ssd, "ssd", false, false).unwrap();
+        assert!(text.contains("Infinite space (gc=none)"), "{text}");
+        assert!(!text.contains("Segment usage"), "{text}");
+        // The warm data head (index 1) lives in region 2.
+        assert!(text.contains("0x200000000000000"), "{text}");
+        let v: serde_json::Value =
+            serde_json::from_str(&render(&*ssd, "ssd", false, true).unwrap()).unwrap();
+        let inf = &v["infinite"];
+        assert!(
+            inf["discard_log"]["blocks"].as_u64().unwrap() >= 512,
+            "{inf}"
+        );
+        let warm = &inf["live_intervals"][1];
+        assert_eq!(warm["live_blocks"].as_u64(), Some(512), "{inf}");
+        assert!(warm["first_live"].as_u64().unwrap() >= 2 << 56);
+    }
 }

@@ -186,27 +186,44 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     // A D2FS coupled device: sections are zones, the main area starts after the page-mapped
     // conventional region (all metadata lives there) and runs over the GC region, and the
     // user space is what the device can hold (virtual overprovisioning).
-    let geo = if caps.migration_upcalls && caps.zone_blocks > 0 && caps.gc_region_blocks > 0 {
+    // IPLFS: an infinite space gets the infinite layout (regions, no SIT/SSA).
+    let geo = if caps.infinite_space {
+        Geometry::compute_infinite(
+            caps.block_count,
+            caps.capacity_blocks,
+            opts.mlogs,
+            crate::gc_none::infinite_log_bytes_max(caps.capacity_blocks),
+        )
+    } else if caps.migration_upcalls && caps.zone_blocks > 0 && caps.gc_region_blocks > 0 {
         Geometry::compute_zoned(
             caps.block_count,
             caps.conventional_blocks,
             caps.zone_blocks,
             crate::gc_device::live_limit(&caps, opts.mlogs),
             opts.mlogs,
+            crate::gc_none::finite_log_bytes_max(
+                caps.block_count.saturating_sub(caps.conventional_blocks) / BLOCKS_PER_SEG,
+            ),
         )
     } else {
         Geometry::compute(caps.block_count, opts.segs_per_sec, opts.mlogs)
     }
     .map_err(|e| Error::Invalid(Box::leak(e.to_string().into_boxed_str())))?;
     // Zero the metadata areas: a stale block of an earlier volume with a valid crc would be
-    // trusted. Discard zeroes where the device says it does.
+    // trusted. Discard zeroes where the device says it does. (An infinite volume's metadata
+    // ends at `ssa_addr`, far below its main area at region 1.)
+    let meta_end = if geo.infinite {
+        geo.ssa_addr
+    } else {
+        geo.main_addr
+    };
     if caps.discard && caps.discard_zeroes {
-        dev.discard(0, geo.main_addr)?;
+        dev.discard(0, meta_end)?;
     } else {
         let zeros = vec![0u8; ZERO_BATCH as usize * BLOCK_SIZE];
         let mut a = 0;
-        while a < geo.main_addr {
-            let n = ZERO_BATCH.min(geo.main_addr - a);
+        while a < meta_end {
+            let n = ZERO_BATCH.min(meta_end - a);
             dev.write(a, &zeros[..n as usize * BLOCK_SIZE])?;
             a += n;
         }
@@ -442,6 +459,7 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
             cpk.heads.len()
         )));
     }
+    crate::gc_none::check_volume(dev.capabilities(), &geo)?;
     let nat = NatTable::load(&*dev, &geo, &cpk.nat_bitmap)?;
     let mut seg = SegManager::load(
         dev.clone(),
@@ -460,6 +478,10 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
             opts.io_threads
         },
     )?;
+    if geo.infinite {
+        // IPLFS hook: the pool from the live count; after a cut, record adoptions.
+        seg.inf_start(cpk.live_blocks, cpk.flags & cp::flags::UMOUNT == 0);
+    }
     let cp_state = CpState {
         nat_bm: cpk.nat_bitmap.clone(),
         sit_bm: cpk.sit_bitmap.clone(),
@@ -576,6 +598,14 @@ impl FsInner {
         let version = self.cp_version.load(Ordering::Acquire) + 1;
         let elapsed = cp.elapsed_base + self.epoch.elapsed().as_secs();
         let orphans: Vec<_> = self.orphans.lock().iter().copied().collect();
+        // The discard log (gc=none, gc=device): what is dead and not yet issued.
+        let base_bytes = (orphans.len() * 4
+            + self.seg.heads.len() * cp::LOG_HEAD_BYTES
+            + nat_bm.len()
+            + sit_bm.len()
+            + ssa_bm.len()) as u64;
+        let room = (self.sb.geo.cp_pack_blocks - 2) * flashlog_format::sb::CP_PAYLOAD_BYTES as u64;
+        let discards = crate::gc_none::checkpoint_discards(self, room.saturating_sub(base_bytes));
         let mut flags = if umount { cp::flags::UMOUNT } else { 0 };
         if !orphans.is_empty() {
             flags |= cp::flags::ORPHANS;
@@ -596,6 +626,8 @@ impl FsInner {
             nat_bitmap: nat_bm.clone(),
             sit_bitmap: sit_bm.clone(),
             ssa_bitmap: ssa_bm.clone(),
+            discard_log: discards.log.clone(),
+            live_blocks: self.seg.live_blocks().unwrap_or(0),
         };
         let blocks = ck.encode();
         if blocks.len() as u64 > self.sb.geo.cp_pack_blocks {
@@ -620,6 +652,7 @@ impl FsInner {
         cp.ssa_bm = ssa_bm;
         drop(cp);
         self.cp_version.store(version, Ordering::Release);
+        crate::gc_none::after_durable(self, discards)?;
         self.nat.release_prefree();
         let secs = self.seg.take_prefree();
         self.test_point("checkpoint:durable");

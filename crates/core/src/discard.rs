@@ -15,8 +15,9 @@
 //! issued; a crash before they are issued is repaired by mount, which re-issues the log. No
 //! dead block is therefore ever left live in the device, and no live block is discarded.
 //!
-//! Status: this module is complete and tested on its own; it is not yet wired into the
-//! checkpoint and mount of a `gc=none` volume (see docs/DESIGN.md, "IPLFS").
+//! Used by: every checkpoint that has a discard map (`gc=none`, `gc=device`) logs its
+//! commands (`gc_none::checkpoint_discards`); `gc_none.rs` dispatches the queue and mount
+//! re-issues the log (docs/DESIGN.md, "IPLFS").
 //!
 //! Invariants: a section in the map has at least one bit set; [`DiscardMap::pending_blocks`]
 //! equals the bits set; commands are non-empty, sorted and non-overlapping after
@@ -215,12 +216,32 @@ impl DiscardQueue {
         self.cmds.drain(..n).collect()
     }
 
+    /// Take every queued command (issued at once: `gc=device` after its checkpoint, or
+    /// when space is short).
+    pub fn take_all(&mut self) -> Vec<DiscardCmd> {
+        self.cmds.drain(..).collect()
+    }
+
+    /// Blocks the queued commands cover.
+    pub fn blocks(&self) -> u64 {
+        self.cmds.iter().map(|c| c.len).sum()
+    }
+
     /// Put back commands whose issue failed, at the front, in order.
     pub fn requeue(&mut self, cmds: Vec<DiscardCmd>) {
         for c in cmds.into_iter().rev() {
             self.cmds.push_front(c);
         }
     }
+}
+
+/// Most bytes [`encode_log`] writes for commands covering `blocks` blocks in all: every
+/// block of a short run can open a bitmap of its own, and every long run covers at least
+/// [`LONG_RUN_BLOCKS`] blocks. Mkfs sizes the checkpoint packs with it.
+pub fn log_bytes_max(blocks: u64) -> u64 {
+    HEADER_BYTES as u64
+        + blocks.saturating_mul(BITMAP_BYTES as u64)
+        + (blocks / LONG_RUN_BLOCKS).saturating_mul(RANGE_BYTES as u64)
 }
 
 /// Encode commands as a discard log: runs of at least [`LONG_RUN_BLOCKS`] as ranges, the

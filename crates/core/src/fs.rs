@@ -283,6 +283,8 @@ impl Fs {
         let (inner, ck) = checkpoint::load(dev, opts)?;
         let inner = Arc::new(inner);
         let recovered = crate::recovery::roll_forward(&inner, &ck)?;
+        // IPLFS hook (and the discard log of any policy): heads past a cut, re-issue the log.
+        crate::gc_none::after_roll_forward(&inner, &ck, recovered)?;
         if !ro {
             let orphans = ck.orphans.clone();
             for ino in orphans {
@@ -327,7 +329,9 @@ impl Fs {
                 timer_checkpoint,
             ));
         }
-        if let Some(interval) = self.inner.opts.gc_interval {
+        // IPLFS hook: gc=none has no cleaner thread at all.
+        let cleans = self.inner.opts.gc != crate::config::GcPolicy::None;
+        if let (Some(interval), true) = (self.inner.opts.gc_interval, cleans) {
             handles.push(spawn_worker(
                 "flashlog-gc",
                 interval,
@@ -1396,6 +1400,10 @@ impl Fs {
         let space = &self.inner.seg.space;
         c.space_overcommit_blocks = space.overcommit_blocks.load(Ordering::Relaxed);
         c.space_refusals = space.refusals.load(Ordering::Relaxed);
+        let seg = &self.inner.seg;
+        c.discarded_blocks = seg.discarded_blocks.load(Ordering::Relaxed);
+        c.discards_queued = seg.discards.lock().len() as u64;
+        c.live_blocks = seg.live_blocks().unwrap_or(0);
         c
     }
 

@@ -15,7 +15,10 @@
 //! - SIT bitmaps and counts against reachability (no leaked valid blocks), and each
 //!   segment's log class against its blocks (node and data never share a segment);
 //! - checkpoint counters and free-space accounting; log heads point at unused space;
-//! - orphan inodes.
+//! - orphan inodes;
+//! - infinite (IPLFS, `gc=none`) volumes have no SIT and no SSA: instead, the live count
+//!   against reachability, every reachable block in the region of a log head and behind it
+//!   (append-only), and the discard log decodes and names no reachable block.
 
 use crate::cell::libc_mode::{S_IFDIR, S_IFMT};
 use crate::checkpoint::{read_checkpoint, read_pack, read_superblock};
@@ -71,6 +74,26 @@ pub struct FsckReport {
     pub node_blocks: u64,
     /// Findings beyond this many are counted, not stored.
     pub suppressed: u64,
+    /// Infinite volumes: per log head, the live interval of its region.
+    pub live_intervals: Vec<LiveInterval>,
+    /// Blocks the checkpoint's discard log names (to be issued; none of them reachable).
+    pub discard_log_blocks: u64,
+    /// Commands in the discard log (after merging adjacent ones).
+    pub discard_log_commands: u64,
+}
+
+/// The live interval of one log head's region on an infinite volume.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LiveInterval {
+    pub head: usize,
+    /// First block of the region.
+    pub region_start: BlkAddr,
+    /// Lowest and highest reachable block (None: nothing live in the region).
+    pub first_live: Option<BlkAddr>,
+    pub last_live: Option<BlkAddr>,
+    pub live_blocks: u64,
+    /// Where the head appends next (from the checkpoint).
+    pub head_at: BlkAddr,
 }
 
 /// Findings kept in the report (a badly broken image would otherwise produce millions).
@@ -761,6 +784,128 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Infinite volumes, instead of the SIT and SSA: the live count, the heads in their
+    /// regions, every reachable block in a head's region and behind the head.
+    fn check_infinite(&mut self) {
+        let g = self.geo.clone();
+        let cp = self.cp.clone();
+        let reachable = self.owners.len() as u64;
+        if cp.live_blocks != reachable {
+            self.err(
+                "checkpoint",
+                format!(
+                    "live block count {} but {reachable} blocks are reachable",
+                    cp.live_blocks
+                ),
+            );
+        }
+        let mut iv: Vec<LiveInterval> = Vec::new();
+        for (i, h) in cp.heads.iter().enumerate() {
+            let first = g.region_first_seg(i);
+            let in_region = h.seg >= first && g.region_of_seg(h.seg) == i;
+            let next_ok = match h.kind {
+                flashlog_format::cp::LogKind::Node => h.next_seg == h.seg + 1,
+                flashlog_format::cp::LogKind::Data => h.next_seg == u64::MAX,
+            };
+            if !in_region || h.blkoff as u64 > BLOCKS_PER_SEG || !next_ok {
+                self.err(
+                    "checkpoint",
+                    format!(
+                        "log head {i} at segment {:#x} offset {} (next {:#x}) is not in its region {}",
+                        h.seg, h.blkoff, h.next_seg, i + 1
+                    ),
+                );
+            }
+            iv.push(LiveInterval {
+                head: i,
+                region_start: g.seg_start(first),
+                head_at: g.seg_start(h.seg) + h.blkoff as u64,
+                ..Default::default()
+            });
+        }
+        let mut outside = 0u64;
+        let mut ahead = 0u64;
+        let mut addrs: Vec<BlkAddr> = self.owners.keys().copied().collect();
+        addrs.sort_unstable();
+        for a in addrs {
+            let hi = g.seg_of(a).map(|s| g.region_of_seg(s));
+            let Some(v) = hi.and_then(|hi| iv.get_mut(hi)) else {
+                outside += 1;
+                if outside <= 3 {
+                    self.err(
+                        "inode",
+                        format!(
+                            "block {a:#x} is in no log head's region ({:?})",
+                            self.owners[&a]
+                        ),
+                    );
+                }
+                continue;
+            };
+            v.first_live.get_or_insert(a);
+            v.last_live = Some(a);
+            v.live_blocks += 1;
+            if a >= v.head_at {
+                ahead += 1;
+                if ahead <= 3 {
+                    let head = v.head;
+                    self.err(
+                        "checkpoint",
+                        format!("block {a:#x} is reachable but at or ahead of log head {head}"),
+                    );
+                }
+            }
+        }
+        if outside > 3 || ahead > 3 {
+            self.err(
+                "inode",
+                format!("{outside} blocks outside every region, {ahead} ahead of their head"),
+            );
+        }
+        self.report.live_intervals = iv;
+    }
+
+    /// The discard log decodes, and names no reachable block (that would be data loss at
+    /// the next mount, which re-issues it).
+    fn check_discard_log(&mut self) {
+        if self.cp.discard_log.is_empty() {
+            return;
+        }
+        let cmds = match crate::discard::decode_log(&self.cp.discard_log, self.geo.block_count) {
+            Ok(c) => c,
+            Err(e) => {
+                self.err("checkpoint", e.to_string());
+                return;
+            }
+        };
+        self.report.discard_log_commands = cmds.len() as u64;
+        self.report.discard_log_blocks = cmds.iter().map(|c| c.len).sum();
+        let mut live: Vec<BlkAddr> = self.owners.keys().copied().collect();
+        live.sort_unstable();
+        let mut hits = 0;
+        for c in cmds {
+            let lo = live.partition_point(|&a| a < c.addr);
+            for &a in live[lo..].iter().take_while(|&&a| a < c.addr + c.len) {
+                hits += 1;
+                if hits <= 3 {
+                    self.err(
+                        "checkpoint",
+                        format!(
+                            "discard log names block {a:#x}, which is reachable ({:?})",
+                            self.owners[&a]
+                        ),
+                    );
+                }
+            }
+        }
+        if hits > 3 {
+            self.err(
+                "checkpoint",
+                format!("discard log names {} more reachable blocks", hits - 3),
+            );
+        }
+    }
+
     fn check_counters_and_heads(&mut self) {
         let g = self.geo.clone();
         let cp = self.cp.clone();
@@ -800,6 +945,9 @@ impl<'a> Checker<'a> {
                     g.user_blocks
                 ),
             );
+        }
+        if g.infinite {
+            return; // heads checked by `check_infinite`; no sections to count
         }
         // Sections owned by log heads, and free-space accounting.
         let sps = g.segs_per_sec as u64;
@@ -958,12 +1106,19 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
         inode_hdrs: BTreeMap::new(),
     };
     c.load_nat();
-    c.load_sit();
+    if !c.geo.infinite {
+        c.load_sit();
+    }
     c.check_tree();
     c.check_links();
     c.check_orphans();
     c.check_nat_leaks();
-    c.check_sit_ssa();
+    if c.geo.infinite {
+        c.check_infinite();
+    } else {
+        c.check_sit_ssa();
+    }
     c.check_counters_and_heads();
+    c.check_discard_log();
     Ok(c.report)
 }

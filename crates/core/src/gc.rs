@@ -126,7 +126,7 @@ pub trait Collector: Send + Sync {
 pub fn collector_for(opts: &crate::config::MountOptions) -> Result<Box<dyn Collector>> {
     match opts.gc {
         GcPolicy::F2fs => Ok(Box::new(F2fsCollector)),
-        GcPolicy::None => Ok(Box::new(NoCollector)),
+        GcPolicy::None => Ok(Box::new(crate::gc_none::NoneCollector::new())),
         GcPolicy::Scale => Ok(Box::new(crate::scale::ScaleCollector::new(opts)?)),
         // Built by `gc_device::prepare`, which also wraps the device.
         GcPolicy::Device => Err(Error::NotSupported(crate::gc_device::NO_UPCALLS)),
@@ -521,6 +521,11 @@ impl FsInner {
     /// Sections beyond the data floor that the overprovision space leaves for dirty data
     /// and for the cleaner's slack.
     pub fn headroom_secs(&self) -> u64 {
+        if self.sb.geo.infinite {
+            // IPLFS hook: the "overprovision" of an infinite volume is the whole 2^64 space;
+            // its slack is the heads' reserved room.
+            return self.sb.geo.reserved_segments.max(2);
+        }
         let ovp_secs = self.sb.geo.ovp_segments / self.sb.geo.segs_per_sec as u64;
         ovp_secs.saturating_sub(self.seg.reserve_sections()).max(2)
     }

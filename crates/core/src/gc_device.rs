@@ -299,14 +299,9 @@ impl crate::gc::Collector for DeviceCollector {
     fn after_checkpoint(&self, fs: &FsInner, in_pack: u64) -> Result<()> {
         // 1. Per-block discards of what died before the pack (redirects still work: nothing
         //    of this round is acknowledged yet).
-        let cmds = match fs.seg.dead.lock().as_mut() {
-            Some(m) => m.drain_commands(),
-            None => Vec::new(),
-        };
-        for c in cmds {
-            fs.dev.discard(c.addr, c.len)?;
-            fs.seg.discarded_blocks.fetch_add(c.len, Ordering::Relaxed);
-        }
+        //    The checkpoint drained them from the dead map into its discard log and the
+        //    queue (`gc_none::checkpoint_discards`); a cut before this re-issues the log.
+        crate::gc_none::dispatch_all(fs)?;
         // 2. What arrived during the checkpoint, before any section is freed.
         self.apply_queued(fs)?;
         // 3. Acknowledge what the durable pack covers.

@@ -37,6 +37,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
+// IPLFS (`gc=none` on an infinite space): the hooks below marked "IPLFS hook" hand over to
+// this child module.
+#[path = "alloc_none.rs"]
+mod alloc_none;
+pub use alloc_none::Infinite;
+use flashlog_format::sb::REGION_SEGS;
+
 const WORDS: usize = SEG_BITMAP_BYTES / 8;
 /// No segment.
 pub const NO_SEG: SegNo = u64::MAX;
@@ -189,6 +196,12 @@ pub struct SegManager {
     /// `gc=device`: blocks invalidated since the last checkpoint, discarded one by one after
     /// it is durable (`gc_device.rs`). None on other policies.
     pub dead: Mutex<Option<crate::discard::DiscardMap>>,
+    /// Discard commands a durable checkpoint logged and that still wait to be issued
+    /// (`gc_none.rs` dispatches them; `gc=device` issues them right after its checkpoint).
+    pub discards: Mutex<crate::discard::DiscardQueue>,
+    /// IPLFS: an infinite volume's live count and capacity pool (`alloc_none.rs`); None on
+    /// finite volumes.
+    inf: Option<Infinite>,
 }
 
 /// Hook called at named points of `SegManager` with a block address (tests force an
@@ -246,6 +259,11 @@ impl SegManager {
     /// Hold `recovery_secs` out of the space budget (after the head table changed shape or
     /// the budget was rebuilt).
     fn hold_recovery_reserve(&self) {
+        if self.inf.is_some() {
+            // IPLFS hook: a moved head gives its unwritten room back first, so the move
+            // needs at most what the heads wrote of their segments: one segment each.
+            return self.space.set_recovery_reserve(self.heads.len() as u64);
+        }
         let secs = self.recovery_secs().min(
             self.geo
                 .recovery_reserve_secs()
@@ -295,8 +313,13 @@ impl SegManager {
         elapsed: u64,
         io_threads: usize,
     ) -> Result<SegManager> {
-        let nsegs = geo.main_segments as usize;
-        let nsecs = geo.sections();
+        // IPLFS hook: an infinite volume has no per-segment tables at all.
+        let nsegs = if geo.infinite {
+            0
+        } else {
+            geo.main_segments as usize
+        };
+        let nsecs = if geo.infinite { 0 } else { geo.sections() };
         // Data stops allocating new sections this far above empty (half of F2FS's reserved
         // sections, and at least enough for every log head to advance once): below it only
         // nodes, collectors and the checkpoint allocate.
@@ -333,7 +356,12 @@ impl SegManager {
             test_hook: parking_lot::RwLock::new(None),
             device_secs_from: AtomicU64::new(u64::MAX),
             dead: Mutex::new(None),
+            discards: Mutex::new(crate::discard::DiscardQueue::new()),
+            inf: geo.infinite.then(Infinite::new),
         };
+        if geo.infinite {
+            return m.inf_load(heads); // IPLFS hook
+        }
         let mut buf = vec![0u8; BLOCK_SIZE * 2];
         for i in 0..geo.sit_blocks {
             dev.read(geo.sit_block_addr(i, 0), &mut buf)?;
@@ -461,6 +489,9 @@ impl SegManager {
     }
     /// Sum of valid blocks over the main area.
     pub fn total_valid(&self) -> u64 {
+        if let Some(live) = self.live_blocks() {
+            return live; // IPLFS hook
+        }
         self.segs
             .iter()
             .map(|s| s.valid.load(Ordering::Relaxed) as u64)
@@ -481,6 +512,9 @@ impl SegManager {
 
     /// Mark `addr` valid (a node now points at it).
     pub fn set_valid(&self, addr: BlkAddr) {
+        if self.inf.is_some() {
+            return self.inf_set_valid(addr); // IPLFS hook
+        }
         let _sit = self.sit_guard();
         let Some((seg, off)) = self.locate(addr) else {
             return;
@@ -535,6 +569,9 @@ impl SegManager {
     }
 
     fn invalidate_as(&self, addr: BlkAddr, dead: bool) {
+        if self.inf.is_some() {
+            return self.inf_invalidate(addr); // IPLFS hook
+        }
         if dead {
             if let Some(m) = self.dead.lock().as_mut() {
                 m.invalidate(addr, 1);
@@ -567,6 +604,9 @@ impl SegManager {
     }
 
     pub fn is_valid(&self, addr: BlkAddr) -> bool {
+        if self.inf.is_some() {
+            return self.inf_is_valid(addr); // IPLFS hook
+        }
         self.locate(addr)
             .is_some_and(|(seg, off)| self.segs[seg as usize].is_valid(off))
     }
@@ -613,6 +653,9 @@ impl SegManager {
     /// The segment after `seg` for a head: the next segment of its section, or the first of
     /// a newly claimed section.
     fn following_segment(&self, seg: SegNo, kind: LogKind, temp: Temp) -> Result<SegNo> {
+        if self.inf.is_some() {
+            return self.inf_following(seg); // IPLFS hook
+        }
         if (seg + 1) % self.sps() != 0 {
             return Ok(seg + 1);
         }
@@ -622,6 +665,9 @@ impl SegManager {
 
     /// Set up a fresh head table at mkfs / after recovery: every head gets a new section.
     pub fn fresh_heads(&self, specs: &[(LogKind, Temp, u16, u16)]) -> Result<Vec<LogHeadRecord>> {
+        if self.inf.is_some() {
+            return self.inf_fresh_heads(specs); // IPLFS hook
+        }
         let mut out = Vec::new();
         for &(kind, temp, mlog, stream) in specs {
             let seg = self.claim_section(kind == LogKind::Data)? * self.sps();
@@ -728,6 +774,9 @@ impl SegManager {
     /// Sections the old heads owned (current and next segments) stop being current unless a
     /// head in `recs` still owns them; empty ones become prefree.
     fn retire_sections(&self, old: &[(SegNo, SegNo)], recs: &[LogHeadRecord]) {
+        if self.inf.is_some() {
+            return; // IPLFS hook: no sections to retire (inf_fresh_heads gave the room back)
+        }
         let owned = |sec: u64| {
             recs.iter().any(|r| {
                 self.sec_of(r.seg) == sec
@@ -779,6 +828,9 @@ impl SegManager {
     /// Mark the section holding `addr` in use (roll-forward adopts blocks in sections the
     /// checkpoint considered free).
     pub fn mark_section_used(&self, addr: BlkAddr) {
+        if self.inf.is_some() {
+            return; // IPLFS hook: no sections
+        }
         if let Some(seg) = self.geo.seg_of(addr) {
             let sec = self.sec_of(seg);
             if !self.used.set(sec) {
@@ -851,9 +903,10 @@ impl SegManager {
         // file's cell lock, which a collector takes before it trusts the validity bit.
         self.set_valid(addr);
         self.pending[hi].1.store(addr + 1, Ordering::Release);
-        self.segs[h.seg as usize]
-            .class
-            .store(hi as u8, Ordering::Relaxed);
+        // IPLFS hook: an infinite volume has no segment table (`get`).
+        if let Some(se) = self.segs.get(h.seg as usize) {
+            se.class.store(hi as u8, Ordering::Relaxed);
+        }
         if h.buf.len() >= WRITE_BATCH_BLOCKS * BLOCK_SIZE {
             self.submit(hi, &mut h)?;
         }
@@ -874,6 +927,9 @@ impl SegManager {
     }
 
     fn advance_inner(&self, h: &mut LogHead) -> Result<()> {
+        if self.inf.is_some() {
+            return self.inf_advance(h); // IPLFS hook
+        }
         let old_seg = h.seg;
         let old_sec = self.sec_of(old_seg);
         // An SSR segment is never followed by its neighbour (which belongs to someone else):
@@ -1078,6 +1134,11 @@ impl SegManager {
 
     /// Summary block of `seg`: from a head, the dirty set, or disk.
     pub fn read_ssa(&self, seg: SegNo) -> Result<Box<SsaBlock>> {
+        if self.inf.is_some() {
+            return Err(Error::NotSupported(
+                "an infinite (gc=none) volume has no SSA",
+            ));
+        }
         for h in &self.heads {
             let h = h.lock();
             if h.seg == seg {
@@ -1097,6 +1158,9 @@ impl SegManager {
     /// first head of that kind), unless it already does. A segment the roll-forward adopts
     /// may carry no class, or a stale one from before it was last freed.
     pub fn set_class_kind(&self, addr: BlkAddr, kind: LogKind) {
+        if self.inf.is_some() {
+            return; // IPLFS hook: no SIT
+        }
         let Some((seg, _)) = self.locate(addr) else {
             return;
         };
@@ -1109,6 +1173,9 @@ impl SegManager {
 
     /// Record a summary entry outside the append path (mount-time recovery).
     pub fn set_summary(&self, addr: BlkAddr, sum: Summary) -> Result<()> {
+        if self.inf.is_some() {
+            return Ok(()); // IPLFS hook: no SSA
+        }
         let Some((seg, off)) = self.locate(addr) else {
             return Ok(());
         };
@@ -1148,6 +1215,11 @@ impl SegManager {
     /// the bits in `sit_bm` / `ssa_bm`. Called with every operation excluded.
     pub fn flush_meta(&self, sit_bm: &mut [u8], ssa_bm: &mut [u8]) -> Result<(u64, u64)> {
         use flashlog_format::codec::set_bit;
+        if self.inf.is_some() {
+            // IPLFS hook: no SIT and no SSA on disk.
+            self.ssa_dirty.lock().clear();
+            return Ok((0, 0));
+        }
         let mut ssa_written = 0;
         let mut dirty: Vec<(SegNo, Box<SsaBlock>)> = self.ssa_dirty.lock().drain().collect();
         for h in &self.heads {

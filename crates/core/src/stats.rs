@@ -29,6 +29,7 @@ pub struct Stats {
     pub gc_ns: AtomicU64,
     pub stall_ns: AtomicU64,
     pub checkpoint_ns: AtomicU64,
+    pub discard_log_reissued: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -89,6 +90,15 @@ pub struct Counters {
     /// Device blocks written / data blocks written back for applications: the file
     /// system's own amplification (cleaning, nodes, metadata, checkpoints).
     pub fs_write_amplification: f64,
+    /// Blocks discarded by the file system (freed sections, dead blocks of gc=none and
+    /// gc=device).
+    pub discarded_blocks: u64,
+    /// Discard commands a durable checkpoint logged that wait for dispatch (gc=none).
+    pub discards_queued: u64,
+    /// Blocks mount issued again from the newest checkpoint's discard log.
+    pub discard_log_reissued_blocks: u64,
+    /// gc=none (infinite volumes): live blocks (no SIT holds them); 0 elsewhere.
+    pub live_blocks: u64,
 }
 
 impl Stats {
@@ -124,6 +134,10 @@ impl Stats {
             ssr_blocks,
             space_overcommit_blocks: 0,
             space_refusals: 0,
+            discarded_blocks: 0,
+            discards_queued: 0,
+            discard_log_reissued_blocks: g(&self.discard_log_reissued),
+            live_blocks: 0,
             fs_write_amplification: if g(&self.data_blocks_written) == 0 {
                 0.0
             } else {

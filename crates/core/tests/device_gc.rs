@@ -222,6 +222,14 @@ fn power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing() {
                     "unapplied upcalls not re-applied"
                 );
             }
+            // Cut after the pack is durable, before its per-block discards: the pack's
+            // discard log holds them, and this mount issued them again (before: lost).
+            if points[round - 1] == "checkpoint:durable" {
+                assert!(
+                    c.discard_log_reissued_blocks > 0,
+                    "the dead blocks of the durable checkpoint were not re-issued"
+                );
+            }
             for (i, d) in durable.iter_mut().enumerate() {
                 let got = fs.read_file(&format!("/f{i}")).unwrap();
                 for (b, chunk) in got.chunks(4096).enumerate() {

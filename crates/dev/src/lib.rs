@@ -45,6 +45,10 @@ pub struct Capabilities {
     pub migration_upcalls: bool,
     /// The logical space is effectively infinite (IPLFS): addresses are never reused.
     pub infinite_space: bool,
+    /// Blocks the device can really hold mapped at once: `block_count` on an ordinary
+    /// device; on an infinite space the physical capacity it exposes (a `gc=none` volume
+    /// sizes its user space and its ENOSPC from it).
+    pub capacity_blocks: u64,
     /// Contents survive the process (file, block device).
     pub persistent: bool,
     /// Blocks per zone on a zoned device (writes in a zone must follow its rules: sequential
@@ -70,6 +74,7 @@ impl Capabilities {
             discard_zeroes: true,
             migration_upcalls: false,
             infinite_space: false,
+            capacity_blocks: block_count,
             persistent: false,
             zone_blocks: 0,
             conventional_blocks: block_count,

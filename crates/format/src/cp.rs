@@ -80,6 +80,13 @@ pub struct Checkpoint {
     pub nat_bitmap: Vec<u8>,
     pub sit_bitmap: Vec<u8>,
     pub ssa_bitmap: Vec<u8>,
+    /// The discard log: blocks dead in this checkpoint's view that the device may still
+    /// map (encoded by `flashlog_core::discard::encode_log`; empty when there are none).
+    /// Length at header bytes 116..120; zero in images written before it existed.
+    pub discard_log: Vec<u8>,
+    /// Infinite (IPLFS) volumes: blocks live in this checkpoint's view (no SIT holds valid
+    /// counts there). Header bytes 120..128; 0 on finite volumes.
+    pub live_blocks: u64,
 }
 
 // Header offsets.
@@ -101,6 +108,8 @@ const H_SSA_BM: usize = 92;
 const H_PAYLOAD_BYTES: usize = 96;
 const H_PAYLOAD_CRC: usize = 104;
 const H_LAST_UPCALL: usize = 108;
+const H_DLOG_BYTES: usize = 116;
+const H_LIVE_BLOCKS: usize = 120;
 // Payload block offsets.
 const P_VERSION: usize = 8;
 const P_INDEX: usize = 16;
@@ -162,6 +171,7 @@ impl Checkpoint {
         p.extend_from_slice(&self.nat_bitmap);
         p.extend_from_slice(&self.sit_bitmap);
         p.extend_from_slice(&self.ssa_bitmap);
+        p.extend_from_slice(&self.discard_log);
         p
     }
 
@@ -186,6 +196,8 @@ impl Checkpoint {
         put_u32(&mut hdr[..], H_NAT_BM, self.nat_bitmap.len() as u32);
         put_u32(&mut hdr[..], H_SIT_BM, self.sit_bitmap.len() as u32);
         put_u32(&mut hdr[..], H_SSA_BM, self.ssa_bitmap.len() as u32);
+        put_u32(&mut hdr[..], H_DLOG_BYTES, self.discard_log.len() as u32);
+        put_u64(&mut hdr[..], H_LIVE_BLOCKS, self.live_blocks);
         put_u64(&mut hdr[..], H_PAYLOAD_BYTES, payload.len() as u64);
         put_u32(&mut hdr[..], H_PAYLOAD_CRC, crc(&payload));
         seal(&mut hdr, tag::CP_HEADER);
@@ -289,7 +301,8 @@ impl Checkpoint {
         if nb != nat_bm || sb != sit_bm || ab != ssa_bm {
             return Err(bad("bitmap sizes", nb as u64));
         }
-        let need = n_heads * LOG_HEAD_BYTES + n_orphans * 4 + nb + sb + ab;
+        let dlog = get_u32(&hdr[..], H_DLOG_BYTES) as usize;
+        let need = n_heads * LOG_HEAD_BYTES + n_orphans * 4 + nb + sb + ab + dlog;
         if need != payload.len() {
             return Err(bad("payload length", payload.len() as u64));
         }
@@ -316,6 +329,8 @@ impl Checkpoint {
         let sit_bitmap = payload[at..at + sb].to_vec();
         at += sb;
         let ssa_bitmap = payload[at..at + ab].to_vec();
+        at += ab;
+        let discard_log = payload[at..at + dlog].to_vec();
         Ok(Checkpoint {
             version,
             flags: get_u32(&hdr[..], H_FLAGS),
@@ -332,6 +347,8 @@ impl Checkpoint {
             nat_bitmap,
             sit_bitmap,
             ssa_bitmap,
+            discard_log,
+            live_blocks: get_u64(&hdr[..], H_LIVE_BLOCKS),
         })
     }
 }
@@ -398,6 +415,8 @@ mod tests {
             nat_bitmap: vec![0xa5; nat],
             sit_bitmap: vec![1; 3],
             ssa_bitmap: vec![2; 64],
+            discard_log: vec![7; 40],
+            live_blocks: 12,
         }
     }
 

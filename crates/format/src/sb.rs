@@ -32,6 +32,20 @@ pub const MAX_LOG_HEADS: u32 = 256;
 pub const MAX_ORPHANS: u32 = 8192;
 /// Number of persistent log heads mkfs sets up (hot/warm/cold x node/data).
 pub const DEFAULT_LOG_HEADS: u32 = 6;
+/// Superblock `features` bit: an IPLFS volume (`gc=none`) on a device whose logical space
+/// is infinite: no SIT, no SSA, each log head appends in its own region (docs/FORMAT.md
+/// "Infinite volumes").
+pub const FEATURE_INFINITE: u64 = 0x1;
+/// log2 of the blocks of one region of an infinite volume: region 0 holds the metadata,
+/// log head `i` appends in region `i + 1`, from `(i + 1) << 56`, and never wraps.
+pub const REGION_BLOCKS_LOG2: u32 = 56;
+/// Blocks of one region (2^56: 256 EiB of 4 KiB blocks).
+pub const REGION_BLOCKS: u64 = 1 << REGION_BLOCKS_LOG2;
+/// Segments of one region.
+pub const REGION_SEGS: u64 = REGION_BLOCKS / BLOCKS_PER_SEG;
+/// Most log heads of an infinite volume: one region each after region 0, and the last
+/// region (255) is one block short of 2^56 (a `block_count` of 2^64 - 1), so it is unused.
+pub const MAX_INFINITE_HEADS: u32 = 254;
 
 // Superblock field offsets.
 const O_VERSION: usize = 8;
@@ -92,6 +106,10 @@ pub struct Geometry {
     pub user_blocks: u64,
     pub log_heads: u32,
     pub mlogs: u32,
+    /// An infinite (IPLFS, `gc=none`) volume: `sit_blocks` and `ssa_blocks` are 0, the main
+    /// area starts at region 1 and `user_blocks` is the device's real capacity less the
+    /// metadata. Stored as [`FEATURE_INFINITE`] in the superblock's `features`.
+    pub infinite: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,6 +152,8 @@ pub enum GeometryError {
     ZoneSize(u64),
     #[error("the metadata needs {need} blocks but the device's conventional (page-mapped) region has only {conv}; give the device a larger conventional region (conventional_bytes)")]
     MetaTooBig { need: u64, conv: u64 },
+    #[error("an infinite (gc=none) volume needs a device of 2^64 - 1 logical blocks and a real capacity of at least 64 MiB; this one has {block_count} logical blocks and {capacity} blocks of capacity")]
+    NotInfinite { block_count: u64, capacity: u64 },
 }
 
 /// F2FS mkfs's overprovision search (f2fs-tools 1.16 `get_best_overprovision`): try ovp from
@@ -209,7 +229,7 @@ impl Geometry {
         let mut main_segs = total_segs.saturating_sub(1);
         loop {
             main_segs -= main_segs % sps;
-            let meta = Self::lay_out_metadata(block_count, segs_per_sec, main_segs, mlogs);
+            let meta = Self::lay_out_metadata(block_count, segs_per_sec, main_segs, mlogs, 0);
             if meta.main_addr + main_segs * BLOCKS_PER_SEG <= block_count {
                 // Segments held by logs: one current segment per head plus the next segment
                 // each node head reserves in advance (F2FS counts its 6 current segments).
@@ -270,12 +290,15 @@ impl Geometry {
     /// `user_blocks` is what the device can really hold: `live_limit` blocks. Everything else
     /// of the main area counts as overprovision (`ovp_segments`), so the on-disk relations of
     /// an ordinary geometry hold unchanged.
+    /// The packs also hold a discard log of up to `dlog_max_bytes` (the blocks that died
+    /// before a checkpoint and wait for their discard).
     pub fn compute_zoned(
         block_count: u64,
         conv_blocks: u64,
         zone_blocks: u64,
         live_limit: u64,
         mlogs: u32,
+        dlog_max_bytes: u64,
     ) -> Result<Geometry, GeometryError> {
         let bytes = block_count * BLOCK_SIZE as u64;
         if zone_blocks == 0
@@ -293,7 +316,8 @@ impl Geometry {
             return Err(GeometryError::ZoneSize(zone_blocks));
         }
         let main_segs = (block_count - conv_blocks) / zone_blocks * sps;
-        let meta = Self::lay_out_metadata(block_count, sps as u32, main_segs, mlogs);
+        let meta =
+            Self::lay_out_metadata(block_count, sps as u32, main_segs, mlogs, dlog_max_bytes);
         let meta_end = meta.ssa_addr + 2 * meta.ssa_blocks;
         if meta_end > conv_blocks {
             return Err(GeometryError::MetaTooBig {
@@ -319,6 +343,89 @@ impl Geometry {
         })
     }
 
+    /// Lay out an infinite (IPLFS, `gc=none`) volume on a device of `block_count` logical
+    /// blocks (2^64 - 1) that really holds `capacity` blocks. Region 0 holds the superblock,
+    /// both checkpoint packs (each large enough for the header payload and a discard log of
+    /// `dlog_max_bytes`) and the NAT; there is no SIT and no SSA. The main area is regions 1
+    /// to 255; log head `i` appends in region `i + 1`. `user_blocks` is the capacity less
+    /// the metadata and `reserved_segments` (three per head and two), in whole segments.
+    pub fn compute_infinite(
+        block_count: u64,
+        capacity: u64,
+        mlogs: u32,
+        dlog_max_bytes: u64,
+    ) -> Result<Geometry, GeometryError> {
+        let not_inf = GeometryError::NotInfinite {
+            block_count,
+            capacity,
+        };
+        if block_count != u64::MAX || capacity.saturating_mul(BLOCK_SIZE as u64) < MIN_VOLUME_BYTES
+        {
+            return Err(not_inf);
+        }
+        if !(1..=32).contains(&mlogs) {
+            return Err(GeometryError::BadMlogs(mlogs));
+        }
+        let max_nid = capacity.clamp(1024, MAX_NIDS);
+        let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
+        let payload = cp_payload_bytes(nat_blocks, 0, 0).saturating_add(dlog_max_bytes);
+        let pack = 2 + ceil_div(payload, CP_PAYLOAD_BYTES as u64);
+        let cp_addr = 2;
+        let sit_addr = cp_addr + 2 * pack;
+        let nat_addr = sit_addr;
+        let ssa_addr = nat_addr + 2 * nat_blocks;
+        if ssa_addr >= REGION_BLOCKS {
+            return Err(not_inf);
+        }
+        let log_heads = DEFAULT_LOG_HEADS * mlogs;
+        let main_segments = (block_count - REGION_BLOCKS) / BLOCKS_PER_SEG;
+        // Written metadata: both superblocks, both packs at most, both NAT copies.
+        let meta = 2 + 2 * pack + 2 * nat_blocks;
+        // Held back from users: each head's current and next segment, one segment per head
+        // for the move after a cut (the recovery reserve), two for the space floor.
+        let reserved_segments = 3 * log_heads as u64 + 2;
+        let user_segments =
+            capacity.saturating_sub(meta + reserved_segments * BLOCKS_PER_SEG) / BLOCKS_PER_SEG;
+        if user_segments < 4 {
+            return Err(GeometryError::NoUserSpace {
+                bytes: capacity * BLOCK_SIZE as u64,
+                user_segments,
+            });
+        }
+        Ok(Geometry {
+            block_count,
+            segs_per_sec: 1,
+            cp_addr,
+            cp_pack_blocks: pack,
+            sit_addr,
+            sit_blocks: 0,
+            nat_addr,
+            nat_blocks,
+            ssa_addr,
+            ssa_blocks: 0,
+            main_addr: REGION_BLOCKS,
+            main_segments,
+            max_nid: max_nid as Nid,
+            reserved_segments,
+            ovp_segments: main_segments - user_segments,
+            user_blocks: user_segments * BLOCKS_PER_SEG,
+            log_heads,
+            mlogs,
+            infinite: true,
+        })
+    }
+
+    /// First segment (main-area segment number) of the region of log head `hi` on an
+    /// infinite volume.
+    pub fn region_first_seg(&self, hi: usize) -> SegNo {
+        hi as u64 * REGION_SEGS
+    }
+
+    /// Log head whose region holds main-area segment `seg` (infinite volumes).
+    pub fn region_of_seg(&self, seg: SegNo) -> usize {
+        (seg / REGION_SEGS) as usize
+    }
+
     /// The metadata areas for a main area of `main_segs` segments, laid out from block 2:
     /// both checkpoint packs, then SIT, NAT and SSA, each twice; `main_addr` is the first
     /// segment boundary after them. The space split (reserved, overprovision, user blocks) is
@@ -329,13 +436,14 @@ impl Geometry {
         segs_per_sec: u32,
         main_segs: u64,
         mlogs: u32,
+        dlog_max_bytes: u64,
     ) -> Geometry {
         let max_nid = (main_segs * BLOCKS_PER_SEG).clamp(1024, MAX_NIDS);
         let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
         let sit_blocks = ceil_div(main_segs, SIT_ENTRIES_PER_BLOCK as u64);
         let ssa_blocks = main_segs;
         let pack = 2 + ceil_div(
-            cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks),
+            cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks) + dlog_max_bytes,
             CP_PAYLOAD_BYTES as u64,
         );
         let cp_addr = 2;
@@ -362,6 +470,7 @@ impl Geometry {
             user_blocks: 0,
             log_heads: DEFAULT_LOG_HEADS * mlogs,
             mlogs,
+            infinite: false,
         }
     }
 
@@ -403,6 +512,9 @@ impl Geometry {
 
     /// Check the relations mount relies on; a superblock that fails them is corrupt.
     pub fn validate(&self) -> FormatResult<()> {
+        if self.infinite {
+            return self.validate_infinite();
+        }
         let bad = |field: &'static str, value: u64| {
             Err(FormatError::BadField {
                 what: "superblock",
@@ -476,6 +588,72 @@ impl Geometry {
     }
 }
 
+impl Geometry {
+    /// `validate` for an infinite volume: the relations `compute_infinite` establishes.
+    fn validate_infinite(&self) -> FormatResult<()> {
+        let bad = |field: &'static str, value: u64| {
+            Err(FormatError::BadField {
+                what: "superblock",
+                field,
+                value,
+            })
+        };
+        let pack_need = 2 + ceil_div(
+            cp_payload_bytes(self.nat_blocks, 0, 0),
+            CP_PAYLOAD_BYTES as u64,
+        );
+        if self.block_count != u64::MAX {
+            return bad("block_count", self.block_count);
+        }
+        if self.segs_per_sec != 1 {
+            return bad("segs_per_sec", self.segs_per_sec as u64);
+        }
+        if self.cp_addr != 2 || self.cp_pack_blocks < pack_need {
+            return bad("cp_pack_blocks", self.cp_pack_blocks);
+        }
+        if self.sit_blocks != 0 || self.ssa_blocks != 0 {
+            return bad("sit_blocks/ssa_blocks", self.sit_blocks | self.ssa_blocks);
+        }
+        if self.sit_addr != self.cp_addr + 2 * self.cp_pack_blocks || self.nat_addr != self.sit_addr
+        {
+            return bad("nat_addr", self.nat_addr);
+        }
+        if self.max_nid as u64 > MAX_NIDS
+            || (self.max_nid as u64) <= crate::FIRST_FREE_NID as u64
+            || self.nat_blocks != ceil_div(self.max_nid as u64, NAT_ENTRIES_PER_BLOCK as u64)
+        {
+            return bad("nat_blocks", self.nat_blocks);
+        }
+        match self
+            .nat_blocks
+            .checked_mul(2)
+            .and_then(|n| n.checked_add(self.nat_addr))
+        {
+            Some(end) if end == self.ssa_addr && end < REGION_BLOCKS => {}
+            _ => return bad("ssa_addr", self.ssa_addr),
+        }
+        if self.main_addr != REGION_BLOCKS
+            || self.main_segments != (self.block_count - REGION_BLOCKS) / BLOCKS_PER_SEG
+        {
+            return bad("main_addr", self.main_addr);
+        }
+        if self.ovp_segments >= self.main_segments || self.reserved_segments > self.ovp_segments {
+            return bad("ovp_segments", self.ovp_segments);
+        }
+        if self.user_blocks != (self.main_segments - self.ovp_segments) * BLOCKS_PER_SEG {
+            return bad("user_blocks", self.user_blocks);
+        }
+        if self.log_heads == 0
+            || self.log_heads > MAX_INFINITE_HEADS
+            || self.mlogs == 0
+            || self.mlogs > 32
+        {
+            return bad("log_heads", self.log_heads as u64);
+        }
+        Ok(())
+    }
+}
+
 impl Superblock {
     pub fn encode(&self) -> Box<Block> {
         let g = &self.geo;
@@ -504,7 +682,8 @@ impl Superblock {
         put_u32(&mut b[..], O_MLOGS, g.mlogs);
         put_u32(&mut b[..], O_HASH_SEED, self.hash_seed);
         put_u64(&mut b[..], O_CREATED, self.created_unix);
-        put_u64(&mut b[..], O_FEATURES, self.features);
+        let infinite = if g.infinite { FEATURE_INFINITE } else { 0 };
+        put_u64(&mut b[..], O_FEATURES, self.features | infinite);
         b[O_UUID..O_UUID + 16].copy_from_slice(&self.uuid);
         let label = self.label.as_bytes();
         // Cut at a character boundary so that the stored label stays valid UTF-8.
@@ -556,6 +735,7 @@ impl Superblock {
             user_blocks: get_u64(b, O_USER_BLOCKS),
             log_heads: get_u32(b, O_LOG_HEADS),
             mlogs: get_u32(b, O_MLOGS),
+            infinite: get_u64(b, O_FEATURES) & FEATURE_INFINITE != 0,
         };
         geo.validate()?;
         let mut uuid = [0u8; 16];
@@ -566,7 +746,7 @@ impl Superblock {
             geo,
             hash_seed: get_u32(b, O_HASH_SEED),
             created_unix: get_u64(b, O_CREATED),
-            features: get_u64(b, O_FEATURES),
+            features: get_u64(b, O_FEATURES) & !FEATURE_INFINITE,
             uuid,
             label: String::from_utf8(raw[..end].to_vec()).map_err(|_| FormatError::BadField {
                 what: "superblock",
@@ -620,5 +800,43 @@ mod tests {
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
         b[O_MAIN_SEGS] ^= 0xff;
         assert!(Superblock::decode(&b).is_err());
+    }
+
+    #[test]
+    fn infinite_geometry_has_no_sit_no_ssa_and_capacity_user_space() {
+        let cap = (1u64 << 30) / 4096;
+        let g = Geometry::compute_infinite(u64::MAX, cap, 1, 1 << 20).unwrap();
+        g.validate().unwrap();
+        assert_eq!(
+            (g.sit_blocks, g.ssa_blocks, g.main_addr),
+            (0, 0, REGION_BLOCKS)
+        );
+        assert!(
+            g.user_blocks < cap && g.user_blocks > cap * 9 / 10,
+            "{}",
+            g.user_blocks
+        );
+        // The pack holds the discard log bound.
+        assert!(g.cp_pack_blocks * CP_PAYLOAD_BYTES as u64 >= 1 << 20);
+        // Head 5's region is the sixth after region 0, inside the main area.
+        assert_eq!(g.seg_start(g.region_first_seg(5)), 6 * REGION_BLOCKS);
+        assert_eq!(g.region_of_seg(g.region_first_seg(5) + 7), 5);
+        let sb = Superblock {
+            geo: g.clone(),
+            hash_seed: 1,
+            created_unix: 0,
+            features: 0,
+            uuid: [0; 16],
+            label: String::new(),
+        };
+        let mut b = sb.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        // A flipped feature bit turns the geometry into a finite one that cannot validate.
+        b[O_FEATURES] ^= 1;
+        seal(&mut b, tag::SUPERBLOCK);
+        assert!(Superblock::decode(&b).is_err());
+        // Refused: a finite device, a too small capacity.
+        assert!(Geometry::compute_infinite(1 << 40, cap, 1, 0).is_err());
+        assert!(Geometry::compute_infinite(u64::MAX, 1000, 1, 0).is_err());
     }
 }

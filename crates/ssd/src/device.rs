@@ -179,6 +179,9 @@ impl SsdDevice {
         caps.conventional_blocks = ftl.conventional_blocks();
         caps.gc_region_blocks = ftl.gc_region_blocks();
         caps.infinite_space = ftl.infinite_space();
+        if caps.infinite_space {
+            caps.capacity_blocks = cfg.logical_blocks();
+        }
         let remaps = ftl.migration_upcalls();
         let engine = Engine::new(&cfg, ftl);
         let clock = match cfg.clock {

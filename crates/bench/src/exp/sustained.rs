@@ -150,7 +150,7 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
     }
     let fill_bytes = per_file * threads as u64;
     let rand_target =
-        (vol.bd.dev.capabilities().block_count as f64 * 4096.0 * ctx.args.write_factor) as u64;
+        (vol.bd.dev.capabilities().capacity_blocks as f64 * 4096.0 * ctx.args.write_factor) as u64;
     let ops = Ops::new(threads);
     let bar = ctx.bar(fill_bytes + rand_target, p.label.clone(), true);
     let sampler = vol.sampler(ctx, ops.clone(), bar.clone(), false);

@@ -1,0 +1,262 @@
+//! `gc=none` (IPLFS) on the emulated SSD with the interval-mapping FTL: an infinite,
+//! never-reused space, no SIT/SSA, the discard map, the discard log and its re-issue.
+//! Every test ends with fsck, and checks what the device maps against what is live.
+
+use flashlog_core::*;
+use flashlog_dev::BlockDevice;
+use flashlog_format::sb::REGION_BLOCKS;
+use flashlog_ssd::{SsdConfig, SsdDevice, StoreKind};
+use std::sync::Arc;
+
+const CAP: u64 = 256 << 20;
+
+fn interval(cap: u64) -> Arc<SsdDevice> {
+    let mut c = SsdConfig::preset("970pro-like")
+        .unwrap()
+        .with_capacity(cap)
+        .unwrap();
+    c.set("ftl", "interval").unwrap();
+    c.store = StoreKind::Ram;
+    Arc::new(SsdDevice::new(c).unwrap())
+}
+
+fn opts() -> MountOptions {
+    MountOptions {
+        gc: "none".parse().unwrap(),
+        cp_interval: None,
+        gc_interval: None,
+        ..MountOptions::default()
+    }
+}
+
+fn fsck_clean(dev: &dyn BlockDevice) -> fsck::FsckReport {
+    let r = fsck::fsck(dev).unwrap();
+    assert!(r.is_clean(), "fsck: {:?}", r.findings);
+    r
+}
+
+/// Blocks the device maps in the main area (regions 1..): every mapped block less the
+/// metadata of region 0 (which always holds a tag, so a mapped one reads non-zero).
+fn mapped_in_main(ssd: &SsdDevice) -> u64 {
+    let all = ssd
+        .ftl_stats()
+        .interval
+        .expect("interval stats")
+        .valid_entries;
+    let sb = flashlog_core::checkpoint::read_superblock(ssd).unwrap();
+    let mut b = vec![0u8; 4096];
+    let mut meta = 0;
+    for a in 0..sb.geo.ssa_addr {
+        ssd.read(a, &mut b).unwrap();
+        if b.iter().any(|&x| x != 0) {
+            meta += 1;
+        }
+    }
+    all - meta
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed) as u8)
+        .collect()
+}
+
+#[test]
+fn mkfs_lays_out_regions_without_sit_or_ssa_and_statfs_is_the_capacity() {
+    let ssd = interval(CAP);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let sb = flashlog_core::checkpoint::read_superblock(&*ssd).unwrap();
+    let g = &sb.geo;
+    assert!(g.infinite);
+    assert_eq!(
+        (g.sit_blocks, g.ssa_blocks, g.main_addr),
+        (0, 0, REGION_BLOCKS)
+    );
+    let cap_blocks = ssd.capabilities().capacity_blocks;
+    // Less the metadata (packs sized for the worst discard log) and 20 reserved segments.
+    assert!(g.user_blocks < cap_blocks && g.user_blocks > cap_blocks * 3 / 4);
+    // Finite policies are refused on this device, and gc=none on a finite one.
+    let err = Fs::mount(ssd.clone(), MountOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("gc=none"), "{err}");
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let st = fs.statfs();
+    assert_eq!(st.blocks, g.user_blocks);
+    let f = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &pattern(1, 1 << 20)).unwrap();
+    fs.fsync(f, false).unwrap();
+    assert!(fs.statfs().blocks_free <= st.blocks_free - 256);
+    fs.unmount().unwrap();
+    let r = fsck_clean(&*ssd);
+    // Data and nodes live in their heads' regions, behind the heads.
+    let live: Vec<_> = r
+        .live_intervals
+        .iter()
+        .filter(|v| v.live_blocks > 0)
+        .collect();
+    assert!(live.len() >= 2, "{:?}", r.live_intervals);
+    for v in &r.live_intervals {
+        assert_eq!(v.region_start, (v.head as u64 + 1) * REGION_BLOCKS);
+        if let (Some(a), Some(z)) = (v.first_live, v.last_live) {
+            assert!(v.region_start <= a && a <= z && z < v.head_at);
+        }
+    }
+}
+
+#[test]
+fn overwrites_are_discarded_after_the_checkpoint_and_addresses_never_reused() {
+    let ssd = interval(CAP);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    let mut highest = 0u64;
+    for round in 0..6u64 {
+        // 8 MiB rewritten in place: each round kills the previous round's blocks.
+        fs.write(f, 0, &pattern(round, 8 << 20)).unwrap();
+        fs.fsync(f, false).unwrap();
+        fs.sync().unwrap();
+        let r_heads: u64 = fs.stats().live_blocks;
+        assert!(r_heads >= 2048, "{r_heads}");
+        // The dispatcher (50 ms, 16 commands) catches up.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let s = fs.stats();
+        assert_eq!(s.discards_queued, 0, "round {round}");
+        let top = ssd
+            .ftl_stats()
+            .interval
+            .unwrap()
+            .intervals
+            .iter()
+            .map(|i| i.head)
+            .max()
+            .unwrap();
+        assert!(top >= highest, "a head went back: {top:#x} < {highest:#x}");
+        highest = top;
+    }
+    let s = fs.stats();
+    assert!(s.discarded_blocks >= 5 * 2048, "{}", s.discarded_blocks);
+    let live = s.live_blocks;
+    assert_eq!(
+        mapped_in_main(&ssd),
+        live,
+        "dead blocks the device still maps"
+    );
+    let mut buf = vec![0u8; 8 << 20];
+    fs.read(f, 0, &mut buf).unwrap();
+    assert!(buf == pattern(5, 8 << 20));
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
+}
+
+#[test]
+fn enospc_when_live_data_reaches_the_capacity_and_space_returns_after_delete() {
+    let ssd = interval(96 << 20);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let user = fs.statfs().blocks;
+    let chunk = pattern(7, 1 << 20);
+    let mut written = 0u64;
+    let mut files = Vec::new();
+    'fill: for i in 0.. {
+        let f = match fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0) {
+            Ok(a) => a.ino,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("{e}"),
+        };
+        files.push(f);
+        for k in 0..4u64 {
+            match fs.write(f, k << 20, &chunk) {
+                Ok(_) => written += 1 << 20,
+                Err(Error::NoSpace) => break 'fill,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    let blocks = written / 4096;
+    assert!(
+        blocks > user * 85 / 100 && blocks <= user,
+        "ENOSPC after {blocks} of {user} user blocks"
+    );
+    assert_eq!(fs.stats().space_overcommit_blocks, 0);
+    // Delete half, and the same amount fits again (the device got the discards).
+    for (i, _) in files.iter().enumerate().step_by(2) {
+        fs.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+    }
+    let f = fs.create(ROOT_INO, b"again", 0o644, 0, 0).unwrap().ino;
+    for k in 0..(blocks / 256 / 2 - 8) {
+        fs.write(f, k << 20, &chunk).unwrap();
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
+}
+
+#[test]
+fn crash_keeps_fsynced_bytes_and_leaves_no_dead_block_mapped() {
+    let ssd = interval(CAP);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &pattern(1, 4 << 20)).unwrap();
+    fs.sync().unwrap();
+    // After the checkpoint: an overwrite (dead blocks in the map, never logged), an
+    // fsync'd file, and unsynced data written to the device.
+    fs.write(a, 0, &pattern(2, 2 << 20)).unwrap();
+    let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap().ino;
+    fs.write(b, 0, &pattern(3, 1 << 20)).unwrap();
+    fs.fsync(b, false).unwrap();
+    let c = fs.create(ROOT_INO, b"c", 0o644, 0, 0).unwrap().ino;
+    fs.write(c, 0, &pattern(4, 3 << 20)).unwrap();
+    let _ = c; // never fsync'd: its blocks are dead after the cut
+    fs.abandon();
+    ssd.power_cycle();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
+    let mut buf = vec![0u8; 1 << 20];
+    fs.read(b, 0, &mut buf).unwrap();
+    assert!(buf == pattern(3, 1 << 20), "fsync'd bytes lost");
+    // Everything dead (the overwritten half of `a`'s first version was never dead in the
+    // checkpoint, the residue after the heads is) is discarded by the recovery checkpoint.
+    fs.sync().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let live = fs.stats().live_blocks;
+    assert_eq!(
+        mapped_in_main(&ssd),
+        live,
+        "dead blocks the device still maps"
+    );
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
+}
+
+#[test]
+fn the_discard_log_survives_a_crash_and_mount_reissues_it() {
+    let ssd = interval(CAP);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &pattern(1, 4 << 20)).unwrap();
+    fs.sync().unwrap();
+    fs.write(f, 0, &pattern(2, 4 << 20)).unwrap();
+    // This checkpoint logs the 1024 dead blocks; the crash comes before the dispatcher
+    // (first round 50 ms later) issues them all.
+    fs.sync().unwrap();
+    fs.abandon();
+    ssd.power_cycle();
+    let r = fsck_clean(&*ssd);
+    assert!(r.discard_log_blocks >= 1024, "{}", r.discard_log_blocks);
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    assert!(fs.stats().discard_log_reissued_blocks >= 1024);
+    let live = fs.stats().live_blocks;
+    assert_eq!(
+        mapped_in_main(&ssd),
+        live,
+        "dead blocks the device still maps"
+    );
+    let mut buf = vec![0u8; 4 << 20];
+    fs.read(f, 0, &mut buf).unwrap();
+    assert!(buf == pattern(2, 4 << 20));
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
+}
