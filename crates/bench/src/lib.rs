@@ -121,6 +121,9 @@ pub struct BenchArgs {
     /// runs; use 1 to study the two collectors stacked (log-on-log).
     #[arg(long, default_value = "auto")]
     pub segs_per_sec: String,
+    /// Max log partitions (mlogs) at mkfs: each has its own log heads and free sections.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub mlogs: u32,
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
@@ -152,6 +155,7 @@ pub fn default_main_job() -> BenchArgs {
         write_factor: 3.0,
         sample_ms: 200,
         segs_per_sec: "auto".into(),
+        mlogs: 1,
         quiet: false,
         flashlog_bin: None,
         no_peers: false,
@@ -185,6 +189,9 @@ impl BenchArgs {
         );
         if self.segs_per_sec != "auto" {
             s += &format!(" --segs-per-sec {}", self.segs_per_sec);
+        }
+        if self.mlogs != 1 {
+            s += &format!(" --mlogs {}", self.mlogs);
         }
         if self.no_peers {
             s += " --no-peers";

@@ -65,6 +65,7 @@ impl Volume {
                 force: true,
                 label: format!("bench-{}", policy.label),
                 segs_per_sec: ctx.segs_per_sec,
+                mlogs: ctx.args.mlogs,
                 ..Default::default()
             },
         )
