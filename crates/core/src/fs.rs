@@ -1356,11 +1356,7 @@ impl Fs {
                     flags |= node::flag::DENT;
                 }
                 fs.write_all_nodes(&mut st, Some(flags))?;
-                let hi = fs.head(
-                    st.ino,
-                    flashlog_format::cp::LogKind::Node,
-                    flashlog_format::cp::Temp::Warm,
-                );
+                let hi = fs.node_head(&mut st, flashlog_format::cp::Temp::Warm);
                 fs.seg.submit_head(hi)?;
                 fs.dev.flush()?;
                 Ok(false)

@@ -70,7 +70,9 @@ impl Volume {
             },
         )
         .map_err(|e| anyhow!("mkfs for {}: {e}", policy.label))?;
-        let fs = Fs::mount(bd.dev.clone(), policy.mount_options(&base_mount_options()))
+        let mut opts = policy.mount_options(&base_mount_options());
+        opts.mlog_map = ctx.args.mlog_map.parse().map_err(anyhow::Error::msg)?;
+        let fs = Fs::mount(bd.dev.clone(), opts)
             .map_err(|e| anyhow!("mount with {}: {e}", policy.label))?;
         Ok(Volume {
             fs: Arc::new(fs),
