@@ -47,10 +47,12 @@ pub struct FsInner {
     pub orphans: Mutex<BTreeSet<Ino>>,
     /// Data + node blocks allocated or reserved (F2FS valid_block_count).
     pub alloc_blocks: AtomicU64,
-    pub valid_nodes: AtomicU64,
-    pub valid_inodes: AtomicU64,
-    pub dirty_pages: AtomicU64,
-    pub dirty_nodes: AtomicU64,
+    /// Per-operation counts, sharded (`stats::Counter`): exact at checkpoints, which
+    /// exclude every operation; soft limits read them with `approx`.
+    pub valid_nodes: crate::stats::Counter,
+    pub valid_inodes: crate::stats::Counter,
+    pub dirty_pages: crate::stats::Counter,
+    pub dirty_nodes: crate::stats::Counter,
     pub poison: Mutex<Option<String>>,
     pub poisoned: AtomicBool,
     pub stats: Stats,

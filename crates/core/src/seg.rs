@@ -999,6 +999,8 @@ impl SegManager {
             self.submit(hi, &mut h)?;
         }
         drop(h);
+        // Back-pressure from the log-write queue, with the head released.
+        self.io.throttle();
         // Another append may move the head on from here (the window of issue 12).
         self.test_point("appended", addr);
         Ok(addr)

@@ -28,9 +28,12 @@ pub enum Point {
     Sit,
     /// Writers waiting for foreground cleaning (F2FS gc_mutex).
     GcLock,
+    /// Writers waiting for room in the log-write queue (device back-pressure; no lock
+    /// held).
+    IoQueue,
 }
 
-pub const POINTS: [(Point, &str); 8] = [
+pub const POINTS: [(Point, &str); 9] = [
     (Point::OpShared, "op_lock_shared"),
     (Point::OpExclusive, "op_lock_checkpoint"),
     (Point::Cell, "file_cell"),
@@ -39,6 +42,7 @@ pub const POINTS: [(Point, &str); 8] = [
     (Point::VictimSelect, "victim_selection"),
     (Point::Sit, "sit"),
     (Point::GcLock, "gc_lock"),
+    (Point::IoQueue, "io_queue"),
 ];
 
 struct Counter {
@@ -46,12 +50,12 @@ struct Counter {
     count: AtomicU64,
 }
 
-static COUNTERS: [Counter; 8] = [const {
+static COUNTERS: [Counter; 9] = [const {
     Counter {
         ns: AtomicU64::new(0),
         count: AtomicU64::new(0),
     }
-}; 8];
+}; 9];
 
 /// Record a wait that started at `t0`.
 pub fn record(p: Point, t0: Instant) {
