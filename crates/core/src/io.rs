@@ -80,8 +80,7 @@ impl IoPool {
 
     /// An empty buffer with room for one log write, reused if one is spare.
     pub fn buffer(&self) -> Vec<u8> {
-        self.spare
-            .lock()
+        crate::waits::lock(crate::waits::Point::IoPool, &self.spare)
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE))
     }
@@ -103,7 +102,7 @@ impl IoPool {
             self.recycle(data);
             return Ok(r?);
         }
-        let mut st = self.state.lock();
+        let mut st = crate::waits::lock(crate::waits::Point::IoPool, &self.state);
         if let Some(e) = &st.error {
             return Err(Error::Poisoned(e.clone()));
         }
