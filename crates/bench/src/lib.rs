@@ -121,6 +121,13 @@ pub struct BenchArgs {
     /// runs; use 1 to study the two collectors stacked (log-on-log).
     #[arg(long, default_value = "auto")]
     pub segs_per_sec: String,
+    /// Max log partitions (mlogs) at mkfs: each has its own log heads and free sections.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub mlogs: u32,
+    /// How writes map to an mlog (mount option `mlog=`): `ino` (the file's, ino mod mlogs)
+    /// or `thread` (the writing thread's, Max's per-core mlogs).
+    #[arg(long, default_value = "ino", value_name = "ino|thread")]
+    pub mlog_map: String,
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
@@ -156,6 +163,8 @@ pub fn default_main_job() -> BenchArgs {
         write_factor: 3.0,
         sample_ms: 200,
         segs_per_sec: "auto".into(),
+        mlogs: 1,
+        mlog_map: "ino".into(),
         quiet: false,
         flashlog_bin: None,
         no_peers: false,
@@ -190,6 +199,12 @@ impl BenchArgs {
         );
         if self.segs_per_sec != "auto" {
             s += &format!(" --segs-per-sec {}", self.segs_per_sec);
+        }
+        if self.mlogs != 1 {
+            s += &format!(" --mlogs {}", self.mlogs);
+        }
+        if self.mlog_map != "ino" {
+            s += &format!(" --mlog-map {}", self.mlog_map);
         }
         if self.no_peers {
             s += " --no-peers";
@@ -229,6 +244,9 @@ impl Ctx {
         if args.sample_ms < 10 {
             bail!("--sample-ms must be at least 10");
         }
+        args.mlog_map
+            .parse::<flashlog_core::MlogMap>()
+            .map_err(anyhow::Error::msg)?;
         let device = DeviceSpec::from_args(
             &args.device,
             args.image.as_ref(),

@@ -43,6 +43,9 @@ Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
   ro | rw                   read-only or read-write (default rw)
   gc=f2fs|scale|device|none garbage-collection policy (default f2fs)
   mode=lfs|adaptive         allocation mode (default adaptive)
+  mlog=ino|thread           on volumes with several mlogs (mkfs --mlogs), which log
+                            partition a write goes to: the file's (ino mod mlogs, default)
+                            or the writing thread's (Max's per-core mlogs)
   allow_other|noallow_other let every user use the mount (default: on when mounted by root)
   default_permissions|nodefault_permissions
                             the kernel checks permissions from the mode bits (default on)

@@ -159,7 +159,7 @@ impl SegManager {
         inf.live.store(live, Ordering::Release);
         *inf.pool.lock() = pool;
         let free = (pool.max(0) as u64) / BLOCKS_PER_SEG;
-        self.free_secs.store(free, Ordering::Release);
+        self.parts[0].free.store(free, Ordering::Release);
         let used: u64 = self.heads.iter().map(|h| self.head_used(&h.lock())).sum();
         self.space = crate::space::SpaceBudget::new(BLOCKS_PER_SEG, free, used);
         self.hold_recovery_reserve();
@@ -176,9 +176,9 @@ impl SegManager {
         drop(pool);
         let d = after - before;
         if d > 0 {
-            self.free_secs.fetch_add(d as u64, Ordering::AcqRel);
+            self.parts[0].free.fetch_add(d as u64, Ordering::AcqRel);
         } else if d < 0 {
-            self.free_secs.fetch_sub((-d) as u64, Ordering::AcqRel);
+            self.parts[0].free.fetch_sub((-d) as u64, Ordering::AcqRel);
         }
         if d != 0 {
             self.space.sections_changed(d);
@@ -201,7 +201,7 @@ impl SegManager {
         if self.geo.region_of_seg(next) != self.geo.region_of_seg(seg) {
             return Err(Error::NoSpace);
         }
-        if self.free_secs.load(Ordering::Acquire) == 0 {
+        if self.parts[0].free.load(Ordering::Acquire) == 0 {
             tracing::error!(
                 "no capacity for a new segment although the space budget covered the write \
                  (headroom {} blocks)",

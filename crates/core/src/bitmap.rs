@@ -78,6 +78,49 @@ impl AtomicBitmap {
         }
         None
     }
+    /// Find a zero bit in `[lo, hi)` at or after `hint`'s word (wrapping once inside the
+    /// range), set it, and return it. Bits outside the range are never touched, so callers
+    /// that own disjoint ranges (the mlogs' free sections) never take each other's bits.
+    pub fn claim_zero_in(&self, lo: u64, hi: u64, hint: u64) -> Option<u64> {
+        let hi = hi.min(self.bits);
+        if lo >= hi {
+            return None;
+        }
+        let (w0, w1) = ((lo / 64) as usize, ((hi - 1) / 64) as usize);
+        let nw = w1 - w0 + 1;
+        let hint = if (lo..hi).contains(&hint) { hint } else { lo };
+        let start = (hint / 64) as usize - w0;
+        for k in 0..=nw {
+            let wi = w0 + (start + k) % nw;
+            let base = wi as u64 * 64;
+            let mut mask = u64::MAX;
+            if base < lo {
+                mask &= u64::MAX << (lo - base);
+            }
+            if base + 64 > hi {
+                mask &= (1u64 << (hi - base)) - 1;
+            }
+            let w = &self.words[wi];
+            let mut cur = w.load(Ordering::Acquire);
+            loop {
+                let free = !cur & mask;
+                if free == 0 {
+                    break;
+                }
+                let bit = free.trailing_zeros() as u64;
+                match w.compare_exchange_weak(
+                    cur,
+                    cur | (1 << bit),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(base + bit),
+                    Err(now) => cur = now,
+                }
+            }
+        }
+        None
+    }
     /// Iterate set bits.
     pub fn ones(&self) -> impl Iterator<Item = u64> + '_ {
         self.words.iter().enumerate().flat_map(move |(wi, w)| {
@@ -118,6 +161,34 @@ mod tests {
                 }
             }
             prop_assert_eq!(b.ones().collect::<BTreeSet<_>>(), m);
+        }
+    }
+
+    proptest! {
+        /// A range claim takes a zero bit inside its range whenever one exists, and never a
+        /// bit outside it (the mlogs' section supplies rely on this).
+        #[test]
+        fn range_claims_stay_in_range(
+            pre in proptest::collection::vec(0u64..300, 0..300),
+            lo in 0u64..300, len in 0u64..200, hint in 0u64..400,
+        ) {
+            let b = AtomicBitmap::new(300);
+            for &i in &pre { b.set(i); }
+            let before: BTreeSet<u64> = b.ones().collect();
+            let hi = (lo + len).min(300);
+            let got = b.claim_zero_in(lo, lo + len, hint);
+            let want_any = (lo..hi).any(|i| !before.contains(&i));
+            prop_assert_eq!(got.is_some(), want_any);
+            let after: BTreeSet<u64> = b.ones().collect();
+            match got {
+                Some(g) => {
+                    prop_assert!((lo..hi).contains(&g) && !before.contains(&g));
+                    let mut exp = before.clone();
+                    exp.insert(g);
+                    prop_assert_eq!(after, exp);
+                }
+                None => prop_assert_eq!(after, before),
+            }
         }
     }
 

@@ -53,6 +53,11 @@ pub struct InodeState {
     /// An fsync must write a checkpoint (the inode gained or changed a name since the last
     /// checkpoint, which roll-forward cannot replay).
     pub needs_cp: bool,
+    /// `mlog=thread`: (checkpoint version, mlog) — the mlog this inode's nodes go to until
+    /// the checkpoint after that version. Roll-forward walks the mlogs' node chains one
+    /// after the other, so one inode's nodes must stay on one chain per interval
+    /// (`FsInner::node_mlog`).
+    pub mlog: Option<(u64, u16)>,
 }
 
 impl InodeState {
@@ -69,6 +74,7 @@ impl InodeState {
             dirty_pages: 0,
             freed: false,
             needs_cp: false,
+            mlog: None,
         }
     }
 

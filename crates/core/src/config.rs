@@ -36,6 +36,69 @@ pub const ROLL_FORWARD_MAX_FACTOR: u64 = 1;
 /// Hard-link limit per inode.
 pub const LINK_MAX: u32 = 65_000;
 
+/// Most mlogs mkfs picks by itself (`auto_mlogs`): one per core up to this. Max's code caps
+/// its mlogs at 63 (`MAX_EXTEND_LOGS`); the checkpoint's head table holds 32.
+pub const AUTO_MLOGS_MAX: u32 = 32;
+/// `auto_mlogs` adds an mlog only while the overprovision of all of them (each mlog's log
+/// heads and recovery reserve, docs/FORMAT.md) costs at most this share of the user space
+/// one mlog would leave.
+pub const AUTO_MLOGS_MAX_COST: f64 = 0.10;
+
+/// The mlog count mkfs uses by default (Max: one per core): `cores`, capped at
+/// `AUTO_MLOGS_MAX`, then lowered until the volume can afford them (the geometry lays out
+/// and the extra overprovision costs at most `AUTO_MLOGS_MAX_COST` of the user space).
+/// 1 when even two do not fit (volumes under 128 MiB with 2 MiB sections).
+pub fn auto_mlogs(block_count: u64, segs_per_sec: u32, cores: usize) -> u32 {
+    use flashlog_format::sb::Geometry;
+    let Ok(one) = Geometry::compute(block_count, segs_per_sec, 1) else {
+        return 1;
+    };
+    let mut m = (cores as u32).clamp(1, AUTO_MLOGS_MAX);
+    while m > 1 {
+        if let Ok(g) = Geometry::compute(block_count, segs_per_sec, m) {
+            if g.user_blocks as f64 >= one.user_blocks as f64 * (1.0 - AUTO_MLOGS_MAX_COST) {
+                return m;
+            }
+        }
+        m -= 1;
+    }
+    1
+}
+
+/// How work maps to an mlog (Max §4.3), mount option `mlog=`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum MlogMap {
+    /// `ino mod mlogs`: a file writes through one mlog always (two busy files may share
+    /// one while another mlog idles).
+    Ino,
+    /// Per thread slot (Max: per core): data goes to the writing thread's mlog; an inode's
+    /// nodes go to the mlog of the first thread that writes one in a checkpoint interval,
+    /// and stay there until the next checkpoint (roll-forward needs one chain per inode).
+    Thread,
+}
+
+impl MlogMap {
+    pub fn name(self) -> &'static str {
+        match self {
+            MlogMap::Ino => "ino",
+            MlogMap::Thread => "thread",
+        }
+    }
+}
+
+impl std::str::FromStr for MlogMap {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ino" => Ok(MlogMap::Ino),
+            "thread" | "cpu" => Ok(MlogMap::Thread),
+            _ => Err(format!(
+                "unknown mlog mapping {s:?} (expected mlog=ino or mlog=thread)"
+            )),
+        }
+    }
+}
+
 /// Cleaning mode (F2FS `mode=`): `lfs` never writes into holes; `adaptive` uses threaded
 /// logging (SSR) when free space runs short.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -152,6 +215,8 @@ pub struct MountOptions {
     /// Threads writing full log buffers asynchronously; 0 writes synchronously in the
     /// caller (deterministic device order, for the crash simulator).
     pub io_threads: usize,
+    /// How work maps to an mlog on volumes with several (`MlogMap`).
+    pub mlog_map: MlogMap,
 }
 
 impl Default for MountOptions {
@@ -174,6 +239,42 @@ impl Default for MountOptions {
             gc_victims_per_worker: None,
             scale: ScaleFeatures::ALL,
             io_threads: DEFAULT_IO_THREADS,
+            mlog_map: MlogMap::Ino,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashlog_format::sb::Geometry;
+
+    /// mkfs's default mlog count: one per core, capped, and only what the volume affords.
+    #[test]
+    fn auto_mlogs_is_one_per_core_where_the_volume_affords_it() {
+        const MIB: u64 = 256; // blocks per MiB
+        let pick = |mib: u64, sps: u32, cores: usize| auto_mlogs(mib * MIB, sps, cores);
+        // 64 MiB has no room for a second mlog; one core means one mlog anywhere.
+        assert_eq!(pick(64, 1, 16), 1);
+        assert_eq!(pick(16 << 10, 1, 1), 1);
+        // Big volumes get one per core, up to the cap.
+        assert_eq!(pick(64 << 10, 1, 16), 16);
+        assert_eq!(pick(64 << 10, 1, 64), AUTO_MLOGS_MAX);
+        for (mib, sps) in [(128, 1), (256, 1), (1 << 10, 1), (1 << 10, 4), (4 << 10, 1)] {
+            let m = pick(mib, sps, 16);
+            let one = Geometry::compute(mib * MIB, sps, 1).unwrap();
+            let g = Geometry::compute(mib * MIB, sps, m).unwrap();
+            assert!(
+                g.user_blocks as f64 >= one.user_blocks as f64 * (1.0 - AUTO_MLOGS_MAX_COST),
+                "{mib} MiB: {m} mlogs cost too much"
+            );
+            if m < 16 {
+                // One more would not fit or would cost too much.
+                let more = Geometry::compute(mib * MIB, sps, m + 1);
+                assert!(more.map_or(true, |g| (g.user_blocks as f64)
+                    < one.user_blocks as f64 * (1.0 - AUTO_MLOGS_MAX_COST)));
+            }
+            eprintln!("{mib} MiB, {sps} segs/sec, 16 cores: {m} mlogs");
         }
     }
 }

@@ -407,10 +407,14 @@ impl Fs {
     /// (see `space.rs`): they are reserved before any lock is taken, cleaning first if the
     /// budget has no room, so ENOSPC comes from here and never from a checkpoint.
     fn write_op_sized<T>(&self, blocks: u64, f: impl FnOnce(&FsInner) -> Result<T>) -> Result<T> {
-        self.inner.last_op_ns.store(
-            self.inner.epoch.elapsed().as_nanos() as u64,
-            Ordering::Relaxed,
-        );
+        // Idle detection and the timer checkpoint need this to a millisecond, and only to
+        // pass the last checkpoint's mark: a store on every operation would move the
+        // shared cache line between cores on every operation.
+        let now = self.inner.epoch.elapsed().as_nanos() as u64;
+        let last = self.inner.last_op_ns.load(Ordering::Relaxed);
+        if now >= last + 1_000_000 || last <= self.inner.last_cp_ns.load(Ordering::Relaxed) {
+            self.inner.last_op_ns.store(now, Ordering::Relaxed);
+        }
         self.ensure_space(false)?;
         let space = self.reserve_space(blocks)?;
         let r = {
@@ -496,7 +500,8 @@ impl Fs {
         let inner = &self.inner;
         let cap_pages = self.dirty_cap_pages();
         let mut failures = 0;
-        while inner.dirty_pages.load(Ordering::Relaxed) > cap_pages {
+        // `approx`: one load of a sharded counter on every write (`stats::Counter`).
+        while inner.dirty_pages.approx() > cap_pages {
             let mut progress = false;
             let mut no_space = false;
             {
@@ -534,7 +539,7 @@ impl Fs {
                 }
             }
         }
-        if inner.dirty_nodes.load(Ordering::Relaxed) > inner.dirty_nodes_cap()
+        if inner.dirty_nodes.approx() > inner.dirty_nodes_cap()
             || inner.cells.len() > inner.opts.inode_cache_max
         {
             self.sync()?;
@@ -1360,11 +1365,7 @@ impl Fs {
                     flags |= node::flag::DENT;
                 }
                 fs.write_all_nodes(&mut st, Some(flags))?;
-                let hi = fs.head(
-                    st.ino,
-                    flashlog_format::cp::LogKind::Node,
-                    flashlog_format::cp::Temp::Warm,
-                );
+                let hi = fs.node_head(&mut st, flashlog_format::cp::Temp::Warm);
                 fs.seg.submit_head(hi)?;
                 fs.dev.flush()?;
                 Ok(false)

@@ -386,7 +386,7 @@ pub(crate) fn read_victim_blocks(
 
 /// The cold data log of a file's mlog.
 fn cold_data_head(fs: &FsInner, ino: u32) -> usize {
-    fs.head(ino, LogKind::Data, Temp::Cold)
+    fs.data_head(ino, Temp::Cold)
 }
 
 /// Move one data block if its owner still points at it (the node-lock rule).
@@ -508,7 +508,8 @@ fn migrate_node(fs: &FsInner, nid: Nid, addr: BlkAddr, how: Migration) -> Result
         k
     };
     if how == Migration::Eager {
-        let hi = fs.head(ino, LogKind::Node, node_temp(st.is_dir(), kind));
+        let temp = node_temp(st.is_dir(), kind);
+        let hi = fs.node_head(&mut st, temp);
         fs.write_node(&mut st, nid, hi, 0)?;
     }
     Ok(true)

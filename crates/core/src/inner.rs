@@ -6,7 +6,7 @@
 //! inode's cell locked by the caller.
 
 use crate::cell::{CellTable, InodeCell, InodeState, NodeBuf};
-use crate::config::MountOptions;
+use crate::config::{MlogMap, MountOptions};
 use crate::error::{Error, Result};
 use crate::lock::OpLock;
 use crate::nat::NatTable;
@@ -47,10 +47,12 @@ pub struct FsInner {
     pub orphans: Mutex<BTreeSet<Ino>>,
     /// Data + node blocks allocated or reserved (F2FS valid_block_count).
     pub alloc_blocks: AtomicU64,
-    pub valid_nodes: AtomicU64,
-    pub valid_inodes: AtomicU64,
-    pub dirty_pages: AtomicU64,
-    pub dirty_nodes: AtomicU64,
+    /// Per-operation counts, sharded (`stats::Counter`): exact at checkpoints, which
+    /// exclude every operation; soft limits read them with `approx`.
+    pub valid_nodes: crate::stats::Counter,
+    pub valid_inodes: crate::stats::Counter,
+    pub dirty_pages: crate::stats::Counter,
+    pub dirty_nodes: crate::stats::Counter,
     pub poison: Mutex<Option<String>>,
     pub poisoned: AtomicBool,
     pub stats: Stats,
@@ -106,12 +108,52 @@ impl FsInner {
         &self.sb.geo
     }
 
+    /// The mlog of inode `ino` under `mlog=ino`.
     pub fn mlog_of(&self, ino: Ino) -> u16 {
         (ino % self.sb.geo.mlogs) as u16
     }
 
-    pub fn head(&self, ino: Ino, kind: LogKind, temp: Temp) -> usize {
-        head_index(self.mlog_of(ino), kind, temp)
+    /// The calling thread's mlog under `mlog=thread` (its thread slot, as Max maps cores).
+    pub fn thread_mlog(&self) -> u16 {
+        (crate::lock::thread_slot() % self.sb.geo.mlogs as usize) as u16
+    }
+
+    /// The data head of temperature `temp` for a block of inode `ino`. Data may go to any
+    /// mlog (nodes point at it; roll-forward never walks data): under `mlog=thread` the
+    /// writing thread's own.
+    pub fn data_head(&self, ino: Ino, temp: Temp) -> usize {
+        let mlog = match self.opts.mlog_map {
+            MlogMap::Ino => self.mlog_of(ino),
+            MlogMap::Thread => self.thread_mlog(),
+        };
+        head_index(mlog, LogKind::Data, temp)
+    }
+
+    /// The mlog the locked inode's nodes go to. Under `mlog=thread` the first node write
+    /// of a checkpoint interval picks the writing thread's mlog and every later one in the
+    /// interval keeps it: roll-forward walks the mlogs' chains one after the other, so an
+    /// inode whose nodes landed on two chains could get an older node back. The
+    /// checkpoint (which excludes every operation) starts a new interval.
+    pub fn node_mlog(&self, st: &mut InodeState) -> u16 {
+        match self.opts.mlog_map {
+            MlogMap::Ino => self.mlog_of(st.ino),
+            MlogMap::Thread => {
+                let epoch = self.cp_version.load(Ordering::Acquire);
+                match st.mlog {
+                    Some((e, m)) if e == epoch => m,
+                    _ => {
+                        let m = self.thread_mlog();
+                        st.mlog = Some((epoch, m));
+                        m
+                    }
+                }
+            }
+        }
+    }
+
+    /// The node head of temperature `temp` for the locked inode (`node_mlog`).
+    pub fn node_head(&self, st: &mut InodeState, temp: Temp) -> usize {
+        head_index(self.node_mlog(st), LogKind::Node, temp)
     }
 
     /// Refuse to change anything on a read-only or poisoned mount.
@@ -504,6 +546,13 @@ impl FsInner {
     /// flags `flags` (fsync / dentry marks).
     pub fn write_node(&self, st: &mut InodeState, nid: Nid, hi: usize, flags: u32) -> Result<()> {
         let cp_ver = self.cp_version.load(Ordering::Acquire);
+        // Whatever base head the caller named, the node goes to the inode's mlog of this
+        // interval (`node_mlog`), same kind and temperature: one chain per inode.
+        let hi = if hi < self.sb.geo.log_heads as usize {
+            self.node_mlog(st) as usize * 6 + hi % 6
+        } else {
+            hi
+        };
         let version = self.nat.version(nid);
         let ino = st.ino;
         let was_dirty;
@@ -574,11 +623,7 @@ impl FsInner {
             return Ok(0);
         }
         let is_dir = st.is_dir();
-        let hi = self.head(
-            st.ino,
-            LogKind::Data,
-            if is_dir { Temp::Hot } else { Temp::Warm },
-        );
+        let hi = self.data_head(st.ino, if is_dir { Temp::Hot } else { Temp::Warm });
         let idxs: Vec<u64> = st
             .pages
             .iter()
@@ -586,7 +631,7 @@ impl FsInner {
             .map(|(&i, _)| i)
             .take(max as usize)
             .collect();
-        let cold = self.head(st.ino, LogKind::Data, Temp::Cold);
+        let cold = self.data_head(st.ino, Temp::Cold);
         let mut n = 0;
         // Pages a lazy collector dirtied are moves, not application data.
         let mut moves = 0;
@@ -702,7 +747,7 @@ impl FsInner {
             } else {
                 node_temp(is_dir, kind)
             };
-            let hi = self.head(st.ino, LogKind::Node, temp);
+            let hi = self.node_head(st, temp);
             self.write_node(st, nid, hi, 0)?;
             n += 1;
         }
@@ -712,7 +757,7 @@ impl FsInner {
             } else {
                 node_temp(is_dir, NodeKind::Inode)
             };
-            let hi = self.head(st.ino, LogKind::Node, temp);
+            let hi = self.node_head(st, temp);
             self.write_node(st, st.ino, hi, fsync_flags.unwrap_or(0))?;
             n += 1;
         }

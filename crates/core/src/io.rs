@@ -80,8 +80,7 @@ impl IoPool {
 
     /// An empty buffer with room for one log write, reused if one is spare.
     pub fn buffer(&self) -> Vec<u8> {
-        self.spare
-            .lock()
+        crate::waits::lock(crate::waits::Point::IoPool, &self.spare)
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE))
     }
@@ -95,17 +94,15 @@ impl IoPool {
         }
     }
 
-    /// Write `data` at `addr`, now (no threads) or soon (queued).
+    /// Write `data` at `addr`, now (no threads) or soon (queued). Never waits for room in
+    /// the queue (callers hold a log head): `throttle` does, once the head is released.
     pub fn submit(&self, addr: BlkAddr, data: Vec<u8>) -> Result<()> {
         if self.threads == 0 {
             let r = self.dev.write(addr, &data).map(|_| ());
             self.recycle(data);
             return Ok(r?);
         }
-        let mut st = self.state.lock();
-        while st.bufs.len() >= MAX_INFLIGHT && st.error.is_none() {
-            self.cv.wait(&mut st);
-        }
+        let mut st = crate::waits::lock(crate::waits::Point::IoPool, &self.state);
         if let Some(e) = &st.error {
             return Err(Error::Poisoned(e.clone()));
         }
@@ -120,6 +117,25 @@ impl IoPool {
         self.inflight.store(st.bufs.len(), Ordering::Release);
         self.cv.notify_all();
         Ok(())
+    }
+
+    /// Back-pressure: wait while `MAX_INFLIGHT` or more buffers are queued or being
+    /// written (or until a write failed; the error surfaces at the next submit or wait).
+    /// Called with no log-head lock held, so that a writer waiting for the device never
+    /// holds up others of its mlog (issue 12: the head lock was held through this wait).
+    /// The queue can exceed the bound by one buffer per thread between its submit and
+    /// this call.
+    pub fn throttle(&self) {
+        if self.threads == 0 || self.inflight.load(Ordering::Acquire) < MAX_INFLIGHT {
+            return;
+        }
+        let t0 = std::time::Instant::now();
+        let mut st = self.state.lock();
+        while st.bufs.len() >= MAX_INFLIGHT && st.error.is_none() {
+            self.cv.wait(&mut st);
+        }
+        drop(st);
+        crate::waits::record(crate::waits::Point::IoQueue, t0);
     }
 
     /// Wait until every submitted buffer is on the device.
@@ -229,6 +245,73 @@ mod tests {
         let mut b = vec![0u8; BLOCK_SIZE];
         dev.read(31 * 4, &mut b).unwrap();
         assert_eq!(b[0], 32);
+        pool.stop();
+    }
+
+    /// A RAM device whose writes wait until the gate opens.
+    struct Gated {
+        inner: RamDevice,
+        open: Mutex<bool>,
+        cv: Condvar,
+    }
+
+    impl BlockDevice for Gated {
+        fn capabilities(&self) -> &flashlog_dev::Capabilities {
+            self.inner.capabilities()
+        }
+        fn read(&self, a: u64, b: &mut [u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+            self.inner.read(a, b)
+        }
+        fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+            let mut o = self.open.lock();
+            while !*o {
+                self.cv.wait(&mut o);
+            }
+            drop(o);
+            self.inner.write(a, b)
+        }
+        fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+            self.inner.discard(a, n)
+        }
+        fn flush(&self) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+            self.inner.flush()
+        }
+    }
+
+    /// Submitting never waits for the device (a log head is held then); `throttle`, called
+    /// with the head released, waits until the queue is below its bound. The device is
+    /// stalled: before, the 33rd submit blocked right there.
+    #[test]
+    fn submit_never_waits_and_throttle_applies_back_pressure() {
+        let dev = Arc::new(Gated {
+            inner: RamDevice::new(4096),
+            open: Mutex::new(false),
+            cv: Condvar::new(),
+        });
+        let pool = IoPool::new(dev.clone(), 1);
+        for i in 0..MAX_INFLIGHT as u64 + 8 {
+            pool.submit(i, vec![i as u8; BLOCK_SIZE]).unwrap();
+        }
+        assert_eq!(pool.inflight.load(Ordering::Acquire), MAX_INFLIGHT + 8);
+        let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (p2, r2) = (pool.clone(), released.clone());
+        let t = std::thread::spawn(move || {
+            p2.throttle();
+            assert!(
+                r2.load(Ordering::SeqCst),
+                "throttle returned with the device stalled"
+            );
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        released.store(true, Ordering::SeqCst);
+        *dev.open.lock() = true;
+        dev.cv.notify_all();
+        t.join().unwrap();
+        assert!(pool.inflight.load(Ordering::Acquire) < MAX_INFLIGHT);
+        pool.wait_idle().unwrap();
+        let mut b = vec![0u8; BLOCK_SIZE];
+        dev.read(MAX_INFLIGHT as u64 + 7, &mut b).unwrap();
+        assert_eq!(b[0], MAX_INFLIGHT as u8 + 7);
         pool.stop();
     }
 

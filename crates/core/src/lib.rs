@@ -57,7 +57,7 @@ pub mod svp;
 pub mod waits;
 
 pub use checkpoint::{MkfsOptions, MkfsReport};
-pub use config::{AllocMode, GcPolicy, MountOptions};
+pub use config::{AllocMode, GcPolicy, MlogMap, MountOptions};
 pub use dir::DirEntry;
 pub use error::{Error, Result};
 pub use file::FallocMode;

@@ -28,7 +28,9 @@ pub struct CpGuard<'a> {
     _g: Vec<RwLockWriteGuard<'a, ()>>,
 }
 
-pub(crate) fn thread_slot() -> usize {
+/// This thread's slot: a number handed out in the order threads first ask, the "core" of
+/// Max's per-core structures (op-lock shard, nid cursor, `mlog=thread`).
+pub fn thread_slot() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);

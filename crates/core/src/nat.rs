@@ -5,7 +5,11 @@
 //! after it was freed (a freed nid is not reused before the checkpoint that records its
 //! freeing is durable: until then the last checkpoint may still point at it).
 //!
-//! Lock order: `prefree` is a leaf lock. Entries themselves are atomics.
+//! Per core (Max): nids are allocated from a cursor per thread slot, each starting in its
+//! own region of the bitmap, and freed into a prefree list per thread slot, so that
+//! threads creating and deleting files share no lock and rarely a cache line.
+//!
+//! Lock order: a `prefree` shard is a leaf lock. Entries themselves are atomics.
 
 use crate::bitmap::AtomicBitmap;
 use crate::error::{Error, Result};
@@ -22,7 +26,8 @@ pub struct NatTable {
     ino: Box<[AtomicU32]>,
     version: Box<[AtomicU8]>,
     used: AtomicBitmap,
-    prefree: Mutex<Vec<Nid>>,
+    /// Nids freed since the last checkpoint, one list per thread slot (`NID_HINTS`).
+    prefree: Box<[crossbeam_utils::CachePadded<Mutex<Vec<Nid>>>]>,
     dirty: AtomicBitmap,
     /// Allocation cursors, one per thread slot (Max's per-core nid allocation), so that
     /// threads scan different parts of the bitmap.
@@ -47,7 +52,7 @@ impl NatTable {
             ino: (0..n).map(|_| AtomicU32::new(0)).collect(),
             version: (0..n).map(|_| AtomicU8::new(0)).collect(),
             used,
-            prefree: Mutex::new(Vec::new()),
+            prefree: (0..NID_HINTS).map(|_| Default::default()).collect(),
             dirty: AtomicBitmap::new(nat_blocks),
             hints: (0..NID_HINTS)
                 .map(|i| {
@@ -131,7 +136,11 @@ impl NatTable {
     }
 
     fn mark_dirty(&self, nid: Nid) {
-        self.dirty.set(nat_pos(nid).0);
+        // Tested first: neighbouring nids share the word.
+        let i = nat_pos(nid).0;
+        if !self.dirty.test(i) {
+            self.dirty.set(i);
+        }
     }
 
     /// Point `nid` (owned by `ino`) at `addr`.
@@ -163,7 +172,9 @@ impl NatTable {
         self.ino[nid as usize].store(0, Ordering::Release);
         self.version[nid as usize].fetch_add(1, Ordering::AcqRel);
         self.mark_dirty(nid);
-        self.prefree.lock().push(nid);
+        self.prefree[crate::lock::thread_slot() % NID_HINTS]
+            .lock()
+            .push(nid);
     }
 
     /// Mark an allocated nid (mount-time recovery uses it for nids it adopts).
@@ -199,8 +210,10 @@ impl NatTable {
 
     /// After a durable checkpoint: nids freed before it may be reused.
     pub fn release_prefree(&self) {
-        for nid in self.prefree.lock().drain(..) {
-            self.used.clear(nid as u64);
+        for p in self.prefree.iter() {
+            for nid in p.lock().drain(..) {
+                self.used.clear(nid as u64);
+            }
         }
     }
 }

@@ -453,7 +453,7 @@ fn gc_head(fs: &FsInner, w: usize, f: ScaleFeatures, ino: Ino) -> usize {
     if f.dws && w > 0 && streams > 0 {
         fs.sb.geo.log_heads as usize + (w - 1) % streams
     } else {
-        fs.head(ino, LogKind::Data, Temp::Cold)
+        fs.data_head(ino, Temp::Cold)
     }
 }
 

@@ -18,12 +18,22 @@
 //!   what it claims to be; claiming a section is never refused by a floor here: whoever
 //!   writes was covered by the budget before it dirtied the block.
 //!
-//! Lock order: a log head's mutex, then `ssa_dirty`, then `prefree` (leaves). A thread holds
-//! at most one log head at a time. The space budget is atomics only.
+//! - mlogs (Max §4.3): the sections are split into one contiguous part per mlog; a head
+//!   claims from its own mlog's part (collector stream `s` from part `s mod mlogs`) and
+//!   takes from another part only when its own has no free section (a *steal*, counted).
+//!   Each part has its own free count, its own prefree set and its own dirty-summary map,
+//!   so writers on different mlogs share no lock and no counter on the write path. A part's
+//!   free count equals the clear `used` bits in its range (a claim takes the count first,
+//!   then a bit of the same range, so a taken count always finds its bit).
+//!
+//! Lock order: a log head's mutex, then `ssa_dirty` (a part's), then `prefree` (a part's;
+//! leaves). A thread holds at most one log head at a time, at most one part's map of each
+//! kind. The space budget is atomics only.
 
 use crate::bitmap::AtomicBitmap;
 use crate::config::WRITE_BATCH_BLOCKS;
 use crate::error::{Error, Result};
+use crossbeam_utils::CachePadded;
 use flashlog_dev::BlockDevice;
 use flashlog_format::codec::{test_bit, Block};
 use flashlog_format::cp::{LogHeadRecord, LogKind, Temp};
@@ -155,10 +165,13 @@ pub struct SegManager {
     used: AtomicBitmap,
     /// Section owned by a log head.
     current: AtomicBitmap,
-    prefree: Mutex<BTreeSet<u64>>,
-    free_secs: AtomicU64,
+    /// Each mlog's part of the main area: free count and counters (module comment).
+    parts: Box<[CachePadded<Part>]>,
+    /// Per part: sections that became empty, freed after the next durable checkpoint.
+    prefree: Box<[CachePadded<Mutex<BTreeSet<u64>>>]>,
     dirty_sit: AtomicBitmap,
-    ssa_dirty: Mutex<HashMap<SegNo, Box<SsaBlock>>>,
+    /// Per part (of the segment's section): summaries of segments no head writes any more.
+    ssa_dirty: Box<[CachePadded<SsaMap>]>,
     /// Current copy of each SSA block (bit set: copy 1), as of the last checkpoint.
     ssa_copy: Mutex<Vec<u8>>,
     pub heads: Vec<Mutex<LogHead>>,
@@ -204,9 +217,56 @@ pub struct SegManager {
     inf: Option<Infinite>,
 }
 
+/// Summaries of segments no head writes any more, by segment (one map per part).
+type SsaMap = Mutex<HashMap<SegNo, Box<SsaBlock>>>;
+
+/// One mlog's part of the main area: sections `[lo, hi)`.
+pub struct Part {
+    lo: u64,
+    hi: u64,
+    /// Sections of the range whose `used` bit is clear (and not being claimed).
+    free: AtomicU64,
+    /// Sections claimed by this part's heads, and of those taken from another part.
+    claims: AtomicU64,
+    steals: AtomicU64,
+}
+
+impl Part {
+    /// Take one free section of the count (the caller then claims a bit of the range).
+    fn take_one(&self) -> bool {
+        let mut free = self.free.load(Ordering::Acquire);
+        loop {
+            if free == 0 {
+                return false;
+            }
+            match self.free.compare_exchange_weak(
+                free,
+                free - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => free = now,
+            }
+        }
+    }
+}
+
+/// Counters of one mlog's part (`SegManager::part_stats`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartStats {
+    pub first_sec: u64,
+    pub end_sec: u64,
+    pub free: u64,
+    pub claims: u64,
+    pub steals: u64,
+}
+
 /// Hook called at named points of `SegManager` with a block address (tests force an
 /// interleaving with it; see `set_test_hook`). Points: `"appended"`, in `append` right
-/// after the head lock is released, with the appended block's address.
+/// after the head lock is released, with the appended block's address; `"head_locked"`,
+/// in `append` right after the head lock is taken, with the head's index; `"claimed"`,
+/// when a head claims a section, with the section number.
 pub type SegHook = Arc<dyn Fn(&'static str, BlkAddr) + Send + Sync>;
 
 /// Segments an SSR search looks at before taking the best seen (F2FS max_victim_search).
@@ -215,6 +275,55 @@ pub const SSR_SEARCH_MAX: u64 = 4096;
 impl SegManager {
     fn sps(&self) -> u64 {
         self.geo.segs_per_sec as u64
+    }
+
+    /// The part of the main area section `sec` lies in.
+    pub fn part_of(&self, sec: u64) -> usize {
+        let n = self.parts.len() as u64;
+        ((sec * n) / self.geo.sections().max(1)).min(n - 1) as usize
+    }
+
+    /// The part a head claims from: its mlog's; collector stream `s` uses part `s mod n`.
+    fn part_for(&self, mlog: u16, temp: Temp, stream: u16) -> usize {
+        let n = self.parts.len();
+        if temp == Temp::Gc {
+            stream as usize % n
+        } else {
+            mlog as usize % n
+        }
+    }
+
+    fn prefree_of(&self, sec: u64) -> &Mutex<BTreeSet<u64>> {
+        &self.prefree[self.part_of(sec)]
+    }
+
+    fn ssa_dirty_of(&self, seg: SegNo) -> &SsaMap {
+        &self.ssa_dirty[self.part_of(self.sec_of(seg))]
+    }
+
+    /// Per mlog part: its sections, free count, claims and steals (tests, the bench).
+    pub fn part_stats(&self) -> Vec<PartStats> {
+        self.parts
+            .iter()
+            .map(|p| PartStats {
+                first_sec: p.lo,
+                end_sec: p.hi,
+                free: p.free.load(Ordering::Relaxed),
+                claims: p.claims.load(Ordering::Relaxed),
+                steals: p.steals.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// Recount every part's free sections from the `used` bitmap (load, device region).
+    fn recount_free(&self) -> u64 {
+        let mut total = 0;
+        for p in self.parts.iter() {
+            let free = (p.lo..p.hi).filter(|&s| !self.used.test(s)).count() as u64;
+            p.free.store(free, Ordering::Relaxed);
+            total += free;
+        }
+        total
     }
     /// Blocks per section.
     pub fn bps(&self) -> u64 {
@@ -320,6 +429,19 @@ impl SegManager {
             geo.main_segments as usize
         };
         let nsecs = if geo.infinite { 0 } else { geo.sections() };
+        // One part per mlog (at least one section each).
+        let nparts = (geo.mlogs as u64).clamp(1, nsecs.max(1));
+        let parts: Box<[CachePadded<Part>]> = (0..nparts)
+            .map(|p| {
+                CachePadded::new(Part {
+                    lo: (p * nsecs).div_ceil(nparts),
+                    hi: ((p + 1) * nsecs).div_ceil(nparts),
+                    free: AtomicU64::new(0),
+                    claims: AtomicU64::new(0),
+                    steals: AtomicU64::new(0),
+                })
+            })
+            .collect();
         // Data stops allocating new sections this far above empty (half of F2FS's reserved
         // sections, and at least enough for every log head to advance once): below it only
         // nodes, collectors and the checkpoint allocate.
@@ -332,10 +454,10 @@ impl SegManager {
             segs: (0..nsegs).map(|_| SegEntry::new()).collect(),
             used: AtomicBitmap::new(nsecs),
             current: AtomicBitmap::new(nsecs),
-            prefree: Mutex::new(BTreeSet::new()),
-            free_secs: AtomicU64::new(0),
+            prefree: (0..nparts).map(|_| CachePadded::default()).collect(),
+            parts,
             dirty_sit: AtomicBitmap::new(geo.sit_blocks),
-            ssa_dirty: Mutex::new(HashMap::new()),
+            ssa_dirty: (0..nparts).map(|_| CachePadded::default()).collect(),
             ssa_copy: Mutex::new(ssa_bitmap.to_vec()),
             heads: Vec::new(),
             pending: Vec::new(),
@@ -431,8 +553,7 @@ impl SegManager {
             m.pending
                 .push((AtomicU64::new(start), AtomicU64::new(start)));
         }
-        let free = nsecs - m.used.count_ones();
-        m.free_secs.store(free, Ordering::Relaxed);
+        let free = m.recount_free();
         let used: u64 = m.heads.iter().map(|h| m.head_used(&h.lock())).sum();
         m.space = crate::space::SpaceBudget::new(m.bps(), free, used);
         m.hold_recovery_reserve();
@@ -462,21 +583,29 @@ impl SegManager {
             .map(|s| self.segs[s as usize].valid.load(Ordering::Acquire) as u64)
             .sum()
     }
+    /// Free sections of every part.
     pub fn free_sections(&self) -> u64 {
-        self.free_secs.load(Ordering::Acquire)
+        self.parts
+            .iter()
+            .map(|p| p.free.load(Ordering::Acquire))
+            .sum()
     }
     /// Sections free once the checkpoint being written is durable (free + prefree ones
     /// that are still empty and not owned by a head).
     pub fn free_after_checkpoint(&self) -> u64 {
-        let p = self.prefree.lock();
-        self.free_sections()
-            + p.iter()
+        let mut n = self.free_sections();
+        for p in self.prefree.iter() {
+            n += p
+                .lock()
+                .iter()
                 .filter(|&&sec| {
                     !self.current.test(sec)
                         && self.section_valid(sec) == 0
                         && !self.is_device_section(sec)
                 })
-                .count() as u64
+                .count() as u64;
+        }
+        n
     }
     pub fn reserve_sections(&self) -> u64 {
         self.reserve_secs
@@ -485,7 +614,7 @@ impl SegManager {
         self.current.test(sec)
     }
     pub fn prefree_sections(&self) -> u64 {
-        self.prefree.lock().len() as u64
+        self.prefree.iter().map(|p| p.lock().len() as u64).sum()
     }
     /// Sum of valid blocks over the main area.
     pub fn total_valid(&self) -> u64 {
@@ -527,7 +656,18 @@ impl SegManager {
             let now = self.clock_secs.load(Ordering::Relaxed);
             let old = se.mtime.load(Ordering::Relaxed);
             se.mtime.store((old * v + now) / (v + 1), Ordering::Relaxed);
-            self.dirty_sit.set(sit_pos(seg).0);
+            self.mark_sit_dirty(seg);
+        }
+    }
+
+    /// The SIT block of `seg` must be written at the next checkpoint. Tested first: the
+    /// word is shared by neighbouring segments (other mlogs' too), and a read of a set
+    /// bit keeps the cache line shared where an unconditional `fetch_or` would bounce it
+    /// between cores on every block.
+    fn mark_sit_dirty(&self, seg: SegNo) {
+        let i = sit_pos(seg).0;
+        if !self.dirty_sit.test(i) {
+            self.dirty_sit.set(i);
         }
     }
 
@@ -536,14 +676,10 @@ impl SegManager {
     /// discards of invalidated blocks start. Called at mkfs and mount before any head moves.
     pub fn reserve_device_region(&mut self, first: u64) {
         let nsecs = self.geo.sections();
-        let mut taken = 0;
         for sec in first..nsecs {
-            if !self.used.set(sec) {
-                taken += 1;
-            }
+            self.used.set(sec);
         }
-        let free = self.free_secs.load(Ordering::Relaxed) - taken;
-        self.free_secs.store(free, Ordering::Relaxed);
+        let free = self.recount_free();
         self.device_secs_from.store(first, Ordering::Relaxed);
         let used: u64 = self.heads.iter().map(|h| self.head_used(&h.lock())).sum();
         self.space = crate::space::SpaceBudget::new(self.bps(), free, used);
@@ -590,14 +726,14 @@ impl SegManager {
             // reason; the checkpoint resets it to the current bitmap.
             se.ckpt[off / 64].fetch_or(bit, Ordering::AcqRel);
             let left = se.valid.fetch_sub(1, Ordering::AcqRel) - 1;
-            self.dirty_sit.set(sit_pos(seg).0);
+            self.mark_sit_dirty(seg);
             if left == 0 {
                 let sec = self.sec_of(seg);
                 if !self.current.test(sec)
                     && self.section_valid(sec) == 0
                     && !self.is_device_section(sec)
                 {
-                    self.prefree.lock().insert(sec);
+                    self.prefree_of(sec).lock().insert(sec);
                 }
             }
         }
@@ -611,48 +747,58 @@ impl SegManager {
             .is_some_and(|(seg, off)| self.segs[seg as usize].is_valid(off))
     }
 
-    /// Claim a free section. No floor here: the space budget covered the write that needs
-    /// it before the block was dirtied, so running out means the budget was overcommitted.
-    fn claim_section(&self, hint_right: bool) -> Result<u64> {
-        let mut free = self.free_secs.load(Ordering::Acquire);
-        loop {
-            if free == 0 {
-                tracing::error!(
-                    "no free section although the space budget covered the write \
-                     (headroom {} blocks, overcommitted {})",
-                    self.space.headroom(),
-                    self.space.overcommit_blocks.load(Ordering::Relaxed)
-                );
-                return Err(Error::NoSpace);
+    /// Claim a free section for a head of part `part`: from that part, else (its part has
+    /// no free section) from the next part that has one. No floor here: the space budget
+    /// covered the write that needs it before the block was dirtied, so running out means
+    /// the budget was overcommitted.
+    fn claim_section(&self, part: usize, hint_right: bool) -> Result<u64> {
+        let n = self.parts.len();
+        for k in 0..n {
+            let p = &self.parts[(part + k) % n];
+            if !p.take_one() {
+                continue;
             }
-            match self.free_secs.compare_exchange(
-                free,
-                free - 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(now) => free = now,
-            }
-        }
-        let nsecs = self.used.len();
-        let hint = if hint_right { nsecs / 2 } else { 0 };
-        match self.used.claim_zero(hint) {
-            Some(sec) => {
-                self.current.set(sec);
-                self.space.sections_changed(-1);
-                Ok(sec)
-            }
-            None => {
-                self.free_secs.fetch_add(1, Ordering::AcqRel);
-                Err(Error::NoSpace)
+            let hint = if hint_right {
+                p.lo + (p.hi - p.lo) / 2
+            } else {
+                p.lo
+            };
+            match self.used.claim_zero_in(p.lo, p.hi, hint) {
+                Some(sec) => {
+                    self.current.set(sec);
+                    self.space.sections_changed(-1);
+                    let own = &self.parts[part % n];
+                    own.claims.fetch_add(1, Ordering::Relaxed);
+                    if k != 0 {
+                        own.steals.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.test_point("claimed", sec);
+                    return Ok(sec);
+                }
+                // Only while mount-time recovery marks sections used (single-threaded).
+                None => {
+                    p.free.fetch_add(1, Ordering::AcqRel);
+                }
             }
         }
+        tracing::error!(
+            "no free section although the space budget covered the write \
+             (headroom {} blocks, overcommitted {})",
+            self.space.headroom(),
+            self.space.overcommit_blocks.load(Ordering::Relaxed)
+        );
+        Err(Error::NoSpace)
     }
 
     /// The segment after `seg` for a head: the next segment of its section, or the first of
     /// a newly claimed section.
-    fn following_segment(&self, seg: SegNo, kind: LogKind, temp: Temp) -> Result<SegNo> {
+    fn following_segment(
+        &self,
+        seg: SegNo,
+        kind: LogKind,
+        temp: Temp,
+        part: usize,
+    ) -> Result<SegNo> {
         if self.inf.is_some() {
             return self.inf_following(seg); // IPLFS hook
         }
@@ -660,7 +806,7 @@ impl SegManager {
             return Ok(seg + 1);
         }
         let right = kind == LogKind::Data && matches!(temp, Temp::Warm | Temp::Cold | Temp::Gc);
-        Ok(self.claim_section(right)? * self.sps())
+        Ok(self.claim_section(part, right)? * self.sps())
     }
 
     /// Set up a fresh head table at mkfs / after recovery: every head gets a new section.
@@ -670,9 +816,10 @@ impl SegManager {
         }
         let mut out = Vec::new();
         for &(kind, temp, mlog, stream) in specs {
-            let seg = self.claim_section(kind == LogKind::Data)? * self.sps();
+            let part = self.part_for(mlog, temp, stream);
+            let seg = self.claim_section(part, kind == LogKind::Data)? * self.sps();
             let next_seg = if kind == LogKind::Node {
-                self.following_segment(seg, kind, temp)?
+                self.following_segment(seg, kind, temp, part)?
             } else {
                 NO_SEG
             };
@@ -745,11 +892,11 @@ impl SegManager {
                     self.dev.write(h.buf_start, &h.buf)?;
                     h.buf.clear();
                 }
-                self.ssa_dirty.lock().insert(h.seg, h.ssa);
+                self.ssa_dirty_of(h.seg).lock().insert(h.seg, h.ssa);
                 let sec = self.sec_of(h.seg);
                 self.current.clear(sec);
                 if self.section_valid(sec) == 0 {
-                    self.prefree.lock().insert(sec);
+                    self.prefree_of(sec).lock().insert(sec);
                 }
             }
         }
@@ -791,7 +938,7 @@ impl SegManager {
                 let sec = self.sec_of(s);
                 self.current.clear(sec);
                 if self.section_valid(sec) == 0 {
-                    self.prefree.lock().insert(sec);
+                    self.prefree_of(sec).lock().insert(sec);
                 }
             }
         }
@@ -810,7 +957,7 @@ impl SegManager {
             let used_before = self.head_used(&h);
             old.push((h.seg, h.next_seg));
             let prev = std::mem::replace(&mut h.ssa, Box::new(SsaBlock::empty(r.seg)));
-            self.ssa_dirty.lock().insert(h.seg, prev);
+            self.ssa_dirty_of(h.seg).lock().insert(h.seg, prev);
             h.seg = r.seg;
             h.blkoff = r.blkoff;
             h.next_seg = r.next_seg;
@@ -834,10 +981,12 @@ impl SegManager {
         if let Some(seg) = self.geo.seg_of(addr) {
             let sec = self.sec_of(seg);
             if !self.used.set(sec) {
-                self.free_secs.fetch_sub(1, Ordering::AcqRel);
+                self.parts[self.part_of(sec)]
+                    .free
+                    .fetch_sub(1, Ordering::AcqRel);
                 self.space.sections_changed(-1);
             }
-            self.prefree.lock().remove(&sec);
+            self.prefree_of(sec).lock().remove(&sec);
         }
     }
 
@@ -852,6 +1001,7 @@ impl SegManager {
     ) -> Result<BlkAddr> {
         self.check_poison()?;
         let mut h = crate::waits::lock(crate::waits::Point::LogHead, &self.heads[hi]);
+        self.test_point("head_locked", hi as u64);
         loop {
             if h.ssr {
                 let se = &self.segs[h.seg as usize];
@@ -911,6 +1061,8 @@ impl SegManager {
             self.submit(hi, &mut h)?;
         }
         drop(h);
+        // Back-pressure from the log-write queue, with the head released.
+        self.io.throttle();
         // Another append may move the head on from here (the window of issue 12).
         self.test_point("appended", addr);
         Ok(addr)
@@ -941,6 +1093,7 @@ impl SegManager {
             } else {
                 None
             };
+        let part = self.part_for(h.mlog, h.temp, h.stream);
         let (next, ssr, ssa) = match ssr_seg {
             Some(seg) => (seg, true, self.read_ssa_cold(seg)?),
             None => {
@@ -948,20 +1101,20 @@ impl SegManager {
                     h.next_seg
                 } else if h.ssr {
                     let right = matches!(h.temp, Temp::Warm | Temp::Cold | Temp::Gc);
-                    self.claim_section(right)? * self.sps()
+                    self.claim_section(part, right)? * self.sps()
                 } else {
-                    self.following_segment(h.seg, h.kind, h.temp)?
+                    self.following_segment(h.seg, h.kind, h.temp, part)?
                 };
                 (next, false, Box::new(SsaBlock::empty(next)))
             }
         };
         let after = if h.kind == LogKind::Node {
-            self.following_segment(next, h.kind, h.temp)?
+            self.following_segment(next, h.kind, h.temp, part)?
         } else {
             NO_SEG
         };
         let old_ssa = std::mem::replace(&mut h.ssa, ssa);
-        self.ssa_dirty.lock().insert(old_seg, old_ssa);
+        self.ssa_dirty_of(old_seg).lock().insert(old_seg, old_ssa);
         h.seg = next;
         h.blkoff = 0;
         h.next_seg = after;
@@ -970,7 +1123,7 @@ impl SegManager {
         if old_sec != self.sec_of(next) {
             self.current.clear(old_sec);
             if self.section_valid(old_sec) == 0 {
-                self.prefree.lock().insert(old_sec);
+                self.prefree_of(old_sec).lock().insert(old_sec);
             }
         }
         Ok(())
@@ -1028,7 +1181,7 @@ impl SegManager {
 
     /// Summary of a segment no head owns (SSR target): dirty set or disk.
     fn read_ssa_cold(&self, seg: SegNo) -> Result<Box<SsaBlock>> {
-        if let Some(s) = self.ssa_dirty.lock().remove(&seg) {
+        if let Some(s) = self.ssa_dirty_of(seg).lock().remove(&seg) {
             return Ok(s);
         }
         let copy = test_bit(&self.ssa_copy.lock(), seg as usize) as u8;
@@ -1145,7 +1298,7 @@ impl SegManager {
                 return Ok(h.ssa.clone());
             }
         }
-        if let Some(s) = self.ssa_dirty.lock().get(&seg) {
+        if let Some(s) = self.ssa_dirty_of(seg).lock().get(&seg) {
             return Ok(s.clone());
         }
         let copy = test_bit(&self.ssa_copy.lock(), seg as usize) as u8;
@@ -1188,7 +1341,7 @@ impl SegManager {
         }
         let mut ssa = self.read_ssa(seg)?;
         ssa.entries[off] = sum;
-        self.ssa_dirty.lock().insert(seg, ssa);
+        self.ssa_dirty_of(seg).lock().insert(seg, ssa);
         Ok(())
     }
 
@@ -1217,11 +1370,17 @@ impl SegManager {
         use flashlog_format::codec::set_bit;
         if self.inf.is_some() {
             // IPLFS hook: no SIT and no SSA on disk.
-            self.ssa_dirty.lock().clear();
+            for m in self.ssa_dirty.iter() {
+                m.lock().clear();
+            }
             return Ok((0, 0));
         }
         let mut ssa_written = 0;
-        let mut dirty: Vec<(SegNo, Box<SsaBlock>)> = self.ssa_dirty.lock().drain().collect();
+        let mut dirty: Vec<(SegNo, Box<SsaBlock>)> = self
+            .ssa_dirty
+            .iter()
+            .flat_map(|m| m.lock().drain().collect::<Vec<_>>())
+            .collect();
         for h in &self.heads {
             let h = h.lock();
             dirty.push((h.seg, h.ssa.clone()));
@@ -1273,8 +1432,9 @@ impl SegManager {
     /// The prefree sections a durable checkpoint may free (empty, no head owns them, not the
     /// device's), taken out of the prefree set.
     pub fn take_prefree(&self) -> Vec<u64> {
-        std::mem::take(&mut *self.prefree.lock())
-            .into_iter()
+        self.prefree
+            .iter()
+            .flat_map(|p| std::mem::take(&mut *p.lock()))
             .filter(|&sec| {
                 !self.current.test(sec)
                     && self.section_valid(sec) == 0
@@ -1304,7 +1464,9 @@ impl SegManager {
         let mut n = 0;
         for sec in secs {
             if self.used.clear(sec) {
-                self.free_secs.fetch_add(1, Ordering::AcqRel);
+                self.parts[self.part_of(sec)]
+                    .free
+                    .fetch_add(1, Ordering::AcqRel);
                 n += 1;
             }
         }
@@ -1332,20 +1494,31 @@ mod tests {
     /// A segment manager as mkfs sets it up: one mlog (six heads, each in a fresh
     /// one-segment section) on a zeroed RAM device of `blocks` blocks.
     fn fresh(blocks: u64) -> SegManager {
-        fresh_sps(blocks, 1)
+        fresh_geo(blocks, 1, 1)
+    }
+
+    /// The same with `mlogs` log partitions (six heads each).
+    fn fresh_mlogs(blocks: u64, mlogs: u32) -> SegManager {
+        fresh_geo(blocks, 1, mlogs)
     }
 
     /// `fresh` with sections of `sps` segments.
     fn fresh_sps(blocks: u64, sps: u32) -> SegManager {
+        fresh_geo(blocks, sps, 1)
+    }
+
+    fn fresh_geo(blocks: u64, sps: u32, mlogs: u32) -> SegManager {
         let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(blocks));
-        let geo = Geometry::compute(blocks, sps, 1).unwrap();
+        let geo = Geometry::compute(blocks, sps, mlogs).unwrap();
         let sit = vec![0u8; geo.sit_blocks.div_ceil(8) as usize];
         let ssa = vec![0u8; geo.ssa_blocks.div_ceil(8) as usize];
         let mut m = SegManager::load(dev, &geo, &sit, &ssa, &[], 0, 0).unwrap();
         let mut specs = Vec::new();
-        for kind in [LogKind::Data, LogKind::Node] {
-            for temp in [Temp::Hot, Temp::Warm, Temp::Cold] {
-                specs.push((kind, temp, 0, 0));
+        for mlog in 0..mlogs as u16 {
+            for kind in [LogKind::Data, LogKind::Node] {
+                for temp in [Temp::Hot, Temp::Warm, Temp::Cold] {
+                    specs.push((kind, temp, mlog, 0));
+                }
             }
         }
         let heads = m.fresh_heads(&specs).unwrap();
@@ -1528,5 +1701,132 @@ mod tests {
                 geo.seg_of(got).unwrap()
             );
         }
+    }
+
+    /// What one thread did, as the hooks saw it: heads locked, sections claimed.
+    type Seen = HashMap<std::thread::ThreadId, (BTreeSet<usize>, Vec<u64>)>;
+
+    fn record_hook(m: &SegManager) -> Arc<Mutex<Seen>> {
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let s2 = seen.clone();
+        m.set_test_hook(Some(Arc::new(move |what, v| {
+            let me = std::thread::current().id();
+            let mut s = s2.lock();
+            let e = s.entry(me).or_default();
+            match what {
+                "head_locked" => {
+                    e.0.insert(v as usize);
+                }
+                "claimed" => e.1.push(v),
+                _ => {}
+            }
+        })));
+        seen
+    }
+
+    /// Max's mlogs (issue 12 item 2): four threads, each writing data and nodes through
+    /// its own mlog, three sections' worth each. The hooks record every log-head lock a
+    /// thread takes and every section it claims: a thread only ever locks its own mlog's
+    /// heads, claims only from its own part of the main area (whose free count no other
+    /// thread touches), and no part steals while it has free sections. Before the
+    /// per-mlog supply every claim took one global free count and searched one bitmap
+    /// from the same place.
+    #[test]
+    fn writers_on_different_mlogs_share_no_head_and_no_allocator() {
+        const MLOGS: u16 = 4;
+        let m = Arc::new(fresh_mlogs(64 << 10, MLOGS as u32));
+        let parts = m.part_stats();
+        assert_eq!(parts.len(), MLOGS as usize);
+        let claims0: Vec<u64> = parts.iter().map(|p| p.claims).collect();
+        let seen = record_hook(&m);
+        let bps = m.bps();
+        let threads: Vec<_> = (0..MLOGS)
+            .map(|mlog| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(mlog as u8);
+                    for i in 0..3 * bps {
+                        let kind = if i % 4 == 0 {
+                            LogKind::Node
+                        } else {
+                            LogKind::Data
+                        };
+                        m.append(head_index(mlog, kind, Temp::Warm), sum(1 + i as u32), fill)
+                            .unwrap();
+                        if i % 64 == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                    (mlog, std::thread::current().id())
+                })
+            })
+            .collect();
+        let ids: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        m.set_test_hook(None);
+        let seen = seen.lock();
+        let parts = m.part_stats();
+        for (mlog, id) in ids {
+            let (heads, claimed) = &seen[&id];
+            let own: BTreeSet<usize> = [LogKind::Data, LogKind::Node]
+                .into_iter()
+                .flat_map(|k| [Temp::Hot, Temp::Warm, Temp::Cold].map(|t| head_index(mlog, k, t)))
+                .collect();
+            assert!(
+                heads.is_subset(&own),
+                "mlog {mlog}'s writer locked heads {heads:?}, not only its own {own:?}"
+            );
+            let p = parts[mlog as usize];
+            assert!(!claimed.is_empty(), "mlog {mlog} claimed no section");
+            for &sec in claimed {
+                assert!(
+                    (p.first_sec..p.end_sec).contains(&sec),
+                    "mlog {mlog} claimed section {sec} outside its part {}..{}",
+                    p.first_sec,
+                    p.end_sec
+                );
+                assert_eq!(m.part_of(sec), mlog as usize);
+            }
+            assert_eq!(p.claims - claims0[mlog as usize], claimed.len() as u64);
+            assert_eq!(p.steals, 0, "mlog {mlog} stole with sections of its own");
+        }
+        assert_eq!(m.free_sections(), m.geo.sections() - m.used_sections());
+    }
+
+    /// An mlog whose part has no free section left takes one from another part (counted
+    /// as a steal) instead of failing, and the free counts stay exact.
+    #[test]
+    fn an_mlog_with_an_empty_part_steals_from_another() {
+        let m = fresh_mlogs(32 << 10, 2);
+        let seen = record_hook(&m);
+        let hi = head_index(0, LogKind::Data, Temp::Warm);
+        let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(1);
+        let free1 = m.part_stats()[1].free;
+        let mut n = 0u32;
+        while m.part_stats()[0].free > 0 {
+            m.append(hi, sum(n), fill).unwrap();
+            n += 1;
+        }
+        assert_eq!(
+            m.part_stats()[1].free,
+            free1,
+            "part 1 untouched while 0 had room"
+        );
+        for _ in 0..2 * m.bps() {
+            m.append(hi, sum(n), fill).unwrap();
+            n += 1;
+        }
+        m.set_test_hook(None);
+        let p = m.part_stats();
+        assert!(p[0].steals >= 1, "no steal counted: {p:?}");
+        assert!(p[1].free < free1, "the steal did not come from part 1");
+        let stolen: Vec<u64> = seen
+            .lock()
+            .values()
+            .flat_map(|v| v.1.clone())
+            .filter(|&s| m.part_of(s) == 1)
+            .collect();
+        assert_eq!(stolen.len() as u64, p[0].steals);
+        assert_eq!(m.free_sections(), m.geo.sections() - m.used_sections());
+        assert_eq!(m.total_valid(), n as u64);
     }
 }

@@ -1,17 +1,87 @@
-//! Counters readable through the API (`Fs::stats`). Relaxed atomics: they are statistics,
-//! not synchronisation.
+//! Counters readable through the API (`Fs::stats`), and `Counter`, the sharded approximate
+//! counter (Max's per-core counters) for the ones every operation bumps. Relaxed atomics:
+//! they are statistics and soft limits, not synchronisation.
+//!
+//! Invariant of `Counter`: `global + sum(shards)` is the exact value once no add is in
+//! flight; `approx()` (the global part alone) is within `SHARDS x BATCH` of it. No locks.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Shards of a `Counter` (thread slots map onto them modulo this).
+pub const COUNTER_SHARDS: usize = 32;
+/// A shard folds into the global value when its delta reaches this many units.
+pub const COUNTER_BATCH: i64 = 64;
+
+/// A counter bumped on every operation, sharded per thread slot (Linux percpu_counter,
+/// Max's per-core counters): an add touches the caller's own cache line, and only every
+/// `COUNTER_BATCH` units the shared one. One global `AtomicU64` bumped by 16 cores moves
+/// its cache line on every add, which is a lock in all but name.
+pub struct Counter {
+    global: CachePadded<AtomicI64>,
+    shards: Box<[CachePadded<AtomicI64>]>,
+}
+
+impl Default for Counter {
+    fn default() -> Self {
+        Counter {
+            global: CachePadded::new(AtomicI64::new(0)),
+            shards: (0..COUNTER_SHARDS)
+                .map(|_| CachePadded::new(AtomicI64::new(0)))
+                .collect(),
+        }
+    }
+}
+
+impl Counter {
+    fn add(&self, n: i64) {
+        let shard = &self.shards[crate::lock::thread_slot() % COUNTER_SHARDS];
+        let v = shard.fetch_add(n, Ordering::Relaxed) + n;
+        if !(-COUNTER_BATCH..COUNTER_BATCH).contains(&v) {
+            let v = shard.swap(0, Ordering::Relaxed);
+            self.global.fetch_add(v, Ordering::Relaxed);
+        }
+    }
+    /// Add `n` (the ordering argument keeps the `AtomicU64` call sites; adds are relaxed).
+    pub fn fetch_add(&self, n: u64, _: Ordering) {
+        self.add(n as i64);
+    }
+    pub fn fetch_sub(&self, n: u64, _: Ordering) {
+        self.add(-(n as i64));
+    }
+    /// The exact value (sums every shard: for reports, checkpoints, tests).
+    pub fn load(&self, _: Ordering) -> u64 {
+        let v = self.global.load(Ordering::Relaxed)
+            + self
+                .shards
+                .iter()
+                .map(|s| s.load(Ordering::Relaxed))
+                .sum::<i64>();
+        v.max(0) as u64
+    }
+    /// The value within `COUNTER_SHARDS x COUNTER_BATCH` (one load: for soft limits
+    /// checked on every operation).
+    pub fn approx(&self) -> u64 {
+        self.global.load(Ordering::Relaxed).max(0) as u64
+    }
+    /// Set the value; only while nothing adds (mount, the checkpoint).
+    pub fn store(&self, v: u64, _: Ordering) {
+        for s in self.shards.iter() {
+            s.store(0, Ordering::Relaxed);
+        }
+        self.global.store(v as i64, Ordering::Relaxed);
+    }
+}
 
 #[derive(Default)]
 pub struct Stats {
-    pub app_write_bytes: AtomicU64,
-    pub app_read_bytes: AtomicU64,
-    pub data_blocks_written: AtomicU64,
-    pub node_blocks_written: AtomicU64,
-    pub dev_read_blocks: AtomicU64,
+    pub app_write_bytes: Counter,
+    pub app_read_bytes: Counter,
+    pub data_blocks_written: Counter,
+    pub node_blocks_written: Counter,
+    pub dev_read_blocks: Counter,
     pub checkpoints: AtomicU64,
-    pub fsyncs: AtomicU64,
+    pub fsyncs: Counter,
     pub fsync_checkpoints: AtomicU64,
     pub roll_forward_nodes: AtomicU64,
     pub gc_fg_runs: AtomicU64,
@@ -104,16 +174,18 @@ pub struct Counters {
 impl Stats {
     pub fn snapshot(&self, dev_write_blocks: u64, ssr_blocks: u64) -> Counters {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let app = g(&self.app_write_bytes);
+        let c = |a: &Counter| a.load(Ordering::Relaxed);
+        let app = c(&self.app_write_bytes);
+        let data_blocks = c(&self.data_blocks_written);
         Counters {
             app_write_bytes: app,
-            app_read_bytes: g(&self.app_read_bytes),
-            data_blocks_written: g(&self.data_blocks_written),
-            node_blocks_written: g(&self.node_blocks_written),
+            app_read_bytes: c(&self.app_read_bytes),
+            data_blocks_written: data_blocks,
+            node_blocks_written: c(&self.node_blocks_written),
             dev_write_blocks,
-            dev_read_blocks: g(&self.dev_read_blocks),
+            dev_read_blocks: c(&self.dev_read_blocks),
             checkpoints: g(&self.checkpoints),
-            fsyncs: g(&self.fsyncs),
+            fsyncs: c(&self.fsyncs),
             fsync_checkpoints: g(&self.fsync_checkpoints),
             roll_forward_nodes: g(&self.roll_forward_nodes),
             gc_fg_runs: g(&self.gc_fg_runs),
@@ -138,10 +210,10 @@ impl Stats {
             discards_queued: 0,
             discard_log_reissued_blocks: g(&self.discard_log_reissued),
             live_blocks: 0,
-            fs_write_amplification: if g(&self.data_blocks_written) == 0 {
+            fs_write_amplification: if data_blocks == 0 {
                 0.0
             } else {
-                dev_write_blocks as f64 / g(&self.data_blocks_written) as f64
+                dev_write_blocks as f64 / data_blocks as f64
             },
             write_amplification: if app == 0 {
                 0.0
@@ -149,5 +221,47 @@ impl Stats {
                 (dev_write_blocks * 4096) as f64 / app as f64
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Adds and subtracts from many threads: the exact value is right once they are
+    /// done, and the one-load approximation is never further off than the shards can hold.
+    #[test]
+    fn sharded_counter_is_exact_when_quiet_and_close_always() {
+        let c = Arc::new(Counter::default());
+        let hs: Vec<_> = (0..8u64)
+            .map(|t| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for i in 0..10_000u64 {
+                        c.fetch_add(1 + (i + t) % 3, Ordering::Relaxed);
+                        if i % 2 == 0 {
+                            c.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        let (a, e) = (c.approx() as i64, c.load(Ordering::Relaxed) as i64);
+                        assert!(a >= 0 && e >= 0);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let want: u64 = (0..8u64)
+            .map(|t| (0..10_000u64).map(|i| 1 + (i + t) % 3).sum::<u64>() - 5_000)
+            .sum();
+        assert_eq!(c.load(Ordering::Relaxed), want);
+        let err = want as i64 - c.approx() as i64;
+        assert!(
+            err.abs() < COUNTER_SHARDS as i64 * COUNTER_BATCH,
+            "approximation off by {err}"
+        );
+        c.store(5, Ordering::Relaxed);
+        assert_eq!((c.load(Ordering::Relaxed), c.approx()), (5, 5));
     }
 }

@@ -28,9 +28,15 @@ pub enum Point {
     Sit,
     /// Writers waiting for foreground cleaning (F2FS gc_mutex).
     GcLock,
+    /// Writers waiting for room in the log-write queue (device back-pressure; no lock
+    /// held).
+    IoQueue,
+    /// The log-write queue's own locks (`io.rs` `state` and `spare`), shared by every mlog:
+    /// taken once per 256 KiB log write.
+    IoPool,
 }
 
-pub const POINTS: [(Point, &str); 8] = [
+pub const POINTS: [(Point, &str); 10] = [
     (Point::OpShared, "op_lock_shared"),
     (Point::OpExclusive, "op_lock_checkpoint"),
     (Point::Cell, "file_cell"),
@@ -39,6 +45,8 @@ pub const POINTS: [(Point, &str); 8] = [
     (Point::VictimSelect, "victim_selection"),
     (Point::Sit, "sit"),
     (Point::GcLock, "gc_lock"),
+    (Point::IoQueue, "io_queue"),
+    (Point::IoPool, "io_pool"),
 ];
 
 struct Counter {
@@ -46,12 +54,12 @@ struct Counter {
     count: AtomicU64,
 }
 
-static COUNTERS: [Counter; 8] = [const {
+static COUNTERS: [Counter; 10] = [const {
     Counter {
         ns: AtomicU64::new(0),
         count: AtomicU64::new(0),
     }
-}; 8];
+}; 10];
 
 /// Record a wait that started at `t0`.
 pub fn record(p: Point, t0: Instant) {

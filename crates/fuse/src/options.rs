@@ -100,6 +100,7 @@ impl MountConfig {
                 self.core.read_only = false;
             }
             "gc" => self.core.gc = need(val)?.parse::<GcPolicy>()?,
+            "mlog" => self.core.mlog_map = need(val)?.parse()?,
             "mode" => {
                 self.core.alloc_mode = match need(val)? {
                     "lfs" => AllocMode::Lfs,
@@ -267,7 +268,7 @@ impl MountConfig {
             return Ok(());
         }
         Err(format!(
-            "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, \
+            "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, mlog=ino|thread, \
              allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
              writeback, nowriteback, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
@@ -383,6 +384,12 @@ mod tests {
         assert_eq!(c.bdi_max_ratio, Some(DEFAULT_BDI_MAX_RATIO));
         assert_eq!(parse("bdi_max_ratio=50").unwrap().bdi_max_ratio, Some(50));
         assert_eq!(parse("bdi_max_ratio=1").unwrap().bdi_max_ratio, None);
+        assert_eq!(c.core.mlog_map, flashlog_core::MlogMap::Ino);
+        assert_eq!(
+            parse("mlog=thread").unwrap().core.mlog_map,
+            flashlog_core::MlogMap::Thread
+        );
+        assert!(parse("mlog=core").is_err());
         assert!(c.core.acl, "ACLs are on by default");
         let c = parse("noacl,nodefault_permissions").unwrap();
         assert!(!c.core.acl && !c.checks_permissions());

@@ -65,11 +65,14 @@ impl Volume {
                 force: true,
                 label: format!("bench-{}", policy.label),
                 segs_per_sec: ctx.segs_per_sec,
+                mlogs: ctx.args.mlogs,
                 ..Default::default()
             },
         )
         .map_err(|e| anyhow!("mkfs for {}: {e}", policy.label))?;
-        let fs = Fs::mount(bd.dev.clone(), policy.mount_options(&base_mount_options()))
+        let mut opts = policy.mount_options(&base_mount_options());
+        opts.mlog_map = ctx.args.mlog_map.parse().map_err(anyhow::Error::msg)?;
+        let fs = Fs::mount(bd.dev.clone(), opts)
             .map_err(|e| anyhow!("mount with {}: {e}", policy.label))?;
         Ok(Volume {
             fs: Arc::new(fs),
