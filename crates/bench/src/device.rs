@@ -246,6 +246,9 @@ impl BlockDevice for Counted {
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.inner.discard(addr, count)
     }
+    fn discard_many(&self, ranges: &[(u64, u64)]) -> DevResult<Completion> {
+        self.inner.discard_many(ranges)
+    }
     fn flush(&self) -> DevResult<Completion> {
         self.inner.flush()
     }
