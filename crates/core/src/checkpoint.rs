@@ -450,15 +450,12 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         &cpk.ssa_bitmap,
         &cpk.heads,
         cpk.elapsed_secs,
-        // gc=device: a head's writes must reach the device in address order. The coupled
+        // gc=device: a head's writes must reach the device in address order (the coupled
         // FTL seals a zone's line when its last slot is written; a reordered write of the
-        // last slot seals it early, and the zone can then lose its line to device GC and get
-        // a second one that never seals (never reset, so the section cannot be reused).
-        if device_gc.is_some() {
-            0
-        } else {
-            opts.io_threads
-        },
+        // last slot would seal it early, and the zone could then lose its line to device GC
+        // and get a second one that never seals). The I/O pool keeps each zone's buffers in
+        // submission order on a zoned device (io.rs), so the threads stay on.
+        opts.io_threads,
     )?;
     let cp_state = CpState {
         nat_bm: cpk.nat_bitmap.clone(),
