@@ -111,6 +111,12 @@ pub trait Collector: Send + Sync {
     fn before_checkpoint(&self, _fs: &FsInner) -> Result<()> {
         Ok(())
     }
+    /// `gc=device` without its handler thread (mounted with `gc_interval` None, as the crash
+    /// simulator does for determinism): a batch of upcalls waits, and the next
+    /// `ensure_space` checkpoints to apply it.
+    fn upcalls_due(&self) -> bool {
+        false
+    }
     /// The last migration upcall the next checkpoint covers (0: none).
     fn last_upcall(&self) -> u64 {
         0
@@ -585,11 +591,13 @@ impl FsInner {
         }
         let per_sec = BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
         let due = || {
-            fs.seg
-                .dead
-                .lock()
-                .as_ref()
-                .is_some_and(|m| m.pending_blocks() >= per_sec)
+            fs.collector.upcalls_due()
+                || fs
+                    .seg
+                    .dead
+                    .lock()
+                    .as_ref()
+                    .is_some_and(|m| m.pending_blocks() >= per_sec)
         };
         if !due() {
             return Ok(());

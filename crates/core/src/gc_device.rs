@@ -121,6 +121,10 @@ pub struct DeviceCollector {
     state: Mutex<State>,
     stop: Arc<AtomicBool>,
     handle: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// No handler thread (`gc_interval` None): `ensure_space` checkpoints for full batches.
+    inline: AtomicBool,
+    /// Upcalls per handler checkpoint (`ack_batch_upcalls`).
+    batch: std::sync::atomic::AtomicUsize,
 }
 
 impl DeviceCollector {
@@ -130,6 +134,8 @@ impl DeviceCollector {
             state: Mutex::new(State::default()),
             stop: Arc::new(AtomicBool::new(false)),
             handle: Mutex::new(None),
+            inline: AtomicBool::new(false),
+            batch: std::sync::atomic::AtomicUsize::new(1),
         }
     }
 
@@ -294,10 +300,17 @@ impl crate::gc::Collector for DeviceCollector {
             fs.poison_with(format!("gc=device: applying re-sent upcalls failed: {e}"));
             return;
         }
+        let batch = ack_batch_upcalls(fs.dev.capabilities());
+        self.batch.store(batch, Ordering::Relaxed);
+        if fs.opts.gc_interval.is_none() {
+            // No background threads on this mount (deterministic runs): full batches are
+            // checkpointed from `ensure_space` instead (`upcalls_due`).
+            self.inline.store(true, Ordering::Release);
+            return;
+        }
         let weak: Weak<FsInner> = Arc::downgrade(fs);
         let tap = self.tap.clone();
         let stop = self.stop.clone();
-        let batch = ack_batch_upcalls(fs.dev.capabilities());
         let h = std::thread::Builder::new()
             .name("flashlog-upcall".into())
             .spawn(move || {
@@ -333,6 +346,11 @@ impl crate::gc::Collector for DeviceCollector {
         if let Some(h) = self.handle.lock().take() {
             let _ = h.join();
         }
+    }
+
+    fn upcalls_due(&self) -> bool {
+        self.inline.load(Ordering::Acquire)
+            && self.tap.pending() >= self.batch.load(Ordering::Relaxed)
     }
 
     fn before_checkpoint(&self, fs: &FsInner) -> Result<()> {

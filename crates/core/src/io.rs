@@ -212,8 +212,7 @@ impl IoPool {
                     .get_or_insert_with(|| format!("log write at block {addr} failed: {e}"));
             }
             st.bufs.retain(|b| b.id != id);
-            if self.zone_blocks > 0 {
-                let z = addr / self.zone_blocks;
+            if let Some(z) = addr.checked_div(self.zone_blocks) {
                 st.busy_zones.retain(|&b| b != z);
             }
             self.inflight.store(st.bufs.len(), Ordering::Release);
