@@ -102,17 +102,29 @@ impl DeviceSpec {
     /// The device a policy runs on: `device` (D2FS) gets the emulator's coupled-GC FTL
     /// unless `--ssd-set ftl=...` chose one; everything else runs on the spec as given.
     pub fn for_policy(&self, gc: flashlog_core::GcPolicy) -> DeviceSpec {
+        let ftl = (gc == flashlog_core::GcPolicy::Device).then_some("coupled");
+        self.with_ftl(ftl)
+    }
+
+    /// The device a named policy runs on: `device` gets `ftl=coupled`, `zf2fs` (zoned F2FS)
+    /// `ftl=zoned`, unless `--ssd-set ftl=...` chose one.
+    pub fn for_policy_spec(&self, p: &crate::policy::PolicySpec) -> DeviceSpec {
+        match p.name.as_str() {
+            "zf2fs" => self.with_ftl(Some("zoned")),
+            _ => self.for_policy(p.gc),
+        }
+    }
+
+    fn with_ftl(&self, ftl: Option<&str>) -> DeviceSpec {
         match self {
             DeviceSpec::Ssd {
                 preset,
                 bytes,
                 set,
                 clock,
-            } if gc == flashlog_core::GcPolicy::Device
-                && !set.iter().any(|kv| kv.starts_with("ftl=")) =>
-            {
+            } if ftl.is_some() && !set.iter().any(|kv| kv.starts_with("ftl=")) => {
                 let mut set = set.clone();
-                set.push("ftl=coupled".into());
+                set.push(format!("ftl={}", ftl.unwrap_or_default()));
                 DeviceSpec::Ssd {
                     preset: preset.clone(),
                     bytes: *bytes,

@@ -58,7 +58,7 @@ impl Volume {
     pub fn open(ctx: &Ctx, policy: &PolicySpec) -> Result<Volume> {
         reset_peak_rss();
         let usage0 = ProcUsage::now();
-        let bd = ctx.device.for_policy(policy.gc).open()?;
+        let bd = ctx.device.for_policy_spec(policy).open()?;
         Fs::mkfs(
             bd.dev.clone(),
             &MkfsOptions {
