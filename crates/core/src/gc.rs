@@ -549,14 +549,6 @@ impl FsInner {
             .max(64)
     }
 
-    /// Free sections wanted before more work proceeds (F2FS `has_not_enough_free_secs`):
-    /// the data floor, room for everything dirty, and a quarter of the headroom as slack
-    /// so that cleaning starts before writers reach the floor.
-    ///
-    /// The space budget has its own view (`space.rs`): the target is also never below what
-    /// brings its headroom back to the application floor plus the same slack, so that
-    /// operations refused a reservation find cleaning under way.
-    /// The space budget's headroom is below the application floor plus the cleaning slack.
     /// Sections of slack above the floor that `space_target` and `budget_short` keep: a
     /// quarter of the headroom. gc=device keeps one: its overprovision is the device's
     /// virtual one (the regular region beyond the live limit), which the host cannot free
@@ -572,6 +564,7 @@ impl FsInner {
         }
     }
 
+    /// The space budget's headroom is below the application floor plus the cleaning slack.
     pub fn budget_short(&self) -> bool {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         let slack = self.space_slack_secs();
@@ -583,7 +576,9 @@ impl FsInner {
     /// checkpoint (gc_device.rs), and its GC needs invalid blocks. With the one-section
     /// slack (`space_slack_secs`) nothing else checkpoints between upcalls, so once a
     /// section's worth of blocks waits for its discard, checkpoint (measured: without it the
-    /// device ran out of reclaimable lines, "every candidate line is fully valid").
+    /// device ran out of reclaimable lines, "every candidate line is fully valid"). Also
+    /// when a batch of upcalls waits on a mount without a handler thread
+    /// (`Collector::upcalls_due`).
     fn device_discard_due(&self) -> Result<()> {
         let fs = self;
         if fs.opts.gc != crate::config::GcPolicy::Device || fs.opts.read_only {
@@ -611,6 +606,13 @@ impl FsInner {
         Ok(())
     }
 
+    /// Free sections wanted before more work proceeds (F2FS `has_not_enough_free_secs`):
+    /// the data floor, room for everything dirty, and the slack (`space_slack_secs`) so
+    /// that cleaning starts before writers reach the floor.
+    ///
+    /// The space budget has its own view (`space.rs`): the target is also never below what
+    /// brings its headroom back to the application floor plus the same slack, so that
+    /// operations refused a reservation find cleaning under way.
     pub fn space_target(&self) -> u64 {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         let dirty =

@@ -17,15 +17,20 @@
 //! Protocol with the checkpoint (docs/DESIGN.md "D2FS host side"):
 //! 1. every checkpoint first applies every queued upcall, and records the last applied
 //!    upcall id in the pack (`Checkpoint::last_upcall`);
-//! 2. once the pack is durable: discard every block invalidated before it (one by one:
-//!    the device learns what is dead; while its records are outstanding a discard of a moved
-//!    block is redirected, which is what kills a dead block the device moved), apply what
+//! 2. once the pack is durable: discard every block invalidated before it (batched, 256
+//!    ranges a request, each block redirected on its own by the device: the device learns
+//!    what is dead; while its records are outstanding a discard of a moved block is
+//!    redirected, which is what kills a dead block the device moved), apply what
 //!    arrived meanwhile (so no pair for an address of a section about to be freed is left
 //!    unapplied), acknowledge up to the pack's id, and only then discard and free the
 //!    sections emptied before the pack;
 //! 3. at mount, `resend_migrations` re-delivers every unacknowledged upcall; ids up to the
 //!    checkpoint's `last_upcall` are skipped (applying them again could move a block of a
 //!    later owner of a reused address), later ones are applied.
+//!
+//! The handler thread checkpoints per batch of upcalls (`ack_batch_upcalls`, or a partial
+//! batch after `MAX_UPCALL_WAIT`); without it (`gc_interval` None) `ensure_space` does
+//! (`upcalls_due`). Other checkpoints apply whatever waits.
 //!
 //! Invariants: upcalls are applied in id order, each at most once per mount (`last`);
 //! `acked <= last in a durable checkpoint`; sections of the GC region are never allocated
