@@ -104,10 +104,23 @@ impl DeviceSpec {
     /// ftl=...` chose one; everything else runs on the spec as given.
     pub fn for_policy(&self, gc: flashlog_core::GcPolicy) -> DeviceSpec {
         let ftl = match gc {
-            flashlog_core::GcPolicy::Device => Some("ftl=coupled"),
-            flashlog_core::GcPolicy::None => Some("ftl=interval"),
+            flashlog_core::GcPolicy::Device => Some("coupled"),
+            flashlog_core::GcPolicy::None => Some("interval"),
             _ => None,
         };
+        self.with_ftl(ftl)
+    }
+
+    /// The device a named policy runs on: as `for_policy`, and `zf2fs` (zoned F2FS) gets
+    /// `ftl=zoned`, unless `--ssd-set ftl=...` chose one.
+    pub fn for_policy_spec(&self, p: &crate::policy::PolicySpec) -> DeviceSpec {
+        match p.name.as_str() {
+            "zf2fs" => self.with_ftl(Some("zoned")),
+            _ => self.for_policy(p.gc),
+        }
+    }
+
+    fn with_ftl(&self, ftl: Option<&str>) -> DeviceSpec {
         match self {
             DeviceSpec::Ssd {
                 preset,
@@ -116,7 +129,7 @@ impl DeviceSpec {
                 clock,
             } if ftl.is_some() && !set.iter().any(|kv| kv.starts_with("ftl=")) => {
                 let mut set = set.clone();
-                set.push(ftl.unwrap_or_default().into());
+                set.push(format!("ftl={}", ftl.unwrap_or_default()));
                 DeviceSpec::Ssd {
                     preset: preset.clone(),
                     bytes: *bytes,
@@ -249,6 +262,9 @@ impl BlockDevice for Counted {
     }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.inner.discard(addr, count)
+    }
+    fn discard_many(&self, ranges: &[(u64, u64)]) -> DevResult<Completion> {
+        self.inner.discard_many(ranges)
     }
     fn flush(&self) -> DevResult<Completion> {
         self.inner.flush()

@@ -87,7 +87,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "wall")]
     pub clock: String,
     /// Comma-separated policies: f2fs, f2fs-lfs, scale, scale:N (N GC workers), device (D2FS, on
-    /// the emulator's coupled FTL). Default:
+    /// the emulator's coupled FTL), zf2fs (zoned F2FS, on the emulator's zoned FTL). Default:
     /// every policy the core implements.
     #[arg(long)]
     pub policies: Option<String>,

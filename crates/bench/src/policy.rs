@@ -60,6 +60,16 @@ const TABLE: &[Row] = &[
          SSD), the host applies its migration upcalls",
     ),
     (
+        "zf2fs",
+        GcPolicy::F2fs,
+        AllocMode::Lfs,
+        false,
+        false,
+        "zoned F2FS (the D2FS paper's peer): F2FS in lfs mode over the emulator's zoned FTL \
+         (ftl=zoned, chosen for this policy on an emulated SSD): sections are zones, a freed \
+         section is a zone reset",
+    ),
+    (
         "none",
         GcPolicy::None,
         AllocMode::Lfs,
@@ -205,10 +215,10 @@ pub fn implemented() -> Vec<PolicySpec> {
 }
 
 /// Mount the policy on a 64 MiB RAM volume and unmount it. `device` needs the emulator's
-/// coupled FTL and `none` its interval FTL, which `Volume::open` selects for them; they are
-/// not probed on RAM.
+/// coupled FTL, `none` its interval FTL and `zf2fs` its zoned FTL, which `Volume::open`
+/// selects for them; they are not probed on RAM.
 fn probe(p: &PolicySpec) -> Result<()> {
-    if matches!(p.gc, GcPolicy::Device | GcPolicy::None) {
+    if matches!(p.gc, GcPolicy::Device | GcPolicy::None) || p.name == "zf2fs" {
         return Ok(());
     }
     let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(16384));

@@ -170,6 +170,32 @@ fn bitmap_len(blocks: u64) -> usize {
 /// Blocks written per request when zeroing metadata areas.
 const ZERO_BATCH: u64 = 256;
 
+/// A zoned (ZNS-style) device, zoned F2FS: sections are zones (segments per section from the
+/// zone size), the main area starts at the end of the conventional region (all metadata
+/// lives there), and the overprovision is what an ordinary layout of the device with that
+/// section size would keep (at least the reserved sections), so that zf2fs and f2fs compare
+/// on the same user space where the zone size allows it.
+fn zoned_geometry(
+    caps: &flashlog_dev::Capabilities,
+    mlogs: u32,
+) -> std::result::Result<Geometry, flashlog_format::sb::GeometryError> {
+    let z = caps.zone_blocks;
+    let sps = (z / flashlog_format::BLOCKS_PER_SEG).max(1);
+    let plain = Geometry::compute(caps.block_count, sps as u32, mlogs)?;
+    let main_segs = caps.block_count.saturating_sub(caps.conventional_blocks) / z * sps;
+    let logs = ((flashlog_format::sb::DEFAULT_LOG_HEADS + 3) * mlogs) as u64;
+    let reserved = (logs + 2) * sps;
+    let user = main_segs.saturating_sub(plain.ovp_segments.max(reserved));
+    Geometry::compute_zoned(
+        caps.block_count,
+        caps.conventional_blocks,
+        z,
+        user * flashlog_format::BLOCKS_PER_SEG,
+        mlogs,
+        0, // no discard log: zf2fs frees whole sections (zone resets), no dead-block map
+    )
+}
+
 /// Lay out a new volume on `dev`.
 pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport> {
     let caps = dev.capabilities().clone();
@@ -205,6 +231,8 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
                 caps.block_count.saturating_sub(caps.conventional_blocks) / BLOCKS_PER_SEG,
             ),
         )
+    } else if caps.zone_blocks > 0 && !caps.migration_upcalls {
+        zoned_geometry(&caps, opts.mlogs)
     } else {
         Geometry::compute(caps.block_count, opts.segs_per_sec, opts.mlogs)
     }
@@ -468,15 +496,12 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         &cpk.ssa_bitmap,
         &cpk.heads,
         cpk.elapsed_secs,
-        // gc=device: a head's writes must reach the device in address order. The coupled
+        // gc=device: a head's writes must reach the device in address order (the coupled
         // FTL seals a zone's line when its last slot is written; a reordered write of the
-        // last slot seals it early, and the zone can then lose its line to device GC and get
-        // a second one that never seals (never reset, so the section cannot be reused).
-        if device_gc.is_some() {
-            0
-        } else {
-            opts.io_threads
-        },
+        // last slot would seal it early, and the zone could then lose its line to device GC
+        // and get a second one that never seals). The I/O pool keeps each zone's buffers in
+        // submission order on a zoned device (io.rs), so the threads stay on.
+        opts.io_threads,
     )?;
     if geo.infinite {
         // IPLFS hook: the pool from the live count; after a cut, record adoptions.
@@ -509,7 +534,25 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
             d.set_loaded(cpk.last_upcall);
             Box::new(d)
         }
-        None => crate::gc::collector_for(&opts)?,
+        None => {
+            let caps = dev.capabilities();
+            if caps.zone_blocks > 0 {
+                // Zoned F2FS: sections must be the device's zones (a freed section's discard
+                // is the zone reset), and blocks of a zone are written in order from its
+                // start: lfs mode only, never threaded logging into holes.
+                if geo.main_addr != caps.conventional_blocks
+                    || flashlog_format::BLOCKS_PER_SEG * geo.segs_per_sec as u64 != caps.zone_blocks
+                {
+                    return Err(Error::Invalid(
+                        "this volume was not formatted for the device's zones (sections must \
+                         be zones, the main area must start after the conventional region): \
+                         run mkfs on the zoned device",
+                    ));
+                }
+                seg.lfs_mode.store(true, Ordering::Relaxed);
+            }
+            crate::gc::collector_for(&opts)?
+        }
     };
     seg.set_gc_streams(
         base,

@@ -91,6 +91,9 @@ pub struct MigrationPair {
     pub new: u64,
 }
 
+/// Most ranges in one [`BlockDevice::discard_many`] request (NVMe DSM: 256 ranges).
+pub const MAX_DISCARD_RANGES: usize = 256;
+
 /// Most pairs in one upcall (D2FS: 256 16-byte pairs, one 4 KiB page).
 pub const MAX_UPCALL_PAIRS: usize = 256;
 
@@ -178,6 +181,18 @@ pub trait BlockDevice: Send + Sync {
         }
         Ok(all)
     }
+    /// Discard several extents `(addr, count)` in one request (NVMe Dataset Management carries
+    /// up to [`MAX_DISCARD_RANGES`] ranges per command). Ranges are applied in order; on an
+    /// error the ranges before the failing one are discarded. The default issues them one
+    /// by one; devices with a per-command cost override it.
+    fn discard_many(&self, ranges: &[(u64, u64)]) -> DevResult<Completion> {
+        let mut all = Completion::empty();
+        for &(addr, count) in ranges {
+            let c = self.discard(addr, count)?;
+            all.events.extend(c.events);
+        }
+        Ok(all)
+    }
     /// The host applied and checkpointed every migration upcall with id `<= upto`; the device
     /// may forget their records. Devices without `migration_upcalls` refuse.
     fn ack_migrations(&self, upto: u64) -> DevResult<()> {
@@ -213,6 +228,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     }
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Completion> {
         (**self).read_many(reqs)
+    }
+    fn discard_many(&self, ranges: &[(u64, u64)]) -> DevResult<Completion> {
+        (**self).discard_many(ranges)
     }
     fn ack_migrations(&self, upto: u64) -> DevResult<()> {
         (**self).ack_migrations(upto)

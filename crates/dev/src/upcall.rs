@@ -83,6 +83,20 @@ impl<D: BlockDevice> UpcallTap<D> {
         q.len()
     }
 
+    /// Wait until at least `n` upcalls are queued or `timeout` passed, without taking any;
+    /// returns how many are queued. Lets a handler gather a batch (one checkpoint for many
+    /// upcalls) without polling: every queued upcall wakes it to recount.
+    pub fn wait_at_least(&self, n: usize, timeout: Duration) -> usize {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut q = self.queue.lock();
+        while q.len() < n.max(1) {
+            if self.cv.wait_until(&mut q, deadline).timed_out() {
+                break;
+            }
+        }
+        q.len()
+    }
+
     /// Move the upcalls of a completion to the queue.
     fn tap(&self, mut c: Completion) -> Completion {
         if c.events.is_empty() {
@@ -133,10 +147,91 @@ impl<D: BlockDevice> BlockDevice for UpcallTap<D> {
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Completion> {
         self.inner.read_many(reqs).map(|c| self.tap(c))
     }
+    fn discard_many(&self, ranges: &[(u64, u64)]) -> DevResult<Completion> {
+        self.inner.discard_many(ranges).map(|c| self.tap(c))
+    }
     fn ack_migrations(&self, upto: u64) -> DevResult<()> {
         self.inner.ack_migrations(upto)
     }
     fn resend_migrations(&self) -> DevResult<()> {
         self.inner.resend_migrations()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RamDevice;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// A RAM device whose every write completion carries one upcall.
+    struct Migrating {
+        ram: RamDevice,
+        next: AtomicU64,
+    }
+
+    impl BlockDevice for Migrating {
+        fn capabilities(&self) -> &Capabilities {
+            self.ram.capabilities()
+        }
+        fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<Completion> {
+            self.ram.read(addr, buf)
+        }
+        fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+            self.ram.write(addr, buf)?;
+            let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+            Ok(Completion {
+                events: vec![DeviceEvent::Migrated {
+                    upcall: id,
+                    first_record: id,
+                    pairs: vec![MigrationPair {
+                        old: id,
+                        new: id + 100,
+                    }],
+                }],
+            })
+        }
+        fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
+            self.ram.discard(addr, count)
+        }
+        fn flush(&self) -> DevResult<Completion> {
+            self.ram.flush()
+        }
+    }
+
+    /// A handler waiting for a batch of three sleeps through the first two upcalls and wakes
+    /// on the third; a partial batch comes back when the timeout passes.
+    #[test]
+    fn wait_at_least_gathers_a_batch() {
+        let tap = Arc::new(UpcallTap::new(Migrating {
+            ram: RamDevice::new(16),
+            next: AtomicU64::new(0),
+        }));
+        let woke = Arc::new(AtomicBool::new(false));
+        let h = {
+            let (tap, woke) = (tap.clone(), woke.clone());
+            std::thread::spawn(move || {
+                let n = tap.wait_at_least(3, Duration::from_secs(30));
+                woke.store(true, Ordering::Release);
+                n
+            })
+        };
+        let b = vec![0u8; crate::BLOCK_SIZE];
+        for _ in 0..2 {
+            assert!(tap.write(0, &b).unwrap().events.is_empty());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !woke.load(Ordering::Acquire),
+            "woke before the batch was full"
+        );
+        tap.write(0, &b).unwrap();
+        assert_eq!(h.join().unwrap(), 3);
+        let ids: Vec<u64> = tap.take().iter().map(|u| u.id).collect();
+        assert_eq!(ids, vec![1, 2, 3]);
+        // A partial batch after the timeout.
+        tap.write(0, &b).unwrap();
+        assert_eq!(tap.wait_at_least(8, Duration::from_millis(20)), 1);
     }
 }

@@ -11,13 +11,17 @@
 //! - [`crash`]: the driver: seed -> workload -> power cut -> crash image -> fsck -> remount
 //!   -> check against the model; budgeted, exhaustive and replay entry points;
 //! - [`check`]: walking a recovered volume and comparing it with the model;
-//! - [`fault`]: a device that fails or panics on chosen requests, and the poisoning checks.
+//! - [`fault`]: a device that fails or panics on chosen requests, and the poisoning checks;
+//! - [`device_gc`]: `gc=device` (D2FS) on the emulated coupled-GC SSD, whose migration
+//!   records survive the cut, with cuts between device migration, upcall, host apply,
+//!   checkpoint and acknowledgement.
 //!
 //! Invariants: every case is a pure function of its [`crash::Case`] (seed, kill mode, cut
 //! point, torn-block count, GC policy); every failure carries the command that replays it.
 
 pub mod check;
 pub mod crash;
+pub mod device_gc;
 pub mod fault;
 pub mod image;
 pub mod model;
@@ -25,11 +29,17 @@ pub mod workload;
 
 use flashlog_core::GcPolicy;
 
-/// GC policies every crash and fault run is repeated under. A new policy plugs in here, one
-/// line. (`GcPolicy::Device`, D2FS, is refused by mount until it is implemented; add it
-/// here when it is. `GcPolicy::None`, IPLFS, mounts only on a device with an infinite
-/// logical space, whose volume layout is not implemented yet: add it with that layout.)
+/// GC policies every crash and fault run on RAM images is repeated under. A new policy
+/// plugs in here, one line. `GcPolicy::Device`, D2FS, mounts only on a device that moves
+/// blocks itself (the emulator's coupled FTL), so its crash runs are [`device_gc`]'s, on
+/// an emulated SSD (`run --policies device`, or `device`); [`ALL_POLICIES`] lists it.
+/// (`GcPolicy::None`, IPLFS, mounts only on a device with an infinite logical space, whose
+/// volume layout is not implemented yet: add it with that layout.)
 pub const POLICIES: &[GcPolicy] = &[GcPolicy::F2fs, GcPolicy::Scale];
+
+/// Every policy the simulator covers: [`POLICIES`] on RAM images, plus `device` on the
+/// emulated coupled SSD.
+pub const ALL_POLICIES: &[GcPolicy] = &[GcPolicy::F2fs, GcPolicy::Scale, GcPolicy::Device];
 
 /// Volume size of every simulated case with one mlog: the smallest mkfs accepts (64 MiB);
 /// more mlogs take the smallest power-of-two multiple mkfs accepts (`image::base_image_mlogs`). The RAM device is

@@ -474,6 +474,22 @@ impl SsdDevice {
         )
     }
 
+    fn do_discard_many(&self, at: u64, ranges: &[(u64, u64)]) -> DevResult<Timed> {
+        for &(addr, count) in ranges {
+            check_range(&self.caps, addr, count)?;
+        }
+        self.exec(
+            at,
+            |e| e.discard_many(ranges, at).map(|d| (d, ())),
+            |st, ()| {
+                for &(addr, count) in ranges {
+                    st.discard(addr, count)?;
+                }
+                Ok(())
+            },
+        )
+    }
+
     fn do_flush(&self, at: u64) -> DevResult<Timed> {
         self.exec(at, |e| e.flush(at).map(|d| (d, ())), |st, ()| st.sync())
     }
@@ -506,6 +522,14 @@ impl SsdDevice {
     /// Discard at an explicit submission time.
     pub fn discard_at(&self, at: u64, addr: u64, count: u64) -> DevResult<Timed> {
         let timed = self.do_discard(at, addr, count)?;
+        self.record(OpKind::Discard, &timed, 0);
+        self.advance_to(at);
+        Ok(timed)
+    }
+
+    /// Several discards in one request at an explicit submission time.
+    pub fn discard_many_at(&self, at: u64, ranges: &[(u64, u64)]) -> DevResult<Timed> {
+        let timed = self.do_discard_many(at, ranges)?;
         self.record(OpKind::Discard, &timed, 0);
         self.advance_to(at);
         Ok(timed)
@@ -585,6 +609,21 @@ impl BlockDevice for SsdDevice {
             return self.on_clock(OpKind::Discard, 0, |d, at| d.discard_at(at, addr, count));
         }
         self.on_clock(OpKind::Discard, 0, |d, at| d.do_discard(at, addr, count))
+    }
+
+    /// One request for up to [`flashlog_dev::MAX_DISCARD_RANGES`] ranges (NVMe DSM): one
+    /// firmware overhead and one completion per chunk, not one per range.
+    fn discard_many(&self, ranges: &[(u64, u64)]) -> DevResult<Completion> {
+        let mut all = Completion::empty();
+        for chunk in ranges.chunks(flashlog_dev::MAX_DISCARD_RANGES) {
+            let c = if self.is_virtual() {
+                self.on_clock(OpKind::Discard, 0, |d, at| d.discard_many_at(at, chunk))?
+            } else {
+                self.on_clock(OpKind::Discard, 0, |d, at| d.do_discard_many(at, chunk))?
+            };
+            all.events.extend(c.events);
+        }
+        Ok(all)
     }
 
     fn flush(&self) -> DevResult<Completion> {

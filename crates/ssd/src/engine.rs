@@ -240,6 +240,21 @@ impl Engine {
         Ok(t + self.flash.timing.fw_trim())
     }
 
+    /// Discard several extents `(lpn, n)` in one request (NVMe DSM): one command, one
+    /// firmware overhead; returns the completion time. On an error the ranges before the
+    /// failing one stay discarded.
+    pub fn discard_many(&mut self, ranges: &[(u64, u64)], t: u64) -> Result<u64, EngineError> {
+        self.ftl.background(&mut self.flash, t)?;
+        let t = t.max(self.flash.firmware_until);
+        self.flash.counters.host_discard_ops += 1;
+        for &(lpn, n) in ranges {
+            self.flash.counters.host_discard_blocks =
+                self.flash.counters.host_discard_blocks.saturating_add(n);
+            self.ftl.discard(&mut self.flash, lpn, n, t)?;
+        }
+        Ok(t + self.flash.timing.fw_trim())
+    }
+
     /// Flush at `t`; returns when every accepted write is programmed.
     pub fn flush(&mut self, t: u64) -> Result<u64, EngineError> {
         self.ftl.background(&mut self.flash, t)?;

@@ -69,6 +69,40 @@ fn ram_store_round_trip_discard_and_errors() {
     assert_eq!(s.latency.flush.count, 1);
 }
 
+/// `discard_many` (NVMe DSM): the same contents as one discard per range, but one request
+/// (one firmware overhead, one completion) per 256 ranges; a range past the end refuses its
+/// request before anything of it is discarded.
+#[test]
+fn discard_many_is_one_request_per_256_ranges() {
+    let dev = SsdDevice::new(tiny(StoreKind::Ram)).unwrap();
+    let n = 600u64;
+    for a in 0..n {
+        dev.write(a, &block(a + 1)).unwrap();
+    }
+    // Every even block of 0..600: 300 one-block ranges, two requests.
+    let ranges: Vec<(u64, u64)> = (0..n).step_by(2).map(|a| (a, 1)).collect();
+    dev.discard_many(&ranges).unwrap();
+    let s = dev.stats();
+    assert_eq!(s.counters.host_discard_ops, 2);
+    assert_eq!(s.counters.host_discard_blocks, 300);
+    let mut b = vec![0u8; BLOCK_SIZE];
+    for a in 0..n {
+        dev.read(a, &mut b).unwrap();
+        if a % 2 == 0 {
+            assert!(b.iter().all(|&x| x == 0), "block {a} not discarded");
+        } else {
+            assert_eq!(b, block(a + 1), "block {a} lost");
+        }
+    }
+    let end = dev.capabilities().block_count;
+    assert!(matches!(
+        dev.discard_many(&[(1, 1), (end, 1)]),
+        Err(DevError::OutOfRange { .. })
+    ));
+    dev.read(1, &mut b).unwrap();
+    assert_eq!(b, block(2), "a refused request discarded a range");
+}
+
 #[test]
 fn file_store_round_trip_and_persistence() {
     let path = tmp_path("store");

@@ -58,7 +58,7 @@ impl Volume {
     pub fn open(ctx: &Ctx, policy: &PolicySpec) -> Result<Volume> {
         reset_peak_rss();
         let usage0 = ProcUsage::now();
-        let bd = ctx.device.for_policy(policy.gc).open()?;
+        let bd = ctx.device.for_policy_spec(policy).open()?;
         Fs::mkfs(
             bd.dev.clone(),
             &MkfsOptions {
@@ -110,7 +110,8 @@ impl Volume {
                 app_read_bytes: c.app_read_bytes,
                 dev_read_bytes: r,
                 dev_write_bytes: w,
-                gc_runs: c.gc_fg_runs + c.gc_bg_runs,
+                // gc=device: the host sees the device's cleaning as the upcalls it applies.
+                gc_runs: c.gc_fg_runs + c.gc_bg_runs + c.upcalls_applied,
                 gc_sections_freed: c.gc_sections_freed,
                 ops: ops.total(),
             }
@@ -174,6 +175,17 @@ impl Volume {
                 read_p99_us: s.latency.read.p99_us,
                 wall_lateness_p50_us: s.latency.wall_lateness.p50_us,
                 write_buffer_stall_s: s.write_buffer_stall_ns as f64 / 1e9,
+                migration_records_peak: s.ftl.records_peak,
+                migration_record_peak_kib_per_gib: {
+                    let gib = flashlog_dev::BlockDevice::capabilities(&*self.bd.dev)
+                        .gc_region_blocks
+                        .max(1) as f64
+                        * flashlog_dev::BLOCK_SIZE as f64
+                        / (1u64 << 30) as f64;
+                    (s.ftl.records_peak * flashlog_ssd::ftl::coupled::RECORD_BYTES) as f64
+                        / 1024.0
+                        / gib
+                },
                 locks: s.locks,
             }),
             cpu_s,
@@ -200,6 +212,11 @@ pub struct SsdSummary {
     /// How late wall-clock sleeps woke up (timer overshoot of the host).
     pub wall_lateness_p50_us: f64,
     pub write_buffer_stall_s: f64,
+    /// D2FS coupled FTL: most migration records outstanding at once (buffered or sent and
+    /// not acknowledged), and their modelled device DRAM per GiB of device capacity (the
+    /// GC region); 0 on other FTLs.
+    pub migration_records_peak: u64,
+    pub migration_record_peak_kib_per_gib: f64,
     /// Waits on and holds of the emulator's own locks over the volume's life (mkfs to
     /// unmount): is the emulated device the lock the host waits on?
     pub locks: flashlog_ssd::LockStats,

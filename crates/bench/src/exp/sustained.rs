@@ -423,6 +423,8 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
         "moved blocks",
         "SSR blocks",
         "NAND WAF",
+        "total WAF",
+        "records KiB/GiB",
     ]);
     for r in &results {
         t2.row(vec![
@@ -442,6 +444,16 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
                 .as_ref()
                 .and_then(|e| e.ssd.as_ref())
                 .map_or("-".into(), |s| num(s.nand_waf)),
+            // File-system WAF times the device's: NAND programs per application byte.
+            r.end
+                .as_ref()
+                .and_then(|e| e.ssd.as_ref())
+                .map_or("-".into(), |s| num(s.nand_waf * r.waf)),
+            r.end
+                .as_ref()
+                .and_then(|e| e.ssd.as_ref())
+                .filter(|s| s.migration_records_peak > 0)
+                .map_or("-".into(), |s| num(s.migration_record_peak_kib_per_gib)),
         ]);
     }
     let mut t3 = Table::new(&[

@@ -5,6 +5,7 @@
 use clap::{Parser, Subcommand};
 use flashlog_core::GcPolicy;
 use flashlog_sim::crash::{self, parse_mode, Case, RunOptions};
+use flashlog_sim::device_gc;
 use flashlog_sim::fault::{self, FaultKind};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -39,6 +40,21 @@ enum Cmd {
         /// Mlog counts of the base image (mkfs `mlogs`), comma separated.
         #[arg(long, default_value = "1")]
         mlogs: String,
+    },
+    /// gc=device (D2FS) on the emulated coupled-GC SSD: power cuts between device
+    /// migration, upcall, host apply, checkpoint and acknowledgement. Without --cut, every
+    /// case of the seed; with --cut, that one case.
+    Device {
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long)]
+        cut: Option<u64>,
+        /// The cut request still runs on the device (its completion is lost).
+        #[arg(long)]
+        landed: bool,
+        /// Random cut points per seed besides the protocol steps.
+        #[arg(long, default_value_t = 4)]
+        random: u64,
     },
     /// Replay one crash case exactly.
     Replay {
@@ -108,7 +124,7 @@ fn modes(s: &str) -> Result<Vec<flashlog_dev::CrashMode>, String> {
 
 fn policies(s: &str) -> Result<Vec<GcPolicy>, String> {
     if s == "all" {
-        return Ok(flashlog_sim::POLICIES.to_vec());
+        return Ok(flashlog_sim::ALL_POLICIES.to_vec());
     }
     s.split(',').map(|p| p.parse()).collect()
 }
@@ -153,6 +169,33 @@ fn report(s: &crash::Summary, start: Instant) -> ExitCode {
     }
 }
 
+/// Every gc=device case of one seed; prints each failure with its replay command. True if
+/// all passed.
+fn run_device_seed(seed: u64, random: u64) -> Result<bool, String> {
+    let t = Instant::now();
+    let (ok, failed) = device_gc::run_seed(seed, random)?;
+    for (c, o) in &ok {
+        println!(
+            "ok: {} (re-sent upcalls applied {} skipped {})",
+            c.replay_command(),
+            o.reapplied,
+            o.skipped
+        );
+    }
+    for (c, e) in &failed {
+        println!("FAILED: {}\n  {e}", c.replay_command());
+    }
+    let reapplied: u64 = ok.iter().map(|(_, o)| o.reapplied).sum();
+    println!(
+        "gc=device seed {seed}: {} crash points in {:.1} s ({} re-sent upcalls applied after the cuts): {} failures",
+        ok.len() + failed.len(),
+        t.elapsed().as_secs_f64(),
+        reapplied,
+        failed.len()
+    );
+    Ok(failed.is_empty())
+}
+
 fn main() -> ExitCode {
     match real_main() {
         Ok(c) => c,
@@ -183,18 +226,71 @@ fn real_main() -> Result<ExitCode, String> {
             policies: p,
             mlogs,
         } => {
+            let mut pols = policies(&p)?;
+            let device = pols.contains(&GcPolicy::Device);
+            pols.retain(|p| *p != GcPolicy::Device);
+            let range = seeds(&s)?;
+            // gc=device runs on an emulated SSD (seconds per case): the first seed of the
+            // range, every case of it.
+            let mut device_failed = false;
+            if device {
+                device_failed = !run_device_seed(range.start, cuts)?;
+            }
+            if pols.is_empty() {
+                return Ok(if device_failed {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                });
+            }
             let o = RunOptions {
-                seeds: seeds(&s)?,
+                seeds: range,
                 modes: modes(&mode)?,
-                policies: policies(&p)?,
+                policies: pols,
                 mlogs: mlog_counts(&mlogs)?,
                 cuts_per_mode: cuts,
                 threads: threads(t),
                 max_failures,
                 progress_every: 100,
             };
-            Ok(report(&crash::run_sampled(&o), start))
+            let code = report(&crash::run_sampled(&o), start);
+            Ok(if device_failed {
+                ExitCode::FAILURE
+            } else {
+                code
+            })
         }
+        Cmd::Device {
+            seed,
+            cut,
+            landed,
+            random,
+        } => match cut {
+            None => Ok(if run_device_seed(seed, random)? {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }),
+            Some(cut) => {
+                let c = device_gc::DeviceCase { seed, cut, landed };
+                match device_gc::run_case(&c) {
+                    Ok(o) => {
+                        println!(
+                            "ok: {} (cut {}, re-sent upcalls applied {} skipped {})",
+                            c.replay_command(),
+                            o.cut,
+                            o.reapplied,
+                            o.skipped
+                        );
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        println!("FAILED: {}\n  {e}", c.replay_command());
+                        Ok(ExitCode::FAILURE)
+                    }
+                }
+            }
+        },
         Cmd::Replay {
             seed,
             mode,
