@@ -1336,7 +1336,11 @@ impl Fs {
                     p.is_new.load(Ordering::Acquire)
                         || p.names_left_at.load(Ordering::Acquire) == cp_ver.wrapping_add(1)
                 });
-            if st.is_dir() || st.needs_cp || parent_unsure || st.hdr.nlink == 0 {
+            // The node versions of this checkpoint near their half range: a checkpoint
+            // restarts them (practically never; node.rs `SEQ_CHECKPOINT_AT`).
+            let seq_high =
+                fs.node_version.load(Ordering::Relaxed) as u32 >= node::SEQ_CHECKPOINT_AT;
+            if st.is_dir() || st.needs_cp || parent_unsure || st.hdr.nlink == 0 || seq_high {
                 return Ok(true);
             }
             if st.is_clean() {
@@ -1355,12 +1359,7 @@ impl Fs {
                 if c.is_new.load(Ordering::Acquire) {
                     flags |= node::flag::DENT;
                 }
-                fs.write_all_nodes(&mut st, Some(flags))?;
-                let hi = fs.head(
-                    st.ino,
-                    flashlog_format::cp::LogKind::Node,
-                    flashlog_format::cp::Temp::Warm,
-                );
+                let (_, hi) = fs.write_all_nodes_at(&mut st, Some(flags))?;
                 fs.seg.submit_head(hi)?;
                 fs.dev.flush()?;
                 Ok(false)

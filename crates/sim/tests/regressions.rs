@@ -161,14 +161,14 @@ fn rename_over_own_unlinked_link_seeds() {
     }
 }
 
-/// Known failure, for the multi-mlog global version (issue 12 item 3, docs/DESIGN.md
-/// "Several mlogs"): `create a (X); fsync X; unlink a; create a (Y); fsync Y` with two
-/// mlogs, power cut after the last request. Y must keep the name. Roll-forward puts names
-/// back in chain order, and walks mlog 0's chain before mlog 1's: when X is on mlog 1 and
-/// Y on mlog 0 (`ino mod 2`), X's name goes back last and Y, fsync'd last, is freed. One of
-/// the two variants (zero or one file created before X) puts X on mlog 1.
+/// The multi-mlog global version (issue 12 item 3, docs/DESIGN.md "Several mlogs"):
+/// `create a (X); fsync X; unlink a; create a (Y); fsync Y` with two mlogs, power cut
+/// after the last request. Y must keep the name. Before node footers carried a version,
+/// roll-forward put names back in chain order, and walked mlog 0's chain before mlog 1's:
+/// when X was on mlog 1 and Y on mlog 0 (`ino mod 2`), X's name went back last and Y,
+/// fsync'd last, was freed. One of the two variants (zero or one file created before X)
+/// puts X on mlog 1; every kill mode runs on both.
 #[test]
-#[ignore = "known failure until fsync'd nodes carry a global version (issue 12 item 3)"]
 fn two_mlogs_later_fsync_keeps_the_name() {
     use flashlog_sim::crash::{run_script_case, trace_script, Case, Script};
     use flashlog_sim::workload::Op;
@@ -205,16 +205,21 @@ fn two_mlogs_later_fsync_keeps_the_name() {
         }
         let t =
             trace_script(Script::Ops(&ops), GcPolicy::F2fs, 2).unwrap_or_else(|f| panic!("{f}"));
-        let c = Case {
-            seed: 0,
-            mode: CrashMode::DropUnflushed,
-            cut: t.ops.len() as u64,
-            partial: 0,
-            policy: GcPolicy::F2fs,
-            mlogs: 2,
-        };
-        if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
-            panic!("{before} files before X: {:?}\n{:#?}", f.what, f.ops);
+        for mode in CrashMode::ALL {
+            let c = Case {
+                seed: 0,
+                mode,
+                cut: t.ops.len() as u64,
+                partial: 0,
+                policy: GcPolicy::F2fs,
+                mlogs: 2,
+            };
+            if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
+                panic!(
+                    "{before} files before X, {mode:?}: {:?}\n{:#?}",
+                    f.what, f.ops
+                );
+            }
         }
     }
 }
