@@ -223,8 +223,9 @@ fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A name left directory `dir` by rename or rmdir: until the next checkpoint, fsync of a file
-/// created in it writes a checkpoint (see `InodeCell::names_left_at`).
+/// A name left directory `dir` by rename, rmdir, or an unlink that left its file other
+/// links: until the next checkpoint, fsync of a file created in it writes a checkpoint
+/// (see `InodeCell::names_left_at`).
 fn note_name_left(fs: &FsInner, dir: &InodeCell) {
     let v = fs.cp_version.load(Ordering::Acquire).wrapping_add(1);
     dir.names_left_at.store(v, Ordering::Release);
@@ -825,7 +826,15 @@ impl Fs {
             pst.hdr.mtime = now;
             pst.hdr.ctime = now;
             fs.dirty_inode(&mut pst);
-            self.drop_link(fs, &cc, &mut cst, now)
+            self.drop_link(fs, &cc, &mut cst, now)?;
+            if cst.hdr.nlink > 0 {
+                // The file lives on under another name, which roll-forward may not know
+                // (a link since the checkpoint): a new file fsync'd under this name must
+                // not take it by replacing the entry (its DENT would drop the file's last
+                // known link), so it checkpoints, as after a rename.
+                note_name_left(fs, &pc);
+            }
+            Ok(())
         })
     }
 

@@ -223,3 +223,75 @@ fn two_mlogs_later_fsync_keeps_the_name() {
         }
     }
 }
+
+/// `create a (X); fsync X; link X c; unlink a; create a (Y); fsync Y`, power cut after the
+/// last request, one and two mlogs. X's DENT and Y's both name `a`; Y's is later, but X
+/// lives on under `c`, which roll-forward does not know. Before the fix, Y's fsync rolled
+/// forward, recovery gave `a` to Y and freed X (its recovered link count fell to 0): an
+/// fsync'd file that never lacked a name was gone (check rule 5, "durable and had a name at
+/// every moment since"). Now an unlink that leaves its file linked makes the parent's next
+/// fsync'd new file checkpoint.
+#[test]
+fn unlink_of_a_linked_fsynced_name_then_new_file_fsync() {
+    use flashlog_sim::crash::{run_script_case, trace_script, Case, Script};
+    use flashlog_sim::workload::Op;
+    let root = flashlog_core::ROOT_INO;
+    let (x, y) = (root + 1, root + 2);
+    let ops = vec![
+        Op::Sync,
+        Op::Create {
+            parent: root,
+            name: b"a".to_vec(),
+        },
+        Op::Write {
+            ino: x,
+            off: 0,
+            len: 3000,
+            fill: 0x31,
+        },
+        Op::Fsync {
+            ino: x,
+            datasync: false,
+        },
+        Op::Link {
+            ino: x,
+            parent: root,
+            name: b"c".to_vec(),
+        },
+        Op::Unlink {
+            parent: root,
+            name: b"a".to_vec(),
+        },
+        Op::Create {
+            parent: root,
+            name: b"a".to_vec(),
+        },
+        Op::Write {
+            ino: y,
+            off: 0,
+            len: 3000,
+            fill: 0x32,
+        },
+        Op::Fsync {
+            ino: y,
+            datasync: true,
+        },
+    ];
+    for mlogs in [1u32, 2] {
+        let t = trace_script(Script::Ops(&ops), GcPolicy::F2fs, mlogs)
+            .unwrap_or_else(|f| panic!("{f}"));
+        for mode in CrashMode::ALL {
+            let c = Case {
+                seed: 0,
+                mode,
+                cut: t.ops.len() as u64,
+                partial: 0,
+                policy: GcPolicy::F2fs,
+                mlogs,
+            };
+            if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
+                panic!("{mlogs} mlogs, {mode:?}: {:?}\n{:#?}", f.what, f.ops);
+            }
+        }
+    }
+}
