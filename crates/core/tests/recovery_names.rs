@@ -298,7 +298,7 @@ fn multi_mlog_volume(mlogs: u32) -> Arc<SimDevice> {
 /// Map `ino` to mlog `m` from now on (every inode moves with it; tests pin one file at a
 /// time, right before the operations that write its nodes).
 fn pin(fs: &Fs, ino: Ino, m: u32, mlogs: u32) {
-    let shift = (m + mlogs - (ino as u32 % mlogs)) % mlogs;
+    let shift = (m + mlogs - (ino % mlogs)) % mlogs;
     fs.inner()
         .mlog_shift
         .store(shift, std::sync::atomic::Ordering::Relaxed);
@@ -504,7 +504,7 @@ fn a_hard_linked_file_from_the_checkpoint_keeps_its_other_name() {
             fs.sync().unwrap();
             fs.unlink(ROOT_INO, b"a").unwrap();
             y.set(new_file(fs, ROOT_INO, b"a", b"y data"));
-            pin(fs, y.get(), (x.get() as u32 + 1) % mlogs, mlogs);
+            pin(fs, y.get(), (x.get() + 1) % mlogs, mlogs);
             fs.fsync(y.get(), false).unwrap();
             assert_eq!(fs.stats().fsync_checkpoints, 1);
         },
@@ -598,8 +598,8 @@ fn concurrent_fsyncs_on_four_mlogs_keep_each_name_with_its_latest_file() {
     fs.sync().unwrap();
     let acked = AtomicU64::new(0);
     // Per thread: every generation created (ino, contents), and the last acknowledged.
-    let gens: Vec<Mutex<(Vec<(Ino, Vec<u8>)>, Option<usize>)>> =
-        (0..4).map(|_| Mutex::new((Vec::new(), None))).collect();
+    type Generations = (Vec<(Ino, Vec<u8>)>, Option<usize>);
+    let gens: Vec<Mutex<Generations>> = (0..4).map(|_| Mutex::new((Vec::new(), None))).collect();
     std::thread::scope(|s| {
         for (t, g) in gens.iter().enumerate() {
             let (fs, acked) = (&fs, &acked);
