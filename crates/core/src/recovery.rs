@@ -24,9 +24,10 @@
 //! Conflicts between chains: two copies of one node (the same file fsync'd on two mlogs)
 //! resolve to the newer version; two DENT inodes naming one entry (the first unlinked in
 //! between, on another mlog) resolve to the later fsync, because names go back oldest
-//! first. fsync only rolls forward a new inode whose parent lost no name by rename or rmdir
-//! since the checkpoint, so a stale entry of that name always belongs to a file unlinked
-//! since, and replacing it is what the unlink did (docs/DESIGN.md, "What fsync promises").
+//! first. fsync only rolls forward a new inode whose parent lost no name by rename, rmdir,
+//! or an unlink that left its file other links since the checkpoint, so a stale entry of
+//! that name always belongs to a file unlinked (and freed) since, and replacing it is what
+//! the unlink did (docs/DESIGN.md, "What fsync promises").
 //!
 //! Adopting sets the NAT, then reconciles block validity by comparing what the old and the
 //! new version of the file's tree reach: blocks only the old tree reaches become invalid,
