@@ -667,3 +667,84 @@ fn concurrent_fsyncs_on_four_mlogs_keep_each_name_with_its_latest_file() {
         assert!(r.is_clean(), "{mode:?}: fsck after recovery: {r}");
     }
 }
+
+/// The footer's node version (docs/FORMAT.md "Node blocks"): read back from the device,
+/// fsync'd nodes carry the current checkpoint's tag and sequences that grow with each node
+/// write; a checkpoint restarts the sequence under its own tag; and once the sequence of a
+/// checkpoint reaches `SEQ_CHECKPOINT_AT`, fsync writes a checkpoint instead of rolling
+/// forward, so the sequence never carries into the tag. Roll-forward still recovers a
+/// file fsync'd right after that restart.
+#[test]
+fn node_versions_follow_checkpoints_and_never_wrap() {
+    use flashlog_format::node::{self, SEQ_CHECKPOINT_AT};
+    use std::sync::atomic::Ordering;
+    let sim = Arc::new(SimDevice::new((64 << 20) / 4096));
+    let dev: Arc<dyn BlockDevice> = sim.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let footer_of = |fs: &Fs, ino: Ino| {
+        fs.inner().seg.submit_all().unwrap();
+        let mut b = flashlog_format::codec::zero_block();
+        dev.read(fs.inner().nat.addr(ino), &mut b[..]).unwrap();
+        node::check_node(&b, Some(ino)).unwrap()
+    };
+    let tag = |fs: &Fs| node::cp_ver_tag(fs.inner().cp_version.load(Ordering::Acquire));
+    let ino = new_file(&fs, ROOT_INO, b"f", &[1u8; 5000]);
+    fs.sync().unwrap();
+    fs.write(ino, 0, b"two").unwrap();
+    fs.fsync(ino, false).unwrap();
+    let a = footer_of(&fs, ino);
+    assert_eq!(a.cp_ver, tag(&fs));
+    assert!(a.flags & node::flag::FSYNC != 0);
+    fs.write(ino, 0, b"three").unwrap();
+    fs.fsync(ino, false).unwrap();
+    let b = footer_of(&fs, ino);
+    assert_eq!(b.cp_ver, a.cp_ver);
+    assert!(
+        b.seq > a.seq,
+        "sequence did not grow: {} then {}",
+        a.seq,
+        b.seq
+    );
+    fs.sync().unwrap();
+    fs.write(ino, 0, b"four").unwrap();
+    fs.fsync(ino, false).unwrap();
+    let c = footer_of(&fs, ino);
+    assert_eq!(c.cp_ver, tag(&fs));
+    assert_ne!(c.cp_ver, a.cp_ver, "a checkpoint must change the tag");
+    assert!(
+        c.seq < a.seq.max(2) + 4,
+        "the checkpoint did not restart the sequence: {}",
+        c.seq
+    );
+    // Near the end of the sequence's range: the next fsync is a checkpoint.
+    let v = fs.inner().node_version.load(Ordering::Acquire);
+    fs.inner().node_version.store(
+        (v & !0xffff_ffff) | SEQ_CHECKPOINT_AT as u64,
+        Ordering::Release,
+    );
+    let before = fs.stats().fsync_checkpoints;
+    fs.write(ino, 0, b"five").unwrap();
+    fs.fsync(ino, false).unwrap();
+    assert_eq!(
+        fs.stats().fsync_checkpoints,
+        before + 1,
+        "fsync rolled forward at the limit"
+    );
+    let after = fs.inner().node_version.load(Ordering::Acquire);
+    assert_eq!(after >> 32, tag(&fs) as u64);
+    assert!(
+        (after as u32) < 16,
+        "sequence not restarted: {}",
+        after as u32
+    );
+    fs.write(ino, 0, b"six").unwrap();
+    fs.fsync(ino, false).unwrap();
+    assert_eq!(fs.stats().fsync_checkpoints, before + 1);
+    sim.cut_now();
+    fs.abandon();
+    let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(CrashMode::DropUnflushed, 3));
+    let fs = Fs::mount(img, opts()).unwrap();
+    assert_eq!(&read_all(&fs, ino)[..4], b"sixe");
+    fs.unmount().unwrap();
+}
