@@ -748,3 +748,46 @@ fn node_versions_follow_checkpoints_and_never_wrap() {
     assert_eq!(&read_all(&fs, ino)[..4], b"sixe");
     fs.unmount().unwrap();
 }
+
+/// Foreground cleaning moves node blocks eagerly (writes them at once). A node moved while
+/// dirty (changed since it was last written) was left clean by the move, so the next fsync
+/// did not write it: an xattr node (cold log, never on a roll-forward chain) or a warm node
+/// on another mlog's chain (after the file moved mlogs, not flushed by the fsync) kept its
+/// change only in the moved copy, and roll-forward fell back to the checkpoint's. Here:
+/// `setxattr v=one; sync; setxattr v=two; clean the xattr node's section eagerly; fsync`,
+/// power cut: the fsync'd value must come back. Before the fix it read `one`.
+#[test]
+fn eager_cleaning_of_a_dirty_node_keeps_it_for_fsync() {
+    use flashlog_core::gc::{clean_section, Migration};
+    let ino = Cell::new(0);
+    crash_and_check(
+        |fs| {
+            ino.set(new_file(fs, ROOT_INO, b"f", b"data"));
+            fs.setxattr(ino.get(), b"user.v", &[1u8; 200], XattrMode::Any)
+                .unwrap();
+            fs.sync().unwrap();
+            fs.setxattr(ino.get(), b"user.v", &[2u8; 300], XattrMode::Any)
+                .unwrap();
+            let inner = fs.inner();
+            let xnid = {
+                let c = inner.cell(ino.get()).unwrap();
+                let st = c.lock();
+                st.hdr.xattr_nid
+            };
+            assert_ne!(xnid, 0, "no xattr node");
+            let addr = inner.nat.addr(xnid);
+            let geo = inner.geo();
+            let sec = geo.seg_of(addr).unwrap() as u64 / geo.segs_per_sec as u64;
+            clean_section(inner, sec, Migration::Eager).unwrap();
+            fs.fsync(ino.get(), false).unwrap();
+            assert_eq!(fs.stats().fsync_checkpoints, 0);
+        },
+        |fs, mode| {
+            assert_eq!(
+                fs.getxattr(ino.get(), b"user.v").unwrap(),
+                vec![2u8; 300],
+                "{mode:?}: the fsync'd xattr value is lost"
+            );
+        },
+    );
+}
