@@ -777,7 +777,7 @@ fn eager_cleaning_of_a_dirty_node_keeps_it_for_fsync() {
             assert_ne!(xnid, 0, "no xattr node");
             let addr = inner.nat.addr(xnid);
             let geo = inner.geo();
-            let sec = geo.seg_of(addr).unwrap() as u64 / geo.segs_per_sec as u64;
+            let sec = geo.seg_of(addr).unwrap() / geo.segs_per_sec as u64;
             clean_section(inner, sec, Migration::Eager).unwrap();
             fs.fsync(ino.get(), false).unwrap();
             assert_eq!(fs.stats().fsync_checkpoints, 0);
