@@ -120,10 +120,10 @@ pub struct InodeCell {
     pub is_new: AtomicBool,
     /// Mirror of `hdr.pino` readable without the cell lock (rename's ancestor walk).
     pub pino: AtomicU32,
-    /// For a directory: the checkpoint version + 1 under which a name last left it by rename
-    /// or rmdir (0: never since mount). Roll-forward cannot redo such a removal, so fsync of a
-    /// file created in this directory since that checkpoint writes a checkpoint instead
-    /// (docs/DESIGN.md, "What fsync promises"). Stale values need no clearing: a checkpoint
+    /// For a directory: the checkpoint version + 1 under which a name last left it by rename,
+    /// rmdir, or an unlink whose file kept other links (0: never since mount). Roll-forward
+    /// cannot redo such a removal, so fsync of a file created in this directory since that
+    /// checkpoint writes a checkpoint instead (docs/DESIGN.md, "What fsync promises"). Stale values need no clearing: a checkpoint
     /// changes the version they are compared with.
     pub names_left_at: AtomicU64,
 }

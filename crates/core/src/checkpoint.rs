@@ -370,6 +370,8 @@ pub(crate) fn build(
         cells: Default::default(),
         cp: Mutex::new(cp),
         cp_version: AtomicU64::new(version),
+        node_version: AtomicU64::new(flashlog_format::node::first_node_version(version)),
+        mlog_shift: Default::default(),
         orphans: Mutex::new(Default::default()),
         alloc_blocks: AtomicU64::new(0),
         valid_nodes: Default::default(),
@@ -696,6 +698,12 @@ impl FsInner {
         drop(cp);
         self.cp_version.store(version, Ordering::Release);
         crate::gc_none::after_durable(self, discards)?;
+        // Under the exclusive op lock: no node write is in flight, so every node written
+        // from now on carries the new checkpoint's tag and a sequence that starts over.
+        self.node_version.store(
+            flashlog_format::node::first_node_version(version),
+            Ordering::Release,
+        );
         self.nat.release_prefree();
         let secs = self.seg.take_prefree();
         self.test_point("checkpoint:durable");

@@ -223,8 +223,9 @@ fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A name left directory `dir` by rename or rmdir: until the next checkpoint, fsync of a file
-/// created in it writes a checkpoint (see `InodeCell::names_left_at`).
+/// A name left directory `dir` by rename, rmdir, or an unlink that left its file other
+/// links: until the next checkpoint, fsync of a file created in it writes a checkpoint
+/// (see `InodeCell::names_left_at`).
 fn note_name_left(fs: &FsInner, dir: &InodeCell) {
     let v = fs.cp_version.load(Ordering::Acquire).wrapping_add(1);
     dir.names_left_at.store(v, Ordering::Release);
@@ -834,7 +835,15 @@ impl Fs {
             pst.hdr.mtime = now;
             pst.hdr.ctime = now;
             fs.dirty_inode(&mut pst);
-            self.drop_link(fs, &cc, &mut cst, now)
+            self.drop_link(fs, &cc, &mut cst, now)?;
+            if cst.hdr.nlink > 0 {
+                // The file lives on under another name, which roll-forward may not know
+                // (a link since the checkpoint): a new file fsync'd under this name must
+                // not take it by replacing the entry (its DENT would drop the file's last
+                // known link), so it checkpoints, as after a rename.
+                note_name_left(fs, &pc);
+            }
+            Ok(())
         })
     }
 
@@ -1345,7 +1354,11 @@ impl Fs {
                     p.is_new.load(Ordering::Acquire)
                         || p.names_left_at.load(Ordering::Acquire) == cp_ver.wrapping_add(1)
                 });
-            if st.is_dir() || st.needs_cp || parent_unsure || st.hdr.nlink == 0 {
+            // The node versions of this checkpoint near their half range: a checkpoint
+            // restarts them (practically never; node.rs `SEQ_CHECKPOINT_AT`).
+            let seq_high =
+                fs.node_version.load(Ordering::Relaxed) as u32 >= node::SEQ_CHECKPOINT_AT;
+            if st.is_dir() || st.needs_cp || parent_unsure || st.hdr.nlink == 0 || seq_high {
                 return Ok(true);
             }
             if st.is_clean() {
@@ -1364,8 +1377,7 @@ impl Fs {
                 if c.is_new.load(Ordering::Acquire) {
                     flags |= node::flag::DENT;
                 }
-                fs.write_all_nodes(&mut st, Some(flags))?;
-                let hi = fs.node_head(&mut st, flashlog_format::cp::Temp::Warm);
+                let (_, hi) = fs.write_all_nodes_at(&mut st, Some(flags))?;
                 fs.seg.submit_head(hi)?;
                 fs.dev.flush()?;
                 Ok(false)

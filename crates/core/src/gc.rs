@@ -503,6 +503,11 @@ fn migrate_node(fs: &FsInner, nid: Nid, addr: BlkAddr, how: Migration) -> Result
     if st.freed || fs.nat.addr(nid) != addr {
         return Ok(false);
     }
+    let was_dirty = if nid == ino {
+        st.dirty
+    } else {
+        st.nodes.get(&nid).is_some_and(|n| n.dirty)
+    };
     let kind = if nid == ino {
         fs.dirty_inode(&mut st);
         NodeKind::Inode
@@ -517,6 +522,17 @@ fn migrate_node(fs: &FsInner, nid: Nid, addr: BlkAddr, how: Migration) -> Result
         let temp = node_temp(st.is_dir(), kind);
         let hi = fs.node_head(&mut st, temp);
         fs.write_node(&mut st, nid, hi, 0)?;
+        if was_dirty {
+            // The node had changes not yet written: the moved copy (unflagged, maybe on
+            // the cold log or another mlog's chain, maybe not flushed) is no copy
+            // roll-forward can use, so it stays dirty for the next fsync or checkpoint to
+            // write (one more node write; the section still empties now).
+            if nid == ino {
+                fs.dirty_inode(&mut st);
+            } else {
+                fs.mark_dirty_node(&mut st, nid);
+            }
+        }
     }
     Ok(true)
 }

@@ -21,7 +21,7 @@ use flashlog_format::sb::Superblock;
 use flashlog_format::{BlkAddr, Ino, Nid, BLOCK_SIZE, NEW_ADDR, NULL_ADDR};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Checkpoint bookkeeping: which copy of each NAT/SIT/SSA block is current.
@@ -42,8 +42,21 @@ pub struct FsInner {
     pub seg: SegManager,
     pub cells: CellTable,
     pub cp: Mutex<CpState>,
-    /// Version of the last durable checkpoint (stamped into node footers).
+    /// Version of the last durable checkpoint.
     pub cp_version: AtomicU64,
+    /// The one global node-version counter (issue 12 item 3, Max 4.4): the next node write
+    /// takes `fetch_add(1)` and stamps it into its footer. High half: the current
+    /// checkpoint's version tag; low half: the write sequence under that checkpoint. One
+    /// atomic holds both, so a node's tag and sequence are always from the same checkpoint
+    /// whatever runs concurrently; the checkpoint restarts it (`node::first_node_version`)
+    /// under the exclusive op lock, and roll-forward raises it past every sequence it found
+    /// on the chains. Roll-forward merges every mlog's chain by this version.
+    pub node_version: AtomicU64,
+    /// Test knob: added to the inode number before it picks its mlog (`mlog_of`), so a
+    /// test can move a file to another mlog between operations and spread its nodes over
+    /// several chains (what a per-CPU mapping does). 0 outside tests.
+    #[doc(hidden)]
+    pub mlog_shift: AtomicU32,
     pub orphans: Mutex<BTreeSet<Ino>>,
     /// Data + node blocks allocated or reserved (F2FS valid_block_count).
     pub alloc_blocks: AtomicU64,
@@ -110,7 +123,8 @@ impl FsInner {
 
     /// The mlog of inode `ino` under `mlog=ino`.
     pub fn mlog_of(&self, ino: Ino) -> u16 {
-        (ino % self.sb.geo.mlogs) as u16
+        let shift = self.mlog_shift.load(Ordering::Relaxed);
+        (ino.wrapping_add(shift) % self.sb.geo.mlogs) as u16
     }
 
     /// The calling thread's mlog under `mlog=thread` (its thread slot, as Max maps cores).
@@ -545,7 +559,6 @@ impl FsInner {
     /// Write node `nid` of `st` (or the inode when `nid == st.ino`) to head `hi`, with footer
     /// flags `flags` (fsync / dentry marks).
     pub fn write_node(&self, st: &mut InodeState, nid: Nid, hi: usize, flags: u32) -> Result<()> {
-        let cp_ver = self.cp_version.load(Ordering::Acquire);
         // Whatever base head the caller named, the node goes to the inode's mlog of this
         // interval (`node_mlog`), same kind and temperature: one chain per inode.
         let hi = if hi < self.sb.geo.log_heads as usize {
@@ -553,6 +566,16 @@ impl FsInner {
         } else {
             hi
         };
+        // One fetch_add per node write; the cell lock orders the writes of one file, so its
+        // nodes' versions follow the order they were written in, whichever chain each is on.
+        let node_version = self.node_version.fetch_add(1, Ordering::AcqRel);
+        if node_version as u32 >= u32::MAX - (1 << 16) {
+            // Unreachable in practice (fsync checkpoints at `SEQ_CHECKPOINT_AT`, half the
+            // range): refuse rather than carry into the checkpoint tag.
+            return Err(Error::Corrupt(
+                "node version sequence exhausted without a checkpoint".into(),
+            ));
+        }
         let version = self.nat.version(nid);
         let ino = st.ino;
         let was_dirty;
@@ -578,7 +601,7 @@ impl FsInner {
                 },
                 |_, next, out| {
                     out.copy_from_slice(blk);
-                    node::seal_node(out, cp_ver, next, flags);
+                    node::seal_node(out, node_version, next, flags);
                 },
             )?
         };
@@ -732,6 +755,17 @@ impl FsInner {
     /// Write every dirty node of `st` and then its inode, to the node logs by temperature
     /// (checkpoint) or all to the file's warm node log with the fsync mark on the inode.
     pub fn write_all_nodes(&self, st: &mut InodeState, fsync_flags: Option<u32>) -> Result<u64> {
+        self.write_all_nodes_at(st, fsync_flags).map(|(n, _)| n)
+    }
+
+    /// [`Self::write_all_nodes`], also returning the warm node head an fsync wrote to (the
+    /// file's mlog is looked up once, so every node of one fsync is on one chain and the
+    /// caller submits that head, whatever the mapping does meanwhile).
+    pub fn write_all_nodes_at(
+        &self,
+        st: &mut InodeState,
+        fsync_flags: Option<u32>,
+    ) -> Result<(u64, usize)> {
         let is_dir = st.is_dir();
         let mut nids: Vec<(Nid, NodeKind)> = st
             .nodes
@@ -765,7 +799,10 @@ impl FsInner {
         if st.nodes.len() > crate::config::NODE_CACHE_PER_FILE {
             st.nodes.retain(|_, nb| nb.dirty);
         }
-        Ok(n)
+        // The inode's node mlog is pinned for the checkpoint interval (`node_mlog`): every
+        // node of this fsync went to this head.
+        let warm = self.node_head(st, Temp::Warm);
+        Ok((n, warm))
     }
 
     /// Take the victim protector's range `[start, end)` of `ino` for an I/O path that may

@@ -1,32 +1,39 @@
-//! Roll-forward recovery (F2FS paper 2.7.2): replay what was fsync'd after the checkpoint.
+//! Roll-forward recovery (F2FS paper 2.7.2, Max 4.4 for several mlogs): replay what was
+//! fsync'd after the checkpoint.
 //!
-//! fsync writes a file's dirty nodes to its warm node log, the inode last with the FSYNC mark
-//! (and the DENT mark for a file created since the checkpoint). Each node footer names the
-//! next block of the log (`next_blkaddr`) and carries the checkpoint version it was written
-//! under. Mount walks each warm node log from the checkpointed head position while the
-//! footers check out and carry the current version.
+//! fsync writes a file's dirty nodes to a warm node log (its mlog's), the inode last with
+//! the FSYNC mark (and the DENT mark for a file created since the checkpoint). Each node
+//! footer names the next block of its log (`next_blkaddr`), carries the tag of the
+//! checkpoint it was written under and a sequence: together the node's *version*, from one
+//! counter every node write of the mount takes the next value of (`FsInner::node_version`).
+//! Mount walks every mlog's warm node log from its checkpointed head position while the
+//! footers check out and carry the current tag, and merges the chains into one list
+//! ordered by version ([`FsyncOrder`]): what follows works on that list, whatever chain
+//! each node is on (a file's nodes may be spread over several).
 //!
-//! Decision table, per inode seen on the chain:
+//! Decision table, per inode seen on the merged list:
 //!
-//! | chain contents for the inode            | action                                      |
+//! | list contents for the inode             | action                                      |
 //! |-----------------------------------------|---------------------------------------------|
 //! | no node with FSYNC                      | ignore (never made durable)                 |
-//! | nodes up to the last FSYNC-marked one   | adopt the newest copy of each of them       |
-//! | nodes after the last FSYNC mark         | ignore                                      |
+//! | nodes up to the newest FSYNC-marked one | adopt the newest version of each of them    |
+//! | nodes after the newest FSYNC mark       | ignore                                      |
 //! | FSYNC inode with DENT                   | also put its name into its parent (replacing a stale entry of that name), oldest fsync first |
 //! | adopted inode has nlink 0               | free it (it was unlinked while open)        |
 //!
-//! DENT names go back in the order of the fsyncs (chain order, [`FsyncOrder`]): where two
-//! new inodes were fsync'd under one name, the later keeps it. fsync only rolls forward a new
-//! inode whose parent lost no name by rename or rmdir since the checkpoint, so a stale entry
-//! of that name always belongs to a file unlinked since, and replacing it is what the unlink
-//! did (docs/DESIGN.md, "What fsync promises").
+//! Conflicts between chains: two copies of one node (the same file fsync'd on two mlogs)
+//! resolve to the newer version; two DENT inodes naming one entry (the first unlinked in
+//! between, on another mlog) resolve to the later fsync, because names go back oldest
+//! first. fsync only rolls forward a new inode whose parent lost no name by rename, rmdir,
+//! or an unlink that left its file other links since the checkpoint, so a stale entry of
+//! that name always belongs to a file unlinked (and freed) since, and replacing it is what
+//! the unlink did (docs/DESIGN.md, "What fsync promises").
 //!
 //! Adopting sets the NAT, then reconciles block validity by comparing what the old and the
 //! new version of the file's tree reach: blocks only the old tree reaches become invalid,
 //! blocks only the new one reaches become valid and get their summary entries.
 //! Anything recovered makes every log head move to a fresh section, and mount writes a
-//! checkpoint before the volume is used.
+//! checkpoint before the volume is used. Runs single-threaded at mount: no locks of its own.
 
 use crate::error::{Error, Result};
 use crate::inner::FsInner;
@@ -127,17 +134,12 @@ fn reach(fs: &FsInner, ino: Ino) -> Result<Reach> {
     Ok(r)
 }
 
-/// When an fsync happened, as far as roll-forward can tell. With one mlog every fsync'd
-/// node is on one warm node chain, appended in the order the fsyncs ran (the chain's head is
-/// taken under the log-head lock), so the position on the walked chain orders them. With
-/// several mlogs the chains are walked one after the other and positions on different
-/// chains do not compare: the global version of issue 12 (Max 4.4) replaces this key with
-/// the version every fsync'd node will carry; nothing else here changes.
-type FsyncOrder = usize;
-
-fn fsync_order(_chain: &[ChainNode], pos: usize) -> FsyncOrder {
-    pos
-}
+/// When a node was written, as far as roll-forward can tell: its node version (issue 12,
+/// Max 4.4: every node write takes the next value of one global counter, `node_version`,
+/// and stamps it into its footer), then the chain and the position on it. The version
+/// orders writes across every mlog's chain; the chain and position only break ties, which
+/// only a volume written before footers carried a sequence has (its nodes share one).
+type FsyncOrder = (u64, usize, usize);
 
 struct ChainNode {
     addr: BlkAddr,
@@ -145,12 +147,14 @@ struct ChainNode {
     ino: Ino,
     flags: u32,
     kind: Option<NodeKind>,
+    order: FsyncOrder,
 }
 
-/// Walk one warm node log from its checkpointed position.
+/// Walk one warm node log (the `chain`-th) from its checkpointed position.
 fn walk_chain(
     fs: &FsInner,
     ck: &Checkpoint,
+    chain: usize,
     start: BlkAddr,
     out: &mut Vec<ChainNode>,
 ) -> Result<()> {
@@ -158,7 +162,8 @@ fn walk_chain(
     let limit = fs.sb.geo.main_blocks();
     let mut seen = HashSet::new();
     let mut b = zero_block();
-    for _ in 0..limit {
+    let tag = node::cp_ver_tag(ck.version);
+    for pos in 0..limit {
         if !fs.sb.geo.is_main(addr) || !seen.insert(addr) {
             break;
         }
@@ -168,7 +173,7 @@ fn walk_chain(
         let Ok(f) = node::check_node(&b, None) else {
             break;
         };
-        if f.cp_ver != ck.version {
+        if f.cp_ver != tag {
             break;
         }
         out.push(ChainNode {
@@ -177,6 +182,7 @@ fn walk_chain(
             ino: f.ino,
             flags: f.flags,
             kind: f.kind(),
+            order: (f.version(), chain, pos as usize),
         });
         addr = f.next_blkaddr;
     }
@@ -187,10 +193,11 @@ fn walk_chain(
 pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
     let geo = fs.sb.geo.clone();
     let mut chain = Vec::new();
-    for h in ck
+    for (i, h) in ck
         .heads
         .iter()
         .filter(|h| h.kind == LogKind::Node && h.temp == Temp::Warm)
+        .enumerate()
     {
         let start = if (h.blkoff as u64) < BLOCKS_PER_SEG {
             geo.seg_start(h.seg) + h.blkoff as u64
@@ -199,11 +206,26 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
         } else {
             continue;
         };
-        walk_chain(fs, ck, start, &mut chain)?;
+        walk_chain(fs, ck, i, start, &mut chain)?;
+    }
+    // Versions written from now on (this mount's own, before its first checkpoint) must
+    // follow every one found, in case the chains are walked again (a cut before that
+    // checkpoint lands). A sequence at or past `SEQ_CHECKPOINT_AT` (only a volume from
+    // before the sequence, whose footers hold the version's high half there) is left: fsync
+    // checkpoints from there on, and the next checkpoint starts a new tag.
+    if let Some(max) = chain.iter().map(|c| c.order.0).max() {
+        if (max as u32) < node::SEQ_CHECKPOINT_AT {
+            fs.node_version.fetch_max(max + 1, Ordering::AcqRel);
+        }
     }
     if chain.is_empty() {
         return Ok(0);
     }
+    // One order over every mlog's chain: the nodes of one file may be spread over several
+    // chains (a file is written by whichever mlog its writer maps to), and an fsync'd name
+    // may be fsync'd again on another chain. From here on a position in `chain` is a
+    // point in that order: "up to the last fsync mark" and "oldest first" are by version.
+    chain.sort_unstable_by_key(|c| c.order);
     // Per inode: the position of its last fsync mark.
     let mut last_fsync: BTreeMap<Ino, usize> = BTreeMap::new();
     for (i, c) in chain.iter().enumerate() {
@@ -260,7 +282,7 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
             .roll_forward_nodes
             .fetch_add(latest.len() as u64, Ordering::Relaxed);
         if chain[last].flags & node::flag::DENT != 0 {
-            dent.push((fsync_order(&chain, last), ino));
+            dent.push((chain[last].order, ino));
         }
     }
     // Log heads continue in fresh sections so that nothing recovered is overwritten. The

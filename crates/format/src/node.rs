@@ -6,7 +6,10 @@
 //!
 //! Block layout: `[0,8)` header (tag, crc) · `[8,4064)` body · `[4064,4096)` footer.
 //! Footer: nid u32 · ino u32 · flags u32 · ofs u32 (position in the file's node tree) ·
-//! cp_ver u64 (checkpoint version when written) · next_blkaddr u64 (roll-forward chain).
+//! cp_ver u32 (low 32 bits of the checkpoint version when written) · seq u32 (write order
+//! within that checkpoint, from the file system's one node-version counter; roll-forward
+//! merges the mlogs' chains by it, Max 4.4) · next_blkaddr u64 (roll-forward chain).
+//! `(cp_ver << 32) | seq` is the node's *version* ([`Footer::version`]).
 
 use crate::codec::*;
 use crate::{tag, BlkAddr, Ino, Nid, BLOCK_SIZE, NAME_MAX};
@@ -17,6 +20,7 @@ const F_INO: usize = FOOTER + 4;
 const F_FLAGS: usize = FOOTER + 8;
 const F_OFS: usize = FOOTER + 12;
 const F_CP_VER: usize = FOOTER + 16;
+const F_SEQ: usize = FOOTER + 20;
 const F_NEXT: usize = FOOTER + 24;
 const BODY: usize = 8;
 
@@ -51,11 +55,40 @@ pub struct Footer {
     pub ino: Ino,
     pub flags: u32,
     pub ofs: u32,
-    pub cp_ver: u64,
+    /// Low 32 bits of the checkpoint version the node was written under
+    /// ([`cp_ver_tag`]).
+    pub cp_ver: u32,
+    /// Position of this write in the order of all node writes under that checkpoint
+    /// (starts at 1 after each checkpoint; 0 on a node never written).
+    pub seq: u32,
     pub next_blkaddr: BlkAddr,
 }
 
+/// What a node footer keeps of a checkpoint version: its low 32 bits. The first version
+/// of a volume is random, so a stale node left by an earlier volume matches with
+/// probability 2^-32 per walked chain end (F2FS keeps 32 bits of it too, next to a crc).
+pub fn cp_ver_tag(cp_version: u64) -> u32 {
+    cp_version as u32
+}
+
+/// The first node version written under checkpoint `cp_version`: `(cp_ver_tag << 32) | 1`.
+/// Node versions of one checkpoint increase by one per node write; their low half must
+/// never wrap (the file system checkpoints long before, see `SEQ_CHECKPOINT_AT`).
+pub fn first_node_version(cp_version: u64) -> u64 {
+    ((cp_ver_tag(cp_version) as u64) << 32) | 1
+}
+
+/// Past this `seq`, fsync writes a checkpoint (which restarts the sequence) instead of
+/// rolling forward: half the range, so writes already in flight can never wrap it.
+pub const SEQ_CHECKPOINT_AT: u32 = 1 << 31;
+
 impl Footer {
+    /// The node version, `(cp_ver << 32) | seq`: orders node writes of one checkpoint
+    /// across every log.
+    pub fn version(&self) -> u64 {
+        ((self.cp_ver as u64) << 32) | self.seq as u64
+    }
+
     pub fn kind(&self) -> Option<NodeKind> {
         match (self.flags & flag::KIND_MASK) >> flag::KIND_SHIFT {
             1 => Some(NodeKind::Inode),
@@ -73,7 +106,8 @@ pub fn footer(b: &Block) -> Footer {
         ino: get_u32(b, F_INO),
         flags: get_u32(b, F_FLAGS),
         ofs: get_u32(b, F_OFS),
-        cp_ver: get_u64(b, F_CP_VER),
+        cp_ver: get_u32(b, F_CP_VER),
+        seq: get_u32(b, F_SEQ),
         next_blkaddr: get_u64(b, F_NEXT),
     }
 }
@@ -83,7 +117,8 @@ pub fn set_footer(b: &mut Block, f: &Footer) {
     put_u32(b, F_INO, f.ino);
     put_u32(b, F_FLAGS, f.flags);
     put_u32(b, F_OFS, f.ofs);
-    put_u64(b, F_CP_VER, f.cp_ver);
+    put_u32(b, F_CP_VER, f.cp_ver);
+    put_u32(b, F_SEQ, f.seq);
     put_u64(b, F_NEXT, f.next_blkaddr);
 }
 
@@ -98,6 +133,7 @@ pub fn new_node(kind: NodeKind, nid: Nid, ino: Ino, ofs: u32) -> Box<Block> {
             flags: (kind as u32) << flag::KIND_SHIFT,
             ofs,
             cp_ver: 0,
+            seq: 0,
             next_blkaddr: 0,
         },
     );
@@ -105,9 +141,11 @@ pub fn new_node(kind: NodeKind, nid: Nid, ino: Ino, ofs: u32) -> Box<Block> {
 }
 
 /// Stamp the write-time footer fields and the crc, right before the node goes to disk.
-pub fn seal_node(b: &mut Block, cp_ver: u64, next_blkaddr: BlkAddr, extra_flags: u32) {
+/// `version` is the node version (`(cp_ver_tag << 32) | seq`, [`Footer::version`]).
+pub fn seal_node(b: &mut Block, version: u64, next_blkaddr: BlkAddr, extra_flags: u32) {
     let mut f = footer(b);
-    f.cp_ver = cp_ver;
+    f.cp_ver = (version >> 32) as u32;
+    f.seq = version as u32;
     f.next_blkaddr = next_blkaddr;
     f.flags = (f.flags & flag::KIND_MASK) | extra_flags;
     set_footer(b, &f);
@@ -523,6 +561,28 @@ mod tests {
         assert!(node_path(MAX_FILE_BLOCKS).is_none());
     }
 
+    /// The bytes docs/FORMAT.md gives for the footer's version: the checkpoint tag at 4080
+    /// and the sequence at 4084, little-endian. A footer written before the split (one u64
+    /// checkpoint version at 4080) reads back with the same tag, so an older volume's chain
+    /// still walks (its nodes then share one `seq`, the version's high half).
+    #[test]
+    fn footer_version_bytes() {
+        let mut b = new_node(NodeKind::Direct, 7, 5, 1);
+        seal_node(&mut b, 0x1122_3344_0000_0102, 4242, 0);
+        assert_eq!(&b[4080..4088], &[0x44, 0x33, 0x22, 0x11, 0x02, 0x01, 0, 0]);
+        assert_eq!(get_u64(&b[..], 4088), 4242);
+        let old_cp: u64 = 0xdead_beef_1122_3344;
+        put_u64(&mut b[..], 4080, old_cp);
+        seal(&mut b, tag::NODE);
+        let f = check_node(&b, Some(7)).unwrap();
+        assert_eq!(f.cp_ver, cp_ver_tag(old_cp));
+        assert_eq!(f.seq, 0xdead_beef);
+        assert_eq!(
+            first_node_version(old_cp),
+            ((cp_ver_tag(old_cp) as u64) << 32) | 1
+        );
+    }
+
     #[test]
     fn inode_header_roundtrip() {
         let mut b = new_node(NodeKind::Inode, 5, 5, 0);
@@ -537,12 +597,19 @@ mod tests {
         h.write(&mut b);
         set_inode_addr(&mut b, ADDRS_PER_INODE - 1, 77);
         set_inode_nid(&mut b, 4, 8);
-        seal_node(&mut b, 3, 1000, flag::FSYNC);
+        seal_node(&mut b, (3 << 32) | 9, 1000, flag::FSYNC);
         let f = check_node(&b, Some(5)).unwrap();
         assert_eq!(
-            (f.kind(), f.cp_ver, f.next_blkaddr, f.flags & flag::FSYNC),
-            (Some(NodeKind::Inode), 3, 1000, flag::FSYNC)
+            (
+                f.kind(),
+                f.cp_ver,
+                f.seq,
+                f.next_blkaddr,
+                f.flags & flag::FSYNC
+            ),
+            (Some(NodeKind::Inode), 3, 9, 1000, flag::FSYNC)
         );
+        assert_eq!(f.version(), (3 << 32) | 9);
         assert_eq!(InodeHdr::read(&b).unwrap(), h);
         assert_eq!(inode_addr(&b, ADDRS_PER_INODE - 1), 77);
         assert_eq!(inode_nid(&b, 4), 8);

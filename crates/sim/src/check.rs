@@ -10,7 +10,9 @@
 //!    the inode held them at one moment since the checkpoint (rename atomicity: exactly one
 //!    of them for a file with one name);
 //! 4. every file found has as many names as its link count, and the contents, size and xattrs of one version the model allows
-//!    (the durable one or a later one; after fsync only the fsync'd one or later).
+//!    (the durable one or a later one; after fsync only the fsync'd one or later);
+//! 5. every file the model says must survive ([`Model::must_survive`]: durable, and never
+//!    without a name since) is found under some name.
 //!
 //! Also [`check_live`]: the same comparison, strict, against a volume that did not crash
 //! (the model's own sanity check, run before any crash case of a seed).
@@ -234,6 +236,14 @@ pub fn check_recovered(fs: &Fs, m: &Model) -> Vec<String> {
     let mut seen = BTreeMap::new();
     for (_, _, ino) in &found.entries {
         seen.entry(*ino).or_insert(());
+    }
+    for &ino in m.inodes.keys() {
+        if m.must_survive(ino) && !seen.contains_key(&ino) {
+            bad.push(format!(
+                "ino {ino} is durable and had a name at every moment since, but the \
+                 recovered tree has no name for it"
+            ));
+        }
     }
     for ino in seen.keys() {
         let Some(mi) = m.inode(*ino) else {

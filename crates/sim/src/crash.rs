@@ -14,7 +14,10 @@
 use crate::check::{check_live, check_recovered};
 use crate::image::{base_image_mlogs, sim_mount_options};
 use crate::model::Model;
-use crate::workload::{apply, Op, Outcome, Workload};
+use crate::workload::{
+    apply, remap_after, remap_rng, reuse_name_after, reuse_name_ops, write_and_fsync, Op, Outcome,
+    Workload,
+};
 use flashlog_core::{fsck, Fs, GcPolicy, Ino, ROOT_INO};
 use flashlog_dev::{BlockDevice, CrashMode, RamDevice, SimDevice, SimOp};
 use rand::{Rng, SeedableRng};
@@ -166,7 +169,7 @@ fn map_inos(op: &Op, f: impl Fn(Ino) -> Ino) -> Op {
     let mut op = op.clone();
     match &mut op {
         Op::Create { parent, .. } => *parent = f(*parent),
-        Op::Mkdir { .. } | Op::Sync | Op::Rmdir { .. } => {}
+        Op::Mkdir { .. } | Op::Sync | Op::Rmdir { .. } | Op::Remap { .. } => {}
         Op::Write { ino, .. }
         | Op::Truncate { ino, .. }
         | Op::PunchHole { ino, .. }
@@ -190,12 +193,21 @@ fn map_inos(op: &Op, f: impl Fn(Ino) -> Ino) -> Op {
 }
 
 fn drive(fs: &Fs, script: Script) -> Driven {
+    drive_observed(fs, script, &mut |_, _, _| {})
+}
+
+/// [`drive`], calling `obs` after every operation the file system accepted, with the model
+/// as it left it (the multi-mlog coverage test counts what the workloads exercise).
+pub fn drive_observed(fs: &Fs, script: Script, obs: &mut dyn FnMut(&Fs, &Op, &Model)) -> Driven {
     let mut m = Model::new();
     let mut log = Vec::new();
     let mut step = |m: &mut Model, op: &Op| -> Option<Driven> {
         log.push(op.to_string());
         match apply(fs, m, op) {
-            Outcome::Done => None,
+            Outcome::Done => {
+                obs(fs, op, m);
+                None
+            }
             Outcome::Cut(e) => {
                 if let Some(l) = log.last_mut() {
                     l.push_str(&format!("   <- power cut here ({e})"));
@@ -208,10 +220,39 @@ fn drive(fs: &Fs, script: Script) -> Driven {
     match script {
         Script::Seed(seed) => {
             let mut w = Workload::new(seed);
+            let mlogs = fs.inner().geo().mlogs;
+            let mut extra = remap_rng(seed);
             for _ in 0..ops_for(seed) {
                 let op: Op = w.next_op(&m);
                 if let Some(r) = step(&mut m, &op) {
                     return r;
+                }
+                // Several mlogs: files also move between them (one file's nodes spread
+                // over several chains), and a new file just fsync'd sometimes gives its
+                // name to a newer one on another chain (the DENT conflict the version
+                // merge resolves). Drawn from a stream of their own: one mlog runs exactly
+                // the seed's operations.
+                if mlogs > 1 {
+                    if let Some(r) = remap_after(&mut extra, mlogs) {
+                        if let Some(r) = step(&mut m, &r) {
+                            return r;
+                        }
+                    }
+                    if let Some(key) = reuse_name_after(&mut extra, &m, &op) {
+                        for op in reuse_name_ops(&mut extra, &key, mlogs) {
+                            if let Some(r) = step(&mut m, &op) {
+                                return r;
+                            }
+                        }
+                        // The new file's inode number is known now: its data and fsync.
+                        if let Some(ino) = m.lookup(key.0, &key.1) {
+                            for op in write_and_fsync(&mut extra, ino) {
+                                if let Some(r) = step(&mut m, &op) {
+                                    return r;
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }

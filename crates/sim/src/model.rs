@@ -62,6 +62,10 @@ pub struct Model {
     /// Inodes created since the last completed checkpoint, with the entry they were created
     /// under (the name fsync makes durable).
     pub new_since_cp: BTreeMap<Ino, Key>,
+    /// Inodes created since the last completed checkpoint and fsync'd since (their name is
+    /// durable through roll-forward): with the checkpointed ones, the files a crash must
+    /// not lose while they still have a name ([`crate::check`] rule 5).
+    pub fsynced_new: BTreeSet<Ino>,
 }
 
 impl Default for Model {
@@ -91,6 +95,7 @@ impl Model {
             groups: BTreeMap::new(),
             name_sets: BTreeMap::new(),
             new_since_cp: BTreeMap::new(),
+            fsynced_new: BTreeSet::new(),
         }
     }
 
@@ -193,6 +198,7 @@ impl Model {
         self.name_sets.remove(&ino);
         self.note_names(ino);
         self.new_since_cp.insert(ino, key);
+        self.fsynced_new.remove(&ino);
         if is_dir {
             if let Some(p) = self.inodes.get_mut(&parent) {
                 p.nlink += 1;
@@ -343,6 +349,19 @@ impl Model {
             .map(|ino| (ino, vec![self.names_of(ino)]))
             .collect();
         self.new_since_cp.clear();
+        self.fsynced_new.clear();
+    }
+
+    /// Whether a crash now must leave `ino` reachable: a file that still has a name and is
+    /// durable (in the last completed checkpoint, or created since and fsync'd). Its names
+    /// may differ (a rename or link is durable only with a checkpoint), its existence not:
+    /// at no moment since its durable point did it have no name.
+    pub fn must_survive(&self, ino: Ino) -> bool {
+        self.inodes.get(&ino).is_some_and(|i| {
+            !i.is_dir
+                && i.nlink > 0
+                && (!self.new_since_cp.contains_key(&ino) || self.fsynced_new.contains(&ino))
+        })
     }
 
     /// fsync of a file returned without a checkpoint: its contents are durable, and its
@@ -352,10 +371,12 @@ impl Model {
             i.history = vec![i.cur.clone()];
         }
         if let Some(key) = self.new_since_cp.get(&ino).cloned() {
+            self.fsynced_new.insert(ino);
             // Roll-forward puts the name back, over an older entry of that name only if
             // that entry's inode was unlinked from it since the checkpoint: fsync writes a
-            // checkpoint where a name left the parent by rename or rmdir (docs/DESIGN.md),
-            // so no durable entry and no rename chain of another inode can hold `key` here.
+            // checkpoint where a name left the parent by rename, rmdir or an unlink that
+            // left its file linked (docs/DESIGN.md), so no durable entry, no rename chain
+            // and no file that lives on can hold `key` here.
             if self.entries.get(&key) == Some(&ino) {
                 self.must.insert((key.0, key.1, ino));
             }

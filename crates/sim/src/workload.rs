@@ -84,6 +84,13 @@ pub enum Op {
         ino: Ino,
         name: Vec<u8>,
     },
+    /// Move every file to another mlog from now on (`mlog = (ino + shift) mod mlogs`): the
+    /// nodes a file writes next go to another chain, as when a per-CPU mapping moves its
+    /// writer. Not drawn by [`Workload`] (so a seed's operations stay what they were); the
+    /// driver inserts it on volumes with several mlogs ([`remap_after`]).
+    Remap {
+        shift: u32,
+    },
 }
 
 impl std::fmt::Display for Op {
@@ -127,6 +134,7 @@ impl std::fmt::Display for Op {
                 write!(f, "setxattr ino {ino} {} ({} bytes)", s(name), value.len())
             }
             Op::RemoveXattr { ino, name } => write!(f, "removexattr ino {ino} {}", s(name)),
+            Op::Remap { shift } => write!(f, "remap: files go to mlog (ino + {shift}) mod mlogs"),
         }
     }
 }
@@ -137,6 +145,79 @@ pub fn write_bytes(off: u64, len: u64, fill: u8) -> Vec<u8> {
     (off..off + len)
         .map(|p| fill ^ (p as u8).wrapping_mul(31) ^ ((p >> 8) as u8))
         .collect()
+}
+
+/// Chance, per operation, that the driver moves files to other mlogs after it.
+const REMAP_CHANCE: f64 = 0.2;
+
+/// The [`Op::Remap`] the driver inserts after an operation of seed `seed` on a volume with
+/// `mlogs` mlogs, if any: drawn from `rng`, a stream of its own (seeded from the seed by
+/// [`remap_rng`]), so that the workload's own draws do not change.
+pub fn remap_after(rng: &mut ChaCha8Rng, mlogs: u32) -> Option<Op> {
+    if mlogs <= 1 || !rng.random_bool(REMAP_CHANCE) {
+        return None;
+    }
+    Some(Op::Remap {
+        shift: rng.random_range(0..mlogs),
+    })
+}
+
+/// Chance that a new file just fsync'd (rolled forward) gives its name to a newer file.
+const REUSE_NAME_CHANCE: f64 = 0.4;
+
+/// After `last`, an fsync that rolled forward a new file (its name now durable through its
+/// DENT mark), maybe: the name, for the driver to unlink, re-create (after a remap, so the
+/// new file is often on another chain) and fsync again ([`reuse_name_ops`],
+/// [`write_and_fsync`]). Two DENT marks then claim one name from two chains; roll-forward
+/// must give it to the later fsync.
+pub fn reuse_name_after(rng: &mut ChaCha8Rng, m: &Model, last: &Op) -> Option<(Ino, Vec<u8>)> {
+    let Op::Fsync { ino, .. } = last else {
+        return None;
+    };
+    if !m.fsynced_new.contains(ino) || !rng.random_bool(REUSE_NAME_CHANCE) {
+        return None;
+    }
+    let key = m.new_since_cp.get(ino)?.clone();
+    (m.lookup(key.0, &key.1) == Some(*ino)).then_some(key)
+}
+
+/// Unlink `key`, remap, create `key` again.
+pub fn reuse_name_ops(rng: &mut ChaCha8Rng, key: &(Ino, Vec<u8>), mlogs: u32) -> Vec<Op> {
+    vec![
+        Op::Unlink {
+            parent: key.0,
+            name: key.1.clone(),
+        },
+        Op::Remap {
+            shift: rng.random_range(0..mlogs.max(1)),
+        },
+        Op::Create {
+            parent: key.0,
+            name: key.1.clone(),
+        },
+    ]
+}
+
+/// Give `ino` some data and fsync it.
+pub fn write_and_fsync(rng: &mut ChaCha8Rng, ino: Ino) -> Vec<Op> {
+    let len = rng.random_range(1..=MAX_WRITE_BYTES);
+    vec![
+        Op::Write {
+            ino,
+            off: 0,
+            len,
+            fill: rng.random(),
+        },
+        Op::Fsync {
+            ino,
+            datasync: rng.random_bool(0.3),
+        },
+    ]
+}
+
+/// The remap stream of seed `seed`.
+pub fn remap_rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed ^ 0x6d6c_6f67_7368_6966)
 }
 
 /// A seeded generator of operations.
@@ -406,6 +487,12 @@ pub fn apply(fs: &Fs, m: &mut Model, op: &Op) -> Outcome {
         Op::RemoveXattr { ino, name } => {
             m.setxattr(*ino, name, None);
             fs.removexattr(*ino, name)
+        }
+        Op::Remap { shift } => {
+            fs.inner()
+                .mlog_shift
+                .store(*shift, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
         }
     };
     match r {

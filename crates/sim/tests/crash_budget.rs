@@ -54,6 +54,43 @@ fn budgeted_crash_simulation() {
     );
 }
 
+/// Several mlogs (issue 12 item 3): 25 seeds on 2 and 4 mlogs, every policy and kill mode
+/// (1,200 points), where the driver moves files between mlogs and hands fsync'd names to
+/// files on other chains. With roll-forward merging the chains in walk order instead of by
+/// node version, seed 5 fails here.
+#[test]
+fn budgeted_multi_mlog_crash_simulation() {
+    let start = Instant::now();
+    let o = RunOptions {
+        seeds: 0..25,
+        cuts_per_mode: 4,
+        mlogs: vec![2, 4],
+        threads: 2,
+        max_failures: 5,
+        ..Default::default()
+    };
+    let s = run_sampled(&o);
+    let took = start.elapsed();
+    println!(
+        "multi-mlog: {} seeds, {} crash points in {:.1} s",
+        s.seeds,
+        s.cases,
+        took.as_secs_f64()
+    );
+    assert!(
+        s.failures.is_empty(),
+        "{} crash cases failed:\n{}",
+        s.failures.len(),
+        s.failures.join("\n\n")
+    );
+    assert!(
+        s.cases >= 25 * 12 * 2 * flashlog_sim::POLICIES.len() as u64,
+        "only {} crash points ran",
+        s.cases
+    );
+    assert!(took < BUDGET, "took {took:?}, over the CI budget");
+}
+
 /// littlefs style: every cut point of a few short traces, every kill mode.
 #[test]
 fn exhaustive_short_workloads() {

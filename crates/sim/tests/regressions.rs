@@ -161,14 +161,14 @@ fn rename_over_own_unlinked_link_seeds() {
     }
 }
 
-/// Known failure, for the multi-mlog global version (issue 12 item 3, docs/DESIGN.md
-/// "Several mlogs"): `create a (X); fsync X; unlink a; create a (Y); fsync Y` with two
-/// mlogs, power cut after the last request. Y must keep the name. Roll-forward puts names
-/// back in chain order, and walks mlog 0's chain before mlog 1's: when X is on mlog 1 and
-/// Y on mlog 0 (`ino mod 2`), X's name goes back last and Y, fsync'd last, is freed. One of
-/// the two variants (zero or one file created before X) puts X on mlog 1.
+/// The multi-mlog global version (issue 12 item 3, docs/DESIGN.md "Several mlogs"):
+/// `create a (X); fsync X; unlink a; create a (Y); fsync Y` with two mlogs, power cut
+/// after the last request. Y must keep the name. Before node footers carried a version,
+/// roll-forward put names back in chain order, and walked mlog 0's chain before mlog 1's:
+/// when X was on mlog 1 and Y on mlog 0 (`ino mod 2`), X's name went back last and Y,
+/// fsync'd last, was freed. One of the two variants (zero or one file created before X)
+/// puts X on mlog 1; every kill mode runs on both.
 #[test]
-#[ignore = "known failure until fsync'd nodes carry a global version (issue 12 item 3)"]
 fn two_mlogs_later_fsync_keeps_the_name() {
     use flashlog_sim::crash::{run_script_case, trace_script, Case, Script};
     use flashlog_sim::workload::Op;
@@ -205,16 +205,93 @@ fn two_mlogs_later_fsync_keeps_the_name() {
         }
         let t =
             trace_script(Script::Ops(&ops), GcPolicy::F2fs, 2).unwrap_or_else(|f| panic!("{f}"));
-        let c = Case {
-            seed: 0,
-            mode: CrashMode::DropUnflushed,
-            cut: t.ops.len() as u64,
-            partial: 0,
-            policy: GcPolicy::F2fs,
-            mlogs: 2,
-        };
-        if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
-            panic!("{before} files before X: {:?}\n{:#?}", f.what, f.ops);
+        for mode in CrashMode::ALL {
+            let c = Case {
+                seed: 0,
+                mode,
+                cut: t.ops.len() as u64,
+                partial: 0,
+                policy: GcPolicy::F2fs,
+                mlogs: 2,
+            };
+            if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
+                panic!(
+                    "{before} files before X, {mode:?}: {:?}\n{:#?}",
+                    f.what, f.ops
+                );
+            }
+        }
+    }
+}
+
+/// `create a (X); fsync X; link X c; unlink a; create a (Y); fsync Y`, power cut after the
+/// last request, one and two mlogs. X's DENT and Y's both name `a`; Y's is later, but X
+/// lives on under `c`, which roll-forward does not know. Before the fix, Y's fsync rolled
+/// forward, recovery gave `a` to Y and freed X (its recovered link count fell to 0): an
+/// fsync'd file that never lacked a name was gone (check rule 5, "durable and had a name at
+/// every moment since"). Now an unlink that leaves its file linked makes the parent's next
+/// fsync'd new file checkpoint.
+#[test]
+fn unlink_of_a_linked_fsynced_name_then_new_file_fsync() {
+    use flashlog_sim::crash::{run_script_case, trace_script, Case, Script};
+    use flashlog_sim::workload::Op;
+    let root = flashlog_core::ROOT_INO;
+    let (x, y) = (root + 1, root + 2);
+    let ops = vec![
+        Op::Sync,
+        Op::Create {
+            parent: root,
+            name: b"a".to_vec(),
+        },
+        Op::Write {
+            ino: x,
+            off: 0,
+            len: 3000,
+            fill: 0x31,
+        },
+        Op::Fsync {
+            ino: x,
+            datasync: false,
+        },
+        Op::Link {
+            ino: x,
+            parent: root,
+            name: b"c".to_vec(),
+        },
+        Op::Unlink {
+            parent: root,
+            name: b"a".to_vec(),
+        },
+        Op::Create {
+            parent: root,
+            name: b"a".to_vec(),
+        },
+        Op::Write {
+            ino: y,
+            off: 0,
+            len: 3000,
+            fill: 0x32,
+        },
+        Op::Fsync {
+            ino: y,
+            datasync: true,
+        },
+    ];
+    for mlogs in [1u32, 2] {
+        let t = trace_script(Script::Ops(&ops), GcPolicy::F2fs, mlogs)
+            .unwrap_or_else(|f| panic!("{f}"));
+        for mode in CrashMode::ALL {
+            let c = Case {
+                seed: 0,
+                mode,
+                cut: t.ops.len() as u64,
+                partial: 0,
+                policy: GcPolicy::F2fs,
+                mlogs,
+            };
+            if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
+                panic!("{mlogs} mlogs, {mode:?}: {:?}\n{:#?}", f.what, f.ops);
+            }
         }
     }
 }
