@@ -205,14 +205,7 @@ pub fn after_roll_forward(fs: &FsInner, ck: &Checkpoint, recovered: u64) -> Resu
     }
     if fs.seg.is_infinite() && ck.flags & flags::UMOUNT == 0 && recovered == 0 {
         fs.seg.lend_recovery_reserve();
-        let specs: Vec<_> = fs
-            .seg
-            .head_records()
-            .iter()
-            .map(|h| (h.kind, h.temp, h.mlog, h.stream))
-            .collect();
-        let fresh = fs.seg.fresh_heads(&specs)?;
-        fs.seg.install_heads_shared(&fresh)?;
+        fs.seg.move_heads_to_fresh()?;
     }
     if ck.discard_log.is_empty() {
         return Ok(());

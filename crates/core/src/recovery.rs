@@ -289,14 +289,7 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
     // space budget held these sections out of every operation's reach (the recovery
     // reserve), so they are free now; mount holds the reserve again after its checkpoint.
     fs.seg.lend_recovery_reserve();
-    let specs: Vec<_> = fs
-        .seg
-        .head_records()
-        .iter()
-        .map(|h| (h.kind, h.temp, h.mlog, h.stream))
-        .collect();
-    let fresh = fs.seg.fresh_heads(&specs)?;
-    fs.seg.install_heads_shared(&fresh)?;
+    fs.seg.move_heads_to_fresh()?;
     dent.sort_unstable();
     for (_, ino) in dent {
         recover_dentry(fs, ino)?;

@@ -836,6 +836,19 @@ impl SegManager {
         Ok(out)
     }
 
+    /// Move every head of the table to fresh space, keeping each head's kind, temperature,
+    /// mlog and stream: roll-forward (nothing it recovered may be overwritten) and an
+    /// infinite volume's head move after a cut (`gc_none::after_roll_forward`).
+    pub fn move_heads_to_fresh(&self) -> Result<()> {
+        let specs: Vec<_> = self
+            .head_records()
+            .iter()
+            .map(|h| (h.kind, h.temp, h.mlog, h.stream))
+            .collect();
+        let fresh = self.fresh_heads(&specs)?;
+        self.install_heads_shared(&fresh)
+    }
+
     /// Replace the in-memory head table (after `fresh_heads`): the old heads' sections stop
     /// being current.
     pub fn install_heads(&mut self, recs: &[LogHeadRecord]) -> Result<()> {
