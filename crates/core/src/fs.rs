@@ -495,8 +495,8 @@ impl Fs {
     }
 
     /// Enforce the dirty limits: write back pages over the cap, a section at a time, down to
-    /// the data floor, cleaning in between; checkpoint over the node cap. If neither
-    /// writeback nor cleaning can make progress the volume is full: ENOSPC.
+    /// the data floor, cleaning in between; checkpoint over the node cap, and when rounds of
+    /// writeback make no progress with the dirty pages over twice the cap.
     fn balance(&self) -> Result<()> {
         let inner = &self.inner;
         let cap_pages = self.dirty_cap_pages();
@@ -533,8 +533,15 @@ impl Fs {
             if !progress {
                 failures += 1;
                 if failures >= 3 {
+                    // Three rounds wrote nothing back: the cells were busy (their own
+                    // writers hold them and this only try-locks) or writeback was short of
+                    // space. Neither means a full volume: ENOSPC comes from reservations
+                    // (`reserve_space`) only, and dirty pages are checkpoint debt the space
+                    // budget holds. This used to answer ENOSPC here, from an operation that
+                    // had succeeded (16 writers with a small dirty cap). A checkpoint writes
+                    // them all back under the exclusive op lock.
                     if inner.dirty_pages.load(Ordering::Relaxed) > 2 * cap_pages {
-                        return Err(Error::NoSpace);
+                        self.sync()?;
                     }
                     break;
                 }
