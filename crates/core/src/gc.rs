@@ -607,15 +607,7 @@ impl FsInner {
             return Ok(());
         }
         let per_sec = BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
-        let due = || {
-            fs.collector.upcalls_due()
-                || fs
-                    .seg
-                    .dead
-                    .lock()
-                    .as_ref()
-                    .is_some_and(|m| m.pending_blocks() >= per_sec)
-        };
+        let due = || fs.collector.upcalls_due() || fs.seg.dead_pending() >= per_sec;
         if !due() {
             return Ok(());
         }

@@ -298,19 +298,19 @@ fn make_room_early(fs: &FsInner) -> Result<()> {
     if !fs.seg.is_infinite() || fs.seg.free_sections() >= early_target(fs) {
         return Ok(());
     }
-    let pending = fs
-        .seg
-        .dead
-        .lock()
-        .as_ref()
-        .map_or(0, |m| m.pending_blocks());
-    if pending > 0 {
-        let _gc = fs.gc_lock.lock();
+    let _gc = fs.gc_lock.lock();
+    checkpoint_and_issue(fs).map(|_| ())
+}
+
+/// Checkpoint if dead blocks wait (the checkpoint turns them into queued discard commands),
+/// then issue the whole queue; returns the blocks issued. The caller holds `gc_lock`.
+fn checkpoint_and_issue(fs: &FsInner) -> Result<u64> {
+    if fs.seg.dead_pending() > 0 {
         let _g = fs.oplock.checkpoint();
         fs.check_writable()?;
         fs.write_checkpoint(false)?;
     }
-    dispatch_all(fs).map(|_| ())
+    dispatch_all(fs)
 }
 
 impl crate::gc::Collector for NoneCollector {
@@ -324,17 +324,7 @@ impl crate::gc::Collector for NoneCollector {
         if !fs.seg.is_infinite() {
             return Ok(0);
         }
-        let pending = fs
-            .seg
-            .dead
-            .lock()
-            .as_ref()
-            .map_or(0, |m| m.pending_blocks());
-        if pending > 0 {
-            let _g = fs.oplock.checkpoint();
-            fs.write_checkpoint(false)?;
-        }
-        Ok(dispatch_all(fs)? / BLOCKS_PER_SEG)
+        Ok(checkpoint_and_issue(fs)? / BLOCKS_PER_SEG)
     }
 
     fn background(&self, _: &FsInner) -> Result<u64> {

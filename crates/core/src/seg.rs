@@ -687,6 +687,12 @@ impl SegManager {
         *self.dead.lock() = Some(crate::discard::DiscardMap::new());
     }
 
+    /// Blocks invalidated since the last checkpoint that wait for their discard (0 where
+    /// the volume keeps no dead-block map).
+    pub fn dead_pending(&self) -> u64 {
+        self.dead.lock().as_ref().map_or(0, |m| m.pending_blocks())
+    }
+
     /// Whether `sec` lies in the device's GC region (`gc=device`).
     pub fn is_device_section(&self, sec: u64) -> bool {
         sec >= self.device_secs_from.load(Ordering::Relaxed)
