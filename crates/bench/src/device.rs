@@ -113,11 +113,36 @@ impl DeviceSpec {
 
     /// The device a named policy runs on: as `for_policy`, and `zf2fs` (zoned F2FS) gets
     /// `ftl=zoned`, unless `--ssd-set ftl=...` chose one.
+    /// Then the policy's own `/KEY=VALUE` overrides are applied (after the FTL choice, so
+    /// that `device/vop_degree=1.2` finds `ftl=coupled`).
     pub fn for_policy_spec(&self, p: &crate::policy::PolicySpec) -> DeviceSpec {
-        match p.name.as_str() {
+        let mut d = match p.name.as_str() {
             "zf2fs" => self.with_ftl(Some("zoned")),
             _ => self.for_policy(p.gc),
+        };
+        if let DeviceSpec::Ssd { set, .. } = &mut d {
+            set.extend(p.ssd_set.iter().cloned());
         }
+        d
+    }
+
+    /// Check that `p`'s device overrides apply to this device (an emulated SSD) and give a
+    /// valid configuration.
+    pub fn check_policy(&self, p: &crate::policy::PolicySpec) -> Result<()> {
+        if p.ssd_set.is_empty() {
+            return Ok(());
+        }
+        if !matches!(self, DeviceSpec::Ssd { .. }) {
+            bail!(
+                "policy {}: device overrides need an emulated SSD (--device PRESET:SIZE), not {}",
+                p.label,
+                self.describe()
+            );
+        }
+        self.for_policy_spec(p)
+            .ssd_config()
+            .map(|_| ())
+            .map_err(|e| anyhow!("policy {}: {e:#}", p.label))
     }
 
     fn with_ftl(&self, ftl: Option<&str>) -> DeviceSpec {
@@ -220,11 +245,46 @@ impl BenchDevice {
     }
 }
 
-/// Forwards to a device and counts bytes read and written (relaxed atomics).
+/// Forwards to a device and counts bytes read and written (relaxed atomics). While a trace
+/// is on ([`Counted::trace_start`], `gccost` only) it also logs every request with its
+/// duration and whether the thread that issued it was marked with [`mark_caller`]; off, the
+/// cost is one relaxed load per request.
 pub struct Counted {
     inner: Arc<dyn BlockDevice>,
     read_bytes: AtomicU64,
     write_bytes: AtomicU64,
+    trace_on: std::sync::atomic::AtomicBool,
+    trace: parking_lot::Mutex<(Option<Instant>, Vec<IoEvent>)>,
+}
+
+/// Kind of a traced request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoKind {
+    Read,
+    Write,
+    Discard,
+    Flush,
+}
+
+/// One traced request: who issued it, what, when (seconds since the trace started) and for
+/// how long, and how many 4 KiB blocks it carried (ranges for discards).
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct IoEvent {
+    pub caller: bool,
+    pub kind: IoKind,
+    pub start_s: f64,
+    pub dur_s: f64,
+    pub blocks: u64,
+}
+
+thread_local! {
+    static CALLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Mark (or unmark) this thread as the measured caller of a traced section.
+pub fn mark_caller(on: bool) {
+    CALLER.with(|c| c.set(on));
 }
 
 impl Counted {
@@ -233,7 +293,45 @@ impl Counted {
             inner,
             read_bytes: AtomicU64::new(0),
             write_bytes: AtomicU64::new(0),
+            trace_on: std::sync::atomic::AtomicBool::new(false),
+            trace: parking_lot::Mutex::new((None, Vec::new())),
         }
+    }
+
+    /// Start logging every request (clears an earlier log).
+    pub fn trace_start(&self) {
+        *self.trace.lock() = (Some(Instant::now()), Vec::new());
+        self.trace_on.store(true, Ordering::Release);
+    }
+
+    /// Stop logging and return the log.
+    pub fn trace_take(&self) -> Vec<IoEvent> {
+        self.trace_on.store(false, Ordering::Release);
+        std::mem::take(&mut self.trace.lock().1)
+    }
+
+    /// Run `f` (one request), logging it when a trace is on.
+    #[inline]
+    fn traced<T>(&self, kind: IoKind, blocks: u64, f: impl FnOnce() -> T) -> T {
+        if !self.trace_on.load(Ordering::Relaxed) {
+            return f();
+        }
+        let t = Instant::now();
+        let r = f();
+        let dur_s = t.elapsed().as_secs_f64();
+        let caller = CALLER.with(|c| c.get());
+        let mut g = self.trace.lock();
+        if let Some(t0) = g.0 {
+            let start_s = t.saturating_duration_since(t0).as_secs_f64();
+            g.1.push(IoEvent {
+                caller,
+                kind,
+                start_s,
+                dur_s,
+                blocks,
+            });
+        }
+        r
     }
     /// (bytes read, bytes written) so far.
     pub fn bytes(&self) -> (u64, u64) {
@@ -249,29 +347,32 @@ impl BlockDevice for Counted {
         self.inner.capabilities()
     }
     fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<Completion> {
-        let r = self.inner.read(addr, buf)?;
+        let n = buf.len() as u64 / 4096;
+        let r = self.traced(IoKind::Read, n, || self.inner.read(addr, buf))?;
         self.read_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(r)
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
-        let r = self.inner.write(addr, buf)?;
+        let n = buf.len() as u64 / 4096;
+        let r = self.traced(IoKind::Write, n, || self.inner.write(addr, buf))?;
         self.write_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(r)
     }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
-        self.inner.discard(addr, count)
+        self.traced(IoKind::Discard, count, || self.inner.discard(addr, count))
     }
     fn discard_many(&self, ranges: &[(u64, u64)]) -> DevResult<Completion> {
-        self.inner.discard_many(ranges)
+        let n = ranges.iter().map(|r| r.1).sum();
+        self.traced(IoKind::Discard, n, || self.inner.discard_many(ranges))
     }
     fn flush(&self) -> DevResult<Completion> {
-        self.inner.flush()
+        self.traced(IoKind::Flush, 0, || self.inner.flush())
     }
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> DevResult<Completion> {
         let n: usize = reqs.iter().map(|r| r.1.len()).sum();
-        let r = self.inner.read_many(reqs)?;
+        let r = self.traced(IoKind::Read, n as u64 / 4096, || self.inner.read_many(reqs))?;
         self.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
         Ok(r)
     }

@@ -7,6 +7,8 @@
 //! - `fxmark`: Max Fig. 6-7: DWOL, DWAL, MWCL, MWUL over 1..N threads;
 //! - `filebench`: fileserver, varmail, OLTP (ScaleLFS Table 2, scaled) above 90 % full;
 //! - `ycsb`: key-value records in files, workloads A, B, F and update-only;
+//! - `vop`, `gccost`, `memory`: D2FS Fig. 10-11, Fig. 16, Table 1 / Fig. 17 and the IPLFS
+//!   mapping-memory comparison (see their modules);
 //! - `fio`: through the FUSE mount (`flashlog mount --daemon`), against the libfuse
 //!   passthrough example and kernel ext4 on a loop device; plus in-process sequential write
 //!   against the raw device.
@@ -19,6 +21,7 @@
 
 pub mod device;
 pub mod exp;
+pub mod gauges;
 pub mod metrics;
 pub mod plot;
 pub mod policy;
@@ -45,6 +48,16 @@ pub enum Experiment {
     Ycsb,
     /// The same jobs through the FUSE mount, against libfuse passthrough and ext4.
     Fio,
+    /// D2FS Fig. 10-11: `sustained` for `device` at each regular-region degree of
+    /// `--degrees`; throughput per degree and region fill over time.
+    Vop,
+    /// D2FS Fig. 16: the cost of reclaiming one section, host GC (`fs.gc`) against device
+    /// GC, broken down.
+    Gccost,
+    /// D2FS Table 1 / Fig. 17, IPLFS: `sustained` per FTL (page, coupled, interval with and
+    /// without compaction, zoned) with the FTL's mapping memory and migration records over
+    /// time.
+    Memory,
 }
 
 impl Experiment {
@@ -55,6 +68,9 @@ impl Experiment {
             Experiment::Filebench => "filebench",
             Experiment::Ycsb => "ycsb",
             Experiment::Fio => "fio",
+            Experiment::Vop => "vop",
+            Experiment::Gccost => "gccost",
+            Experiment::Memory => "memory",
         }
     }
 }
@@ -111,6 +127,26 @@ pub struct BenchArgs {
     /// at this or at --duration, whichever comes first).
     #[arg(long, default_value_t = 3.0)]
     pub write_factor: f64,
+    /// Sustained (and vop, memory): after the fill, overwrite at random unmeasured until
+    /// cleaning has started (host GC, an upcall applied, or device GC), then measure.
+    #[arg(long)]
+    pub aged: bool,
+    /// Longest unmeasured aging phase of `--aged`, in seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub aging_max: f64,
+    /// vop: regular-region degrees of the coupled FTL to sweep (D2FS Fig. 10: 1.0-2.0).
+    #[arg(long, default_value = "1.0,1.2,1.4,1.6,1.8,2.0")]
+    pub degrees: String,
+    /// gccost: host GC calls (one section each) measured per policy.
+    #[arg(long, default_value_t = 16)]
+    pub sections: u64,
+    /// ycsb: workloads to run, in order (A, B, F, update-only).
+    #[arg(long, default_value = "A,B,F,update-only")]
+    pub workloads: String,
+    /// ycsb: fsync the thread's log every N updates (1 = every update; YCSB over MySQL with
+    /// fsync, D2FS Fig. 13/15). Default 16 (group commit).
+    #[arg(long, default_value_t = 16)]
+    pub fsync_every: u64,
     /// Sampling period of the over-time series, in milliseconds.
     #[arg(long, default_value_t = 200)]
     pub sample_ms: u64,
@@ -161,6 +197,12 @@ pub fn default_main_job() -> BenchArgs {
         duration: 25.0,
         fill: 0.9,
         write_factor: 3.0,
+        aged: false,
+        aging_max: 120.0,
+        degrees: "1.0,1.2,1.4,1.6,1.8,2.0".into(),
+        sections: 16,
+        workloads: "A,B,F,update-only".into(),
+        fsync_every: 16,
         sample_ms: 200,
         segs_per_sec: "auto".into(),
         mlogs: 1,
@@ -197,6 +239,20 @@ impl BenchArgs {
             self.sample_ms,
             self.out.display()
         );
+        if self.aged {
+            s += &format!(" --aged --aging-max {}", self.aging_max);
+        }
+        match self.experiment {
+            Experiment::Vop => s += &format!(" --degrees {}", self.degrees),
+            Experiment::Gccost => s += &format!(" --sections {}", self.sections),
+            Experiment::Ycsb => {
+                s += &format!(
+                    " --workloads {} --fsync-every {}",
+                    self.workloads, self.fsync_every
+                )
+            }
+            _ => {}
+        }
         if self.segs_per_sec != "auto" {
             s += &format!(" --segs-per-sec {}", self.segs_per_sec);
         }
@@ -244,6 +300,15 @@ impl Ctx {
         if args.sample_ms < 10 {
             bail!("--sample-ms must be at least 10");
         }
+        if !(args.aging_max > 0.0 && args.aging_max.is_finite()) {
+            bail!("--aging-max must be a positive number of seconds");
+        }
+        if args.sections == 0 || args.sections > 100_000 {
+            bail!("--sections must be between 1 and 100000");
+        }
+        if args.fsync_every == 0 {
+            bail!("--fsync-every must be at least 1");
+        }
         args.mlog_map
             .parse::<flashlog_core::MlogMap>()
             .map_err(anyhow::Error::msg)?;
@@ -258,6 +323,9 @@ impl Ctx {
         let policies = policy::resolve(args.policies.as_deref())?;
         if policies.is_empty() {
             bail!("no GC policy could be mounted");
+        }
+        for p in &policies {
+            device.check_policy(p)?;
         }
         let progress = if args.quiet {
             MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
@@ -354,8 +422,23 @@ fn resolve_segs_per_sec(v: &str, device: &DeviceSpec) -> Result<u32> {
     }
 }
 
+/// Policies an experiment runs when `--policies` is not given (None: every implemented one).
+pub fn default_policies(args: &BenchArgs) -> Result<Option<String>> {
+    Ok(match args.experiment {
+        Experiment::Vop => Some(exp::vop::policies(&args.degrees)?),
+        Experiment::Gccost => Some("f2fs,zf2fs,device".into()),
+        Experiment::Memory => Some("f2fs,device,none,none/compaction_period=0,zf2fs".into()),
+        _ => None,
+    })
+}
+
 /// Run `flashlog bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
+    let mut args = args.clone();
+    if args.policies.is_none() {
+        args.policies = default_policies(&args)?;
+    }
+    let args = &args;
     let ctx = Ctx::new(args)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create --out {}", args.out.display()))?;
@@ -379,6 +462,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Experiment::Filebench => exp::filebench::run(&ctx)?,
         Experiment::Ycsb => exp::ycsb::run(&ctx)?,
         Experiment::Fio => exp::fio::run(&ctx)?,
+        Experiment::Vop => exp::vop::run(&ctx)?,
+        Experiment::Gccost => exp::gccost::run(&ctx)?,
+        Experiment::Memory => exp::memory::run(&ctx)?,
     };
     let _ = ctx.progress.clear();
     report.write()
@@ -496,6 +582,183 @@ mod tests {
             }
         }
         let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// A small emulated SSD on the virtual clock: fast, with every FTL's counters.
+    fn tiny_ssd_job(name: &str, exp: Experiment) -> (BenchArgs, PathBuf) {
+        let out = tmp_out(name);
+        let mut a = default_main_job();
+        a.experiment = exp;
+        // 970pro-like lines are whole sections (the D2FS zones must be).
+        a.device = "970pro-like:256MiB".into();
+        a.clock = "virtual".into();
+        a.threads = 2;
+        a.duration = 1.0;
+        a.fill = 0.8;
+        a.write_factor = 0.5;
+        a.sample_ms = 20;
+        a.aging_max = 20.0;
+        a.quiet = true;
+        a.out = out.clone();
+        (a, out)
+    }
+
+    fn report_json(out: &std::path::Path) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+    }
+
+    /// `vop` runs `device` once per degree and records the regions' fill over time: the
+    /// regular region fills as the host writes, and each degree gets its row.
+    #[test]
+    fn vop_sweeps_degrees_with_region_fill() {
+        let (mut a, out) = tiny_ssd_job("vop", Experiment::Vop);
+        a.degrees = "1.4,2.0".into();
+        run(&a).expect("vop run");
+        let v = report_json(&out);
+        let sweep = v["vop_sweep"].as_array().unwrap();
+        let degrees: Vec<f64> = sweep
+            .iter()
+            .map(|r| r["degree"].as_f64().unwrap())
+            .collect();
+        assert_eq!(degrees, vec![1.4, 2.0]);
+        for r in v["results"].as_array().unwrap() {
+            let g = r["gauges"].as_array().unwrap();
+            assert!(g.len() > 2, "no gauge series for {}", r["policy"]);
+            let max_fill = g
+                .iter()
+                .map(|x| x["regular_fill"].as_f64().unwrap())
+                .fold(0.0, f64::max);
+            assert!(max_fill > 0.3, "regular region never filled: {max_fill}");
+        }
+        assert!(std::fs::read_to_string(out.join("report.txt"))
+            .unwrap()
+            .contains("regular-region degree sweep"));
+        let mut bad = a.clone();
+        bad.policies = None;
+        bad.degrees = "1.4,x".into();
+        assert!(run(&bad).unwrap_err().to_string().contains("--degrees"));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// `gccost`: host GC of f2fs frees sections on a quiet volume and its breakdown adds up;
+    /// `device` reports the device's GC runs and the host's upcall work per run.
+    #[test]
+    fn gccost_breaks_down_host_and_device_gc() {
+        let (mut a, out) = tiny_ssd_job("gccost", Experiment::Gccost);
+        a.policies = Some("f2fs,device".into());
+        a.sections = 3;
+        run(&a).expect("gccost run");
+        let v = report_json(&out);
+        let res = v["results"].as_array().unwrap();
+        let h = &res[0]["host"];
+        assert!(h["sections_freed"].as_u64().unwrap() > 0, "{h}");
+        let f = |k: &str| h[k].as_f64().unwrap();
+        assert!(f("blocks_moved") > 0.0);
+        assert!(f("total_ms") + 1e-6 >= f("checkpoint_ms"));
+        assert!(f("collector_ms") + 1e-6 >= f("read_wait_ms") + f("write_wait_ms"));
+        let d = &res[1]["device"];
+        assert!(res[1]["aging_cleaning_started"].as_bool().unwrap());
+        assert!(d["gc_runs"].as_u64().unwrap() > 0, "{d}");
+        assert!(d["pages_moved"].as_f64().unwrap() > 0.0);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// `memory`: the page FTL's map covers the whole device; the interval FTL's covers the
+    /// live data, compacts when told to, and is compared with the flat map of what it touched.
+    #[test]
+    fn memory_compares_ftl_mappings() {
+        let (mut a, out) = tiny_ssd_job("memory", Experiment::Memory);
+        a.policies = Some("f2fs,none/compaction_period=20ms".into());
+        run(&a).expect("memory run");
+        let v = report_json(&out);
+        let res = v["results"].as_array().unwrap();
+        let m = |i: usize, k: &str| res[i]["memory"][k].clone();
+        assert_eq!(res[0]["ftl"], "page");
+        // 4 B per block of the whole device (the emulator rounds the logical size up a little).
+        let page = m(0, "mapping_bytes_end").as_u64().unwrap();
+        let want = (256u64 << 20) / 4096 * 4;
+        assert!(page >= want && page < want + want / 100, "{page}");
+        assert_eq!(res[1]["ftl"], "interval");
+        assert!(m(1, "compaction_runs").as_u64().unwrap() > 0);
+        assert!(m(1, "mapping_bytes_after_compaction").as_u64().is_some());
+        assert!(m(1, "flat_touched_bytes").as_u64().unwrap() > 0);
+        assert!(v["ftl_targets"]["none/compaction_period=20ms_mapping"].is_object());
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// `--aged`: cleaning has started before the measured phase, which comes after it.
+    #[test]
+    fn aged_sustained_measures_after_cleaning_started() {
+        let out = tmp_out("aged");
+        let mut a = default_main_job();
+        a.device = "ram:96MiB".into();
+        a.policies = Some("f2fs".into());
+        a.threads = 2;
+        a.duration = 1.0;
+        a.fill = 0.85;
+        a.write_factor = 0.3;
+        a.sample_ms = 20;
+        a.aged = true;
+        a.aging_max = 30.0;
+        a.quiet = true;
+        a.out = out.clone();
+        run(&a).expect("aged run");
+        let v = report_json(&out);
+        let r = &v["results"][0];
+        assert_eq!(r["aging_cleaning_started"], true, "{r}");
+        assert!(r["aging_bytes"].as_u64().unwrap() > 0);
+        assert!(r["measured_from_s"].as_f64().unwrap() > 0.0);
+        assert!(r["random_bytes"].as_u64().unwrap() > 0);
+        assert!(v["config"]["command"].as_str().unwrap().contains("--aged"));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// `ycsb --workloads A,F --fsync-every 1`: only those workloads, each with a timeline.
+    #[test]
+    fn ycsb_selected_workloads_with_timeline() {
+        let (mut a, out) = tiny_ssd_job("ycsb", Experiment::Ycsb);
+        a.device = "ram:96MiB".into();
+        a.policies = Some("f2fs".into());
+        a.workloads = "a,F".into();
+        a.fsync_every = 1;
+        a.duration = 0.5;
+        run(&a).expect("ycsb run");
+        let v = report_json(&out);
+        let res = v["results"].as_array().unwrap();
+        let names: Vec<&str> = res
+            .iter()
+            .map(|r| r["workload"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, vec!["A", "F"]);
+        for r in res {
+            assert_eq!(r["fsync_every"], 1);
+            let tl = r["timeline"].as_array().unwrap();
+            let ops: u64 = tl.iter().map(|x| x["ops"].as_u64().unwrap()).sum();
+            assert!(ops > 0, "empty timeline for {}", r["workload"]);
+        }
+        let mut bad = a.clone();
+        bad.workloads = "A,Z".into();
+        assert!(run(&bad).unwrap_err().to_string().contains("--workloads"));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// Device overrides per policy: checked up front, refused off the emulator.
+    #[test]
+    fn policy_device_overrides_are_checked() {
+        let mut a = default_main_job();
+        a.policies = Some("device/vop_degree=99".into());
+        let e = Ctx::new(&a)
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
+        assert!(e.contains("vop_degree"), "{e}");
+        a.policies = Some("f2fs/op=0.2".into());
+        a.device = "ram:96MiB".into();
+        let e = Ctx::new(&a)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("emulated SSD"), "{e}");
     }
 
     #[test]

@@ -323,6 +323,125 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// Bins of a [`Timeline`] bucket: 4 per octave of nanoseconds, 64 octaves.
+const TL_BINS: usize = 256;
+
+fn tl_bin(ns: u64) -> usize {
+    let ns = ns.max(1);
+    let l = 63 - ns.leading_zeros() as usize;
+    let sub = if l >= 2 {
+        ((ns >> (l - 2)) & 3) as usize
+    } else {
+        0
+    };
+    (l * 4 + sub).min(TL_BINS - 1)
+}
+
+/// Upper bound (ns) of a bin.
+fn tl_upper(bin: usize) -> u64 {
+    let (l, sub) = (bin / 4, (bin % 4) as u64);
+    if l < 2 {
+        1 << (l + 1)
+    } else {
+        (4 + sub + 1) << (l - 2)
+    }
+}
+
+/// Latencies over time: per `bucket` of wall time since `t0`, a coarse log histogram (4 bins
+/// per octave, so percentiles are within 25 %), to show when the tail moves (pauses), which
+/// one end-of-run histogram hides. One per thread; merged at the end.
+#[derive(Clone)]
+pub struct Timeline {
+    t0: Instant,
+    bucket_ns: u64,
+    buckets: Vec<Vec<u32>>,
+}
+
+/// One bucket of a [`Timeline`].
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct TimePoint {
+    /// End of the bucket, seconds since the timeline's start.
+    pub t_s: f64,
+    pub ops: u64,
+    pub ops_s: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+impl Timeline {
+    pub fn new(t0: Instant, bucket: Duration) -> Timeline {
+        Timeline {
+            t0,
+            bucket_ns: (bucket.as_nanos() as u64).max(1_000_000),
+            buckets: Vec::new(),
+        }
+    }
+    /// One operation that started at `start` and ends now.
+    #[inline]
+    pub fn record(&mut self, start: Instant) {
+        let now = Instant::now();
+        let lat = now.saturating_duration_since(start).as_nanos() as u64;
+        let b =
+            (now.saturating_duration_since(self.t0).as_nanos() as u64 / self.bucket_ns) as usize;
+        if b >= self.buckets.len() {
+            self.buckets.resize_with(b + 1, Vec::new);
+        }
+        let h = &mut self.buckets[b];
+        if h.is_empty() {
+            h.resize(TL_BINS, 0);
+        }
+        h[tl_bin(lat)] += 1;
+    }
+    pub fn merge(&mut self, o: &Timeline) {
+        if o.buckets.len() > self.buckets.len() {
+            self.buckets.resize_with(o.buckets.len(), Vec::new);
+        }
+        for (a, b) in self.buckets.iter_mut().zip(&o.buckets) {
+            if b.is_empty() {
+                continue;
+            }
+            if a.is_empty() {
+                a.resize(TL_BINS, 0);
+            }
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += y;
+            }
+        }
+    }
+    /// One point per bucket from `from_s` on (empty buckets give 0 operations).
+    pub fn points(&self, from_s: f64) -> Vec<TimePoint> {
+        let secs = self.bucket_ns as f64 / 1e9;
+        self.buckets
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (*i as f64 + 1.0) * secs > from_s)
+            .map(|(i, h)| {
+                let ops: u64 = h.iter().map(|&c| u64::from(c)).sum();
+                let mut p = TimePoint {
+                    t_s: (i as f64 + 1.0) * secs,
+                    ops,
+                    ops_s: ops as f64 / secs,
+                    ..TimePoint::default()
+                };
+                if ops > 0 {
+                    let want = (ops as f64 * 0.99).ceil() as u64;
+                    let mut seen = 0;
+                    for (b, &c) in h.iter().enumerate() {
+                        seen += u64::from(c);
+                        if seen >= want && p.p99_us == 0.0 {
+                            p.p99_us = tl_upper(b) as f64 / 1e3;
+                        }
+                        if c > 0 {
+                            p.max_us = tl_upper(b) as f64 / 1e3;
+                        }
+                    }
+                }
+                p
+            })
+            .collect()
+    }
+}
+
 /// A tiny fast PRNG (SplitMix64): deterministic per seed and thread, no dependencies.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
@@ -378,6 +497,37 @@ mod tests {
         assert!(peak_rss_mib() > 0.0);
         let mut r = Rng::new(1, 2);
         assert!((0..1000).all(|_| r.below(10) < 10));
+    }
+
+    #[test]
+    fn timeline_buckets_show_a_pause() {
+        // Bins: 1 ns .. 2^64 ns, each bound above its values, within 25 %.
+        for ns in [1u64, 3, 999, 1_000, 1_234_567, 5_000_000_000] {
+            let b = tl_bin(ns);
+            assert!(tl_upper(b) > ns, "{ns}: bin {b} upper {}", tl_upper(b));
+            assert!((tl_upper(b) as f64) <= ns as f64 * 1.25 + 2.0, "{ns}");
+        }
+        let t0 = Instant::now() - Duration::from_millis(350);
+        let mut t = Timeline::new(t0, Duration::from_millis(100));
+        // 100 fast operations now (bucket 3), one of which took 50 ms.
+        for _ in 0..99 {
+            t.record(Instant::now());
+        }
+        t.record(Instant::now() - Duration::from_millis(50));
+        let mut u = Timeline::new(t0, Duration::from_millis(100));
+        u.merge(&t);
+        let p = u.points(0.0);
+        assert_eq!(p.len(), 4);
+        assert_eq!(p[0].ops, 0);
+        assert_eq!(p[3].ops, 100);
+        assert!((p[3].ops_s - 1000.0).abs() < 1e-6);
+        assert!(
+            p[3].max_us >= 50_000.0 && p[3].max_us < 63_000.0,
+            "{:?}",
+            p[3]
+        );
+        assert!(p[3].p99_us < 1_000.0, "{:?}", p[3]);
+        assert_eq!(u.points(0.25).len(), 2);
     }
 
     #[test]

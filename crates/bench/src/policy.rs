@@ -1,6 +1,8 @@
 //! GC policy specs: the list of designs a bench run compares, as data.
 //!
-//! Owns: [`PolicySpec`] (parsed from `f2fs`, `f2fs-lfs`, `scale`, `scale:N`), the candidate
+//! Owns: [`PolicySpec`] (parsed from `f2fs`, `f2fs-lfs`, `scale`, `scale:N`, each optionally
+//! followed by emulator overrides for that policy's device, `/KEY=VALUE` repeated, e.g.
+//! `device/vop_degree=1.2` or `none/compaction_period=0`), the candidate
 //! list [`CANDIDATES`], and the probe that finds which candidates the core implements.
 //!
 //! Adding a policy is one row of [`TABLE`]. The default set is every row marked `default`
@@ -125,12 +127,29 @@ pub struct PolicySpec {
     /// ScaleLFS techniques (ablation); all on unless the name says otherwise.
     #[serde(skip)]
     pub features: ScaleFeatures,
+    /// Emulator overrides for this policy's device only (`/KEY=VALUE` suffixes), applied
+    /// after `--ssd-set` and after the FTL the policy picks.
+    pub ssd_set: Vec<String>,
 }
 
 impl PolicySpec {
-    /// Parse `NAME` or `NAME:N`.
+    /// Parse `NAME` or `NAME:N`, optionally followed by `/KEY=VALUE` emulator overrides.
     pub fn parse(s: &str) -> Result<Self> {
-        let s = s.trim();
+        let label = s.trim();
+        let mut parts = label.split('/');
+        let s = parts.next().unwrap_or("").trim();
+        let mut ssd_set = Vec::new();
+        for kv in parts {
+            let kv = kv.trim();
+            match kv.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
+                    ssd_set.push(format!("{}={}", k.trim(), v.trim()))
+                }
+                _ => bail!(
+                    "policy {label:?}: device override {kv:?} is not KEY=VALUE (e.g. device/vop_degree=1.2)"
+                ),
+            }
+        }
         let (name, arg) = match s.split_once(':') {
             Some((n, a)) => (n, Some(a)),
             None => (s, None),
@@ -153,12 +172,13 @@ impl PolicySpec {
             Some(_) => bail!("policy {name:?} takes no parameter (got {s:?})"),
         };
         Ok(PolicySpec {
-            label: s.to_string(),
+            label: label.to_string(),
             name: name.to_string(),
             gc: row.1,
             alloc_mode: row.2,
             workers,
             features: features.unwrap_or(ScaleFeatures::ALL),
+            ssd_set,
         })
     }
 
@@ -257,5 +277,15 @@ mod tests {
         let e = PolicySpec::parse("btrfs").unwrap_err().to_string();
         assert!(e.contains("unknown policy"), "{e}");
         assert!(implemented().iter().any(|p| p.name == "f2fs"));
+        let d = PolicySpec::parse("device/vop_degree=1.2/upcall_pairs=64").unwrap();
+        assert_eq!(d.name, "device");
+        assert_eq!(d.label, "device/vop_degree=1.2/upcall_pairs=64");
+        assert_eq!(d.ssd_set, vec!["vop_degree=1.2", "upcall_pairs=64"]);
+        assert_eq!(d.gc, GcPolicy::Device);
+        let e = PolicySpec::parse("none/compaction_period")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("KEY=VALUE"), "{e}");
+        assert!(PolicySpec::parse("scale:2/op=0.2").unwrap().workers == Some(2));
     }
 }

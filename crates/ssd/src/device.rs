@@ -279,6 +279,24 @@ impl SsdDevice {
         self.engine().ftl_stats()
     }
 
+    /// The FTL's logical regions and how full each is (D2FS: conventional, regular, GC
+    /// region); empty for FTLs without regions. Read-only, O(zones), for reports.
+    pub fn region_usage(&self) -> Vec<crate::ftl::RegionUsage> {
+        self.engine().region_usage()
+    }
+
+    /// Modelled device DRAM of the FTL's own structures (mapping, migration records) now,
+    /// without building the rest of [`SsdDevice::stats`]. Read-only, for sampled reports.
+    pub fn ftl_memory(&self) -> crate::ftl::FtlMemory {
+        self.engine().memory().0
+    }
+
+    /// Engine counters now (NAND reads, programs, erases, device GC runs), without the
+    /// histograms [`SsdDevice::stats`] merges. Read-only, for sampled reports.
+    pub fn counters(&self) -> crate::engine::Counters {
+        self.engine().counters().clone()
+    }
+
     /// Name of the FTL ("page", "zoned", "coupled", ...).
     pub fn ftl_name(&self) -> &'static str {
         self.engine().mapping_name()

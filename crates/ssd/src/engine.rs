@@ -114,6 +114,11 @@ impl Engine {
         (self.ftl.memory(), self.flash.lines.memory_bytes())
     }
 
+    /// The FTL's regions and their fill (read-only; empty for FTLs without regions).
+    pub fn region_usage(&self) -> Vec<crate::ftl::RegionUsage> {
+        self.ftl.region_usage(&self.flash)
+    }
+
     pub fn ftl_stats(&self) -> FtlStats {
         self.ftl.stats()
     }

@@ -46,8 +46,8 @@ pub use engine::{Counters, EngineError};
 pub use flash::Flash;
 pub use ftl::{
     CostBenefit, CoupledConfig, CoupledFtl, EventQueue, Ftl, FtlError, FtlMemory, FtlStats, Greedy,
-    LineId, LineState, LineTable, Lpn, Mapping, PageFtl, PageMap, Ppn, VictimPolicy, ZonedConfig,
-    ZonedFtl,
+    LineId, LineState, LineTable, Lpn, Mapping, PageFtl, PageMap, Ppn, RegionUsage, VictimPolicy,
+    ZonedConfig, ZonedFtl,
 };
 pub use locks::{LockStats, LockSummary};
 pub use stats::{OpKind, SsdStats};

@@ -387,6 +387,28 @@ fn coupled_gc_keeps_the_mapping_under_random_writes_and_discards() {
     }
     // The device holds exactly the live objects: no discarded or moved block leaked.
     assert_eq!(dev.valid_blocks(), host.loc.len() as u64);
+    // The region report (bench `vop`, D2FS Fig. 11) accounts for every valid block, and
+    // device GC moved some of them into the GC region.
+    let regions = dev.region_usage();
+    let names: Vec<&str> = regions.iter().map(|r| r.name).collect();
+    assert_eq!(names, ["conventional", "regular", "gc"]);
+    let valid: u64 = regions.iter().map(|r| r.valid_blocks).sum();
+    assert_eq!(valid, dev.valid_blocks(), "{regions:?}");
+    let caps = dev.capabilities();
+    assert_eq!(regions[2].blocks, caps.gc_region_blocks, "{regions:?}");
+    assert!(
+        regions[2].valid_blocks > 0 && regions[2].zones_in_use > 0,
+        "{regions:?}"
+    );
+    assert!(regions
+        .iter()
+        .all(|r| r.zones_in_use <= r.zones && r.valid_blocks <= r.blocks));
+    // Read-only gauges agree with the full snapshot.
+    assert_eq!(
+        dev.ftl_memory().mapping_bytes,
+        dev.stats().memory.mapping_bytes
+    );
+    assert_eq!(dev.counters().gc_runs, dev.stats().gc_runs);
     dev.check_invariants().unwrap();
 }
 

@@ -5,7 +5,10 @@
 pub mod filebench;
 pub mod fio;
 pub mod fxmark;
+pub mod gccost;
+pub mod memory;
 pub mod sustained;
+pub mod vop;
 pub mod ycsb;
 
 use crate::device::BenchDevice;

@@ -11,9 +11,19 @@
 //! 4 KiB write latency percentiles and CDF, GC runs/time, stall time, CPU time, peak RSS; and
 //! once per run the raw device's sequential write bandwidth, against which the fill phase
 //! (in-process sequential write) is compared for the 80 % target.
+//!
+//! `--aged` (IPLFS and D2FS Fig. 12: an aged, ~90 % full volume): after the fill, the same
+//! random overwrites run unmeasured until cleaning has started (a host GC run, an upcall
+//! applied, or a device GC run) or `--aging-max` seconds pass; only what follows is the
+//! measured phase (throughput, device bandwidth, latency).
+//!
+//! On an emulated SSD every run also samples the device gauges (`gauges.rs`): FTL mapping
+//! memory, migration records, region fill, interval-map compaction; the report's "FTL
+//! memory" section and `ftl_memory*.svg` come from them (D2FS Table 1 / Fig. 17, IPLFS).
 
 use super::{pattern, Ops, Volume, VolumeEnd};
 use crate::device::raw_write_mib_s;
+use crate::gauges::{Gauge, GaugeSampler, MemorySummary};
 use crate::metrics::{phases, rates, Lat, LatSummary, Phases, Rate, Rng, Sample};
 use crate::plot::{bar_plot, line_plot, Bars, Lines};
 use crate::policy::PolicySpec;
@@ -31,9 +41,11 @@ const MIB: f64 = (1u64 << 20) as f64;
 /// Fill write size (FIO lays files out with large sequential writes).
 const FILL_CHUNK: usize = 1 << 20;
 /// Random write size (ScaleLFS §5.1: 4 KiB random writes).
-const RAND_BS: u64 = 4096;
+pub(crate) const RAND_BS: u64 = 4096;
 /// Raw-device reference: bytes written sequentially (capped by the volume).
 const RAW_BYTES: u64 = 256 << 20;
+/// `--aged`: at most this many times the device capacity of unmeasured overwrites.
+const AGING_MAX_FACTOR: f64 = 3.0;
 
 /// One policy's result; the first keys are the ones issue 7 requires.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -116,10 +128,34 @@ pub struct SustainedResult {
     pub error: Option<String>,
     pub series: Vec<Rate>,
     pub latency_cdf: Vec<(f64, f64)>,
+    /// `--aged`: unmeasured random overwrites before the measured phase, until cleaning
+    /// started (bytes, seconds, whether it did start), and when the measured phase began
+    /// (seconds on the series' clock).
+    pub aging_bytes: u64,
+    pub aging_s: f64,
+    pub aging_cleaning_started: bool,
+    pub measured_from_s: f64,
+    /// FTL name of the policy's device ("page", "coupled", "interval", "zoned"; empty off
+    /// the emulator).
+    pub ftl: String,
+    /// Device gauges over time (emulated SSD only) and their end-of-run summary.
+    pub gauges: Vec<Gauge>,
+    pub memory: Option<MemorySummary>,
 }
 
 /// Run the experiment for every policy and build the report.
 pub fn run(ctx: &Ctx) -> Result<Report> {
+    run_named(ctx, "sustained")
+}
+
+/// `run`, with the report titled `name` (`memory` and `vop` are this workload).
+pub fn run_named(ctx: &Ctx, name: &str) -> Result<Report> {
+    let results = run_all(ctx)?;
+    build_report(ctx, name, results.0, results.1)
+}
+
+/// Every policy's result, and the raw device's sequential write MiB/s.
+pub fn run_all(ctx: &Ctx) -> Result<(Vec<SustainedResult>, f64)> {
     let threads = ctx.args.threads;
     let vol_bytes = ctx.device.bytes()?;
     crate::device::warm_up(&ctx.device, threads)?;
@@ -135,7 +171,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         }
         results.push(r);
     }
-    build_report(ctx, results, raw)
+    Ok((results, raw))
 }
 
 /// Fill then random-overwrite one fresh volume.
@@ -153,7 +189,13 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
         (vol.bd.dev.capabilities().capacity_blocks as f64 * 4096.0 * ctx.args.write_factor) as u64;
     let ops = Ops::new(threads);
     let bar = ctx.bar(fill_bytes + rand_target, p.label.clone(), true);
+    let t_base = Instant::now();
     let sampler = vol.sampler(ctx, ops.clone(), bar.clone(), false);
+    let gauge_sampler = vol
+        .bd
+        .ssd
+        .clone()
+        .map(|s| GaugeSampler::start(s, ctx.sample_interval(), t_base));
     let err: Mutex<Option<String>> = Mutex::new(None);
     let fail = |e: String| {
         err.lock().get_or_insert(e);
@@ -181,62 +223,92 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
     });
     let fill_s = t_fill.elapsed().as_secs_f64();
 
+    // --aged: the same overwrites, unmeasured, until cleaning has started.
+    let ssd = vol.bd.ssd.clone();
+    let cleaning_count = || {
+        let c = vol.fs.stats();
+        c.gc_fg_runs
+            + c.gc_bg_runs
+            + c.upcalls_applied
+            + ssd.as_ref().map_or(0, |s| s.counters().gc_runs)
+    };
+    let (mut aging_bytes, mut aging_s, mut aging_started) = (0, 0.0, false);
+    if ctx.args.aged && err.lock().is_none() {
+        let base = cleaning_count();
+        let t = Instant::now();
+        let cap = (vol.bd.dev.capabilities().capacity_blocks as f64 * 4096.0 * AGING_MAX_FACTOR)
+            as u64
+            / threads as u64
+            / RAND_BS;
+        let started = || cleaning_count() > base;
+        let (_, b) = random_phase(
+            &vol.fs,
+            &inos,
+            per_file,
+            cap,
+            t + Duration::from_secs_f64(ctx.args.aging_max),
+            Some(&started),
+            ctx.args.seed ^ 0xA6E,
+            &fail,
+            &ops,
+        );
+        aging_bytes = b;
+        aging_s = t.elapsed().as_secs_f64();
+        aging_started = started();
+        if !aging_started {
+            ctx.say(&format!(
+                "{}: cleaning had not started after {aging_s:.1} s of aging ({} MiB of random writes); measuring anyway",
+                p.label,
+                b >> 20
+            ));
+        }
+    }
+    let measured_from_s = t_base.elapsed().as_secs_f64();
+
     // Random 4 KiB overwrites until the byte target or the deadline.
-    let stop = AtomicBool::new(false);
     let t_rand = Instant::now();
     let deadline = t_rand + ctx.duration();
     let per_thread = rand_target / threads as u64 / RAND_BS;
     let mut lat = Lat::default();
     let mut random_bytes = 0;
     if err.lock().is_none() {
-        let outs: Vec<(Lat, u64)> = std::thread::scope(|s| {
-            let hs: Vec<_> = inos
-                .iter()
-                .enumerate()
-                .map(|(t, ino)| {
-                    let fs = vol.fs.clone();
-                    let (stop, fail, ops) = (&stop, &fail, &ops);
-                    let ino = ino.unwrap_or(0);
-                    let seed = ctx.args.seed;
-                    s.spawn(move || {
-                        let mut lat = Lat::default();
-                        let mut rng = Rng::new(seed, t as u64 + 1000);
-                        let buf = pattern(RAND_BS as usize, seed + t as u64);
-                        let blocks = per_file / RAND_BS;
-                        let mut n = 0u64;
-                        while n < per_thread && !stop.load(Ordering::Relaxed) {
-                            let off = rng.below(blocks) * RAND_BS;
-                            let t0 = Instant::now();
-                            if let Err(e) = fs.write(ino, off, &buf) {
-                                fail(format!("random write (thread {t}, offset {off}): {e}"));
-                                stop.store(true, Ordering::Relaxed);
-                                break;
-                            }
-                            lat.record(t0);
-                            n += 1;
-                            ops.add(t, 1);
-                        }
-                        (lat, n * RAND_BS)
-                    })
-                })
-                .collect();
-            // The deadline watcher: this thread sleeps until the deadline or until all
-            // workers are done.
-            while Instant::now() < deadline && !hs.iter().all(|h| h.is_finished()) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            stop.store(true, Ordering::Relaxed);
-            hs.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
-        for (l, b) in outs {
-            lat.merge(&l);
-            random_bytes += b;
-        }
+        let (l, b) = random_phase(
+            &vol.fs,
+            &inos,
+            per_file,
+            per_thread,
+            deadline,
+            None,
+            ctx.args.seed,
+            &fail,
+            &ops,
+        );
+        lat = l;
+        random_bytes = b;
     }
     let random_s = t_rand.elapsed().as_secs_f64();
-    let samples = sampler.finish();
+    let all_samples = sampler.finish();
+    let gauges = gauge_sampler.map(|g| g.finish()).unwrap_or_default();
+    let ftl = vol
+        .bd
+        .ssd
+        .as_ref()
+        .map_or(String::new(), |s| s.ftl_name().to_string());
+    // The device's size as the user gave it (--device PRESET:SIZE): the page-mapping FTL's
+    // table and the per-GiB record numbers are of this.
+    let capacity_blocks = ctx.device.bytes()? / 4096;
     bar.finish_and_clear();
     let end = vol.finish();
+    // The measured phase's samples (with the one before it as the rate baseline).
+    let samples: Vec<Sample> = if ctx.args.aged {
+        let i = all_samples
+            .iter()
+            .rposition(|x| x.t_s <= measured_from_s)
+            .unwrap_or(0);
+        all_samples[i..].to_vec()
+    } else {
+        all_samples.clone()
+    };
     let mut r = summarize(
         p,
         threads,
@@ -248,13 +320,87 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
         random_bytes,
         random_s,
     );
+    r.series = rates(&all_samples);
+    r.aging_bytes = aging_bytes;
+    r.aging_s = aging_s;
+    r.aging_cleaning_started = aging_started;
+    r.measured_from_s = if ctx.args.aged { measured_from_s } else { 0.0 };
+    r.memory = crate::gauges::summarize(&ftl, &gauges, capacity_blocks);
+    r.ftl = ftl;
+    r.gauges = gauges;
     if let Some(e) = err.into_inner() {
         r.error = Some(e);
     }
     Ok(r)
 }
 
-fn fill_file(fs: &Fs, t: usize, bytes: u64, seed: u64, ops: &Ops) -> Result<Ino> {
+/// Every thread overwrites random 4 KiB blocks of its file, at most `per_thread` writes each,
+/// until `deadline` or, if given, until `until()` holds (checked every 20 ms). Returns the
+/// merged latencies and the bytes written.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn random_phase(
+    fs: &std::sync::Arc<Fs>,
+    inos: &[Option<Ino>],
+    per_file: u64,
+    per_thread: u64,
+    deadline: Instant,
+    until: Option<&(dyn Fn() -> bool + Sync)>,
+    seed: u64,
+    fail: &(dyn Fn(String) + Sync),
+    ops: &Ops,
+) -> (Lat, u64) {
+    let stop = AtomicBool::new(false);
+    let outs: Vec<(Lat, u64)> = std::thread::scope(|s| {
+        let hs: Vec<_> = inos
+            .iter()
+            .enumerate()
+            .map(|(t, ino)| {
+                let fs = fs.clone();
+                let stop = &stop;
+                let ino = ino.unwrap_or(0);
+                s.spawn(move || {
+                    let mut lat = Lat::default();
+                    let mut rng = Rng::new(seed, t as u64 + 1000);
+                    let buf = pattern(RAND_BS as usize, seed + t as u64);
+                    let blocks = per_file / RAND_BS;
+                    let mut n = 0u64;
+                    while n < per_thread && !stop.load(Ordering::Relaxed) {
+                        let off = rng.below(blocks) * RAND_BS;
+                        let t0 = Instant::now();
+                        if let Err(e) = fs.write(ino, off, &buf) {
+                            fail(format!("random write (thread {t}, offset {off}): {e}"));
+                            stop.store(true, Ordering::Relaxed);
+                            break;
+                        }
+                        lat.record(t0);
+                        n += 1;
+                        ops.add(t, 1);
+                    }
+                    (lat, n * RAND_BS)
+                })
+            })
+            .collect();
+        // The watcher: this thread sleeps until the deadline, the condition, or until all
+        // workers are done.
+        while Instant::now() < deadline
+            && !hs.iter().all(|h| h.is_finished())
+            && !until.is_some_and(|f| f())
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let mut lat = Lat::default();
+    let mut bytes = 0;
+    for (l, b) in outs {
+        lat.merge(&l);
+        bytes += b;
+    }
+    (lat, bytes)
+}
+
+pub(crate) fn fill_file(fs: &Fs, t: usize, bytes: u64, seed: u64, ops: &Ops) -> Result<Ino> {
     let name = format!("sustained.{t}");
     let a = fs
         .create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
@@ -355,9 +501,14 @@ fn pct(f: f64) -> String {
     }
 }
 
-fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Report> {
+pub fn build_report(
+    ctx: &Ctx,
+    name: &str,
+    results: Vec<SustainedResult>,
+    raw: f64,
+) -> Result<Report> {
     let out = &ctx.args.out;
-    let mut rep = Report::new("sustained", out, ctx.config_json());
+    let mut rep = Report::new(name, out, ctx.config_json());
     let mut t = Table::new(&[
         "policy",
         "before GC MiB/s",
@@ -531,7 +682,20 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
             body += &format!("{}: ERROR {e}\n", r.policy);
         }
     }
+    if ctx.args.aged {
+        for r in &results {
+            body += &format!(
+                "{}: aged with {:.0} MiB of unmeasured random writes in {:.1} s (cleaning {}); measured from t = {:.1} s\n",
+                r.policy,
+                r.aging_bytes as f64 / MIB,
+                r.aging_s,
+                if r.aging_cleaning_started { "started" } else { "had NOT started" },
+                r.measured_from_s
+            );
+        }
+    }
     rep.section("phases", body);
+    memory_section(ctx, &mut rep, &results)?;
 
     // Plots.
     let series = |f: fn(&Rate) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
@@ -672,6 +836,233 @@ fn build_report(ctx: &Ctx, results: Vec<SustainedResult>, raw: f64) -> Result<Re
         .collect();
     rep.extra
         .insert("scale_targets".into(), json!(scale_targets));
+    rep.extra
+        .insert("ftl_targets".into(), ftl_targets(&results));
     rep.results = serde_json::to_value(&results)?;
     Ok(rep)
+}
+
+/// The "FTL memory" section (D2FS Table 1, IPLFS targets) and the memory-over-time plots, for
+/// the policies that ran on the emulator.
+fn memory_section(ctx: &Ctx, rep: &mut Report, results: &[SustainedResult]) -> Result<()> {
+    let with: Vec<&SustainedResult> = results.iter().filter(|r| r.memory.is_some()).collect();
+    if with.is_empty() {
+        return Ok(());
+    }
+    let mut t = Table::new(&[
+        "policy",
+        "FTL",
+        "map MiB (end)",
+        "peak",
+        "page map of live MiB",
+        "x live",
+        "after compaction x live",
+        "flat touched MiB",
+        "flat / map",
+        "compactions",
+        "compaction ms",
+        "records peak KiB",
+        "KiB/GiB",
+    ]);
+    let mib = |b: u64| num(b as f64 / MIB);
+    for r in &with {
+        let m = r.memory.as_ref().expect("filtered");
+        t.row(vec![
+            r.policy.clone(),
+            m.ftl.clone(),
+            mib(m.mapping_bytes_end),
+            mib(m.mapping_bytes_peak),
+            mib(m.page_map_live_bytes),
+            num(m.vs_page_map_live),
+            m.after_compaction_vs_page_map_live.map_or("-".into(), num),
+            if m.flat_touched_bytes > 0 {
+                mib(m.flat_touched_bytes)
+            } else {
+                "-".into()
+            },
+            m.flat_touched_over_mapping.map_or("-".into(), num),
+            m.compaction_runs.to_string(),
+            num(m.compaction_busy_ms),
+            num(m.record_bytes_peak as f64 / 1024.0),
+            num(m.record_kib_per_gib_peak),
+        ]);
+    }
+    let mut body = t.render();
+    let cap = with
+        .iter()
+        .filter_map(|r| r.memory.as_ref())
+        .map(|m| m.page_map_capacity_bytes)
+        .max()
+        .unwrap_or(0);
+    body += &format!(
+        "map: the FTL's modelled mapping DRAM (docs/EMULATOR.md); page map of live: 4 B per valid \
+         block on flash at the end (what a page-mapping FTL needs for the same live data; the \
+         page FTL allocates 4 B per block of the whole device: {} MiB here); x live: map / that; \
+         after compaction: at the first sample after the interval FTL's last compaction run; \
+         flat touched: a flat map (4 B per block) of the range each log ever wrote (IPLFS's \
+         infinite space); records: outstanding D2FS migration records (24 B each).\n",
+        num(cap as f64 / MIB)
+    );
+    rep.section("FTL memory (D2FS Table 1, IPLFS)", body);
+    let out = &ctx.args.out;
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = with
+        .iter()
+        .map(|r| {
+            (
+                r.policy.clone(),
+                r.gauges
+                    .iter()
+                    .map(|g| (g.t_s, g.mapping_bytes as f64 / MIB))
+                    .collect(),
+            )
+        })
+        .collect();
+    if let Some(r) = with.iter().find(|r| r.ftl == "interval") {
+        series.push((
+            format!("page map of {}'s live data", r.policy),
+            r.gauges
+                .iter()
+                .map(|g| (g.t_s, g.page_map_for_live() as f64 / MIB))
+                .collect(),
+        ));
+    }
+    rep.plots.extend(line_plot(
+        out,
+        "ftl_memory",
+        &Lines {
+            title: "FTL mapping memory over time",
+            x_desc: "time (s)",
+            y_desc: "mapping MiB (modelled device DRAM)",
+            series: &series,
+            log_x: false,
+            points: false,
+        },
+    )?);
+    let rec: Vec<(String, Vec<(f64, f64)>)> = with
+        .iter()
+        .filter(|r| r.gauges.iter().any(|g| g.upcalls_sent > 0))
+        .map(|r| {
+            (
+                r.policy.clone(),
+                r.gauges
+                    .iter()
+                    .map(|g| (g.t_s, g.record_bytes as f64 / 1024.0))
+                    .collect(),
+            )
+        })
+        .collect();
+    if !rec.is_empty() {
+        rep.plots.extend(line_plot(
+            out,
+            "migration_records",
+            &Lines {
+                title: "D2FS migration-record buffer over time (Fig. 17)",
+                x_desc: "time (s)",
+                y_desc: "outstanding records KiB",
+                series: &rec,
+                log_x: false,
+                points: false,
+            },
+        )?);
+        let rate: Vec<(String, Vec<(f64, f64)>)> = with
+            .iter()
+            .filter(|r| r.gauges.iter().any(|g| g.upcalls_sent > 0))
+            .map(|r| {
+                (
+                    r.policy.clone(),
+                    r.gauges
+                        .windows(2)
+                        .filter(|w| w[1].t_s > w[0].t_s)
+                        .map(|w| {
+                            (
+                                w[1].t_s,
+                                (w[1].upcalls_sent - w[0].upcalls_sent) as f64
+                                    / (w[1].t_s - w[0].t_s),
+                            )
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        rep.plots.extend(line_plot(
+            out,
+            "upcall_rate",
+            &Lines {
+                title: "D2FS upcalls sent per second (Fig. 17)",
+                x_desc: "time (s)",
+                y_desc: "upcalls/s",
+                series: &rate,
+                log_x: false,
+                points: false,
+            },
+        )?);
+    }
+    Ok(())
+}
+
+/// The D2FS and IPLFS targets as ratios of this run (issues 14 and 15), where the policies
+/// they compare ran.
+fn ftl_targets(results: &[SustainedResult]) -> serde_json::Value {
+    let ok = |name: &str| {
+        results
+            .iter()
+            .find(|r| r.policy == name && r.error.is_none())
+    };
+    let during = |r: &SustainedResult| {
+        if r.gc_start_s.is_some() {
+            r.app_mib_s_during_gc
+        } else {
+            r.random_mib_s
+        }
+    };
+    let total_waf = |r: &SustainedResult| {
+        r.end
+            .as_ref()
+            .and_then(|e| e.ssd.as_ref())
+            .map(|s| s.nand_waf * r.waf)
+    };
+    let mut v = serde_json::Map::new();
+    if let (Some(d), Some(f)) = (ok("device"), ok("f2fs")) {
+        v.insert(
+            "device_vs_f2fs_throughput".into(),
+            json!(during(d) / during(f).max(1e-9)),
+        );
+        v.insert(
+            "device_total_waf_vs_f2fs".into(),
+            json!([total_waf(d), total_waf(f)]),
+        );
+    }
+    if let (Some(d), Some(z)) = (ok("device"), ok("zf2fs")) {
+        v.insert(
+            "device_vs_zf2fs_throughput".into(),
+            json!(during(d) / during(z).max(1e-9)),
+        );
+    }
+    if let Some(d) = ok("device").and_then(|r| r.memory.as_ref()) {
+        v.insert(
+            "device_record_kib_per_gib_peak".into(),
+            json!(d.record_kib_per_gib_peak),
+        );
+    }
+    if let (Some(n), Some(f)) = (ok("none"), ok("f2fs")) {
+        v.insert(
+            "none_vs_f2fs_throughput".into(),
+            json!(during(n) / during(f).max(1e-9)),
+        );
+    }
+    for r in results.iter().filter(|r| r.ftl == "interval") {
+        if let Some(m) = &r.memory {
+            v.insert(
+                format!("{}_mapping", r.policy),
+                json!({
+                    "after_compaction_vs_page_map_live": m.after_compaction_vs_page_map_live,
+                    "end_vs_page_map_live": m.vs_page_map_live,
+                    "flat_touched_over_mapping": m.flat_touched_over_mapping,
+                    "target_after_compaction_le_1_2x": m.after_compaction_vs_page_map_live.map(|x| x <= 1.2),
+                    "target_flat_ge_10x": m.flat_touched_over_mapping.map(|x| x >= 10.0),
+                }),
+            );
+        }
+    }
+    serde_json::Value::Object(v)
 }

@@ -8,10 +8,17 @@
 //! appends it to its thread's log file, which is fsynced every 16 updates (group commit) and
 //! truncated at 32 MiB. The workloads run in order A, B, F, update-only on the same volume,
 //! each for `--duration` or one operation per record, whichever comes first.
+//!
+//! `--workloads A,F` picks workloads; `--fsync-every 1` fsyncs the log on every update (MySQL
+//! with fsync, D2FS Fig. 13/15: there the interval FTL's compaction pauses reach the
+//! application). Throughput and update latency (p99, max) are also reported over time, per
+//! `--sample-ms` bucket (`ycsb_timeline_*.svg`, JSON `timeline`), with the device's
+//! compaction runs (interval FTL) and GC runs marked.
 
 use super::{pattern, run_workers, Volume};
-use crate::metrics::{Lat, LatSummary, Rng};
-use crate::plot::{bar_plot, Bars};
+use crate::gauges::{Gauge, GaugeSampler};
+use crate::metrics::{Lat, LatSummary, Rng, TimePoint, Timeline};
+use crate::plot::{bar_plot, line_plot, Bars, Lines};
 use crate::report::{num, Report, Table};
 use crate::Ctx;
 use anyhow::{anyhow, Result};
@@ -23,7 +30,6 @@ use std::time::Instant;
 const RECORD: u64 = 1024;
 const TABLE_FILES: u64 = 16;
 const LOAD_FRACTION: f64 = 0.7;
-const GROUP_COMMIT: u64 = 16;
 const LOG_MAX: u64 = 32 << 20;
 const THETA: f64 = 0.99;
 
@@ -88,10 +94,38 @@ pub struct YcsbResult {
     pub gc_runs: u64,
     pub stall_time_s: f64,
     pub waf: f64,
+    pub fsync_every: u64,
+    /// Seconds from the policy's first workload start to this workload's start.
+    pub start_s: f64,
+    /// Update throughput and latency per `--sample-ms` bucket (seconds since the policy's
+    /// first workload started).
+    pub timeline: Vec<TimePoint>,
+    /// When the device compacted its map (interval FTL) or ran GC during this workload
+    /// (seconds on the same clock, at sample resolution).
+    pub compactions_at_s: Vec<f64>,
+    pub device_gc_runs: u64,
     pub error: Option<String>,
 }
 
+/// The workloads `--workloads` names, in the order given.
+pub fn selected(list: &str) -> Result<Vec<(&'static str, f64, bool)>> {
+    let mut v = Vec::new();
+    for w in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match WORKLOADS.iter().find(|x| x.0.eq_ignore_ascii_case(w)) {
+            Some(x) => v.push(*x),
+            None => {
+                anyhow::bail!("--workloads: unknown workload {w:?} (known: A, B, F, update-only)")
+            }
+        }
+    }
+    if v.is_empty() {
+        anyhow::bail!("--workloads is empty");
+    }
+    Ok(v)
+}
+
 pub fn run(ctx: &Ctx) -> Result<Report> {
+    selected(&ctx.args.workloads)?;
     let mut results = Vec::new();
     for p in &ctx.policies {
         results.extend(run_policy(ctx, p)?);
@@ -137,14 +171,25 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
         .collect::<Result<_>>()?;
     let zipf = Zipf::new(records);
     let mut out = Vec::new();
-    for (wi, (name, read_frac, rmw)) in WORKLOADS.iter().enumerate() {
+    let group_commit = ctx.args.fsync_every;
+    let t_start = Instant::now();
+    let gauges = vol
+        .bd
+        .ssd
+        .clone()
+        .map(|s| GaugeSampler::start(s, ctx.sample_interval(), t_start));
+    let mut spans = Vec::new();
+    for (wi, (name, read_frac, rmw)) in selected(&ctx.args.workloads)?.iter().enumerate() {
         bar.set_message(name.to_string());
         let s0 = fs.stats();
+        let start_s = t_start.elapsed().as_secs_f64();
         let updates = Mutex::new(Lat::default());
+        let timeline = Mutex::new(Timeline::new(t_start, ctx.sample_interval()));
         let per_thread_ops = records / threads as u64;
         let (ops, secs, rlat, err) = run_workers(threads, ctx.duration(), |t, stop, rlat| {
             let mut rng = Rng::new(ctx.args.seed + wi as u64, t as u64);
             let mut ulat = Lat::default();
+            let mut tl = Timeline::new(t_start, ctx.sample_interval());
             let mut rec = vec![0u8; RECORD as usize];
             let val = pattern(RECORD as usize, t as u64);
             let (mut n, mut log_off, mut pending) = (0u64, 0u64, 0u64);
@@ -174,15 +219,17 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
                     fs.write(logs[t], log_off, &val)?;
                     log_off += RECORD;
                     pending += 1;
-                    if pending >= GROUP_COMMIT {
+                    if pending >= group_commit {
                         fs.fsync(logs[t], true)?;
                         pending = 0;
                     }
                     ulat.record(t0);
+                    tl.record(t0);
                 }
                 n += 1;
             }
             updates.lock().merge(&ulat);
+            timeline.lock().merge(&tl);
             Ok(n)
         });
         let s1 = fs.stats();
@@ -203,11 +250,29 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
             } else {
                 (s1.dev_write_blocks - s0.dev_write_blocks) as f64 * 4096.0 / dapp as f64
             },
+            fsync_every: group_commit,
+            start_s,
+            timeline: timeline.into_inner().points(start_s),
+            compactions_at_s: Vec::new(),
+            device_gc_runs: 0,
             error: err,
         });
+        spans.push((start_s, t_start.elapsed().as_secs_f64()));
         bar.inc(1);
     }
     bar.finish_and_clear();
+    let g: Vec<Gauge> = gauges.map(|g| g.finish()).unwrap_or_default();
+    for (r, (a, b)) in out.iter_mut().zip(spans) {
+        let inside: Vec<&Gauge> = g.iter().filter(|x| x.t_s >= a && x.t_s <= b).collect();
+        r.compactions_at_s = inside
+            .windows(2)
+            .filter(|w| w[1].compaction_runs > w[0].compaction_runs)
+            .map(|w| w[1].t_s)
+            .collect();
+        if let (Some(f), Some(l)) = (inside.first(), inside.last()) {
+            r.device_gc_runs = l.device_gc_runs - f.device_gc_runs;
+        }
+    }
     drop(fs);
     let end = vol.finish()?;
     if let (Some(e), Some(last)) = (end.problem(), out.last_mut()) {
@@ -232,8 +297,24 @@ fn build_report(ctx: &Ctx, results: Vec<YcsbResult>) -> Result<Report> {
         "GC runs",
         "stall s",
         "WAF",
+        "worst 1/5 s: p99 us",
+        "max us",
+        "compactions",
+        "dev GC runs",
     ]);
     for r in &results {
+        let worst = r
+            .timeline
+            .iter()
+            .filter(|x| x.ops > 0)
+            .fold(TimePoint::default(), |a, x| {
+                if x.p99_us > a.p99_us {
+                    *x
+                } else {
+                    a
+                }
+            });
+        let max = r.timeline.iter().map(|x| x.max_us).fold(0.0, f64::max);
         t.row(vec![
             r.workload.clone(),
             r.policy.clone(),
@@ -247,9 +328,19 @@ fn build_report(ctx: &Ctx, results: Vec<YcsbResult>) -> Result<Report> {
             r.gc_runs.to_string(),
             num(r.stall_time_s),
             num(r.waf),
+            num(worst.p99_us),
+            num(max),
+            r.compactions_at_s.len().to_string(),
+            r.device_gc_runs.to_string(),
         ]);
     }
     let mut body = t.render();
+    body += &format!(
+        "fsync of the thread's log every {} update(s). worst 1/5 s: the highest update p99 over \
+         one --sample-ms bucket ({} ms; coarse bins, within 25 %); compactions: interval-FTL \
+         map compaction runs during the workload (the device delays I/O meanwhile).\n",
+        ctx.args.fsync_every, ctx.args.sample_ms
+    );
     for r in &results {
         if let Some(e) = &r.error {
             body += &format!("{} {}: ERROR {e}\n", r.workload, r.policy);
@@ -264,7 +355,52 @@ fn build_report(ctx: &Ctx, results: Vec<YcsbResult>) -> Result<Report> {
         ),
         body,
     );
-    let groups: Vec<String> = WORKLOADS.iter().map(|w| w.0.to_string()).collect();
+    let groups: Vec<String> = selected(&ctx.args.workloads)?
+        .iter()
+        .map(|w| w.0.to_string())
+        .collect();
+    for g in &groups {
+        let pick = |f: fn(&TimePoint) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
+            results
+                .iter()
+                .filter(|r| &r.workload == g)
+                .map(|r| {
+                    (
+                        r.policy.clone(),
+                        r.timeline
+                            .iter()
+                            .map(|x| (x.t_s - r.start_s, f(x)))
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        let name = g.to_lowercase().replace('-', "_");
+        rep.plots.extend(line_plot(
+            out,
+            &format!("ycsb_timeline_{name}_ops"),
+            &Lines {
+                title: &format!("YCSB {g}: updates per second over time"),
+                x_desc: "time in workload (s)",
+                y_desc: "updates/s",
+                series: &pick(|x| x.ops_s),
+                log_x: false,
+                points: false,
+            },
+        )?);
+        rep.plots.extend(line_plot(
+            out,
+            &format!("ycsb_timeline_{name}_p99"),
+            &Lines {
+                title: &format!("YCSB {g}: update latency p99 per interval"),
+                x_desc: "time in workload (s)",
+                y_desc: "p99 us",
+                series: &pick(|x| x.p99_us),
+                log_x: false,
+                points: false,
+            },
+        )?);
+    }
     let by = |f: fn(&YcsbResult) -> f64| -> Vec<(String, Vec<f64>)> {
         ctx.policies
             .iter()

@@ -54,6 +54,11 @@ impl ConvRegion {
         self.l2p.len() as u64
     }
 
+    /// Blocks mapped now (O(blocks); reports only).
+    pub fn valid_blocks(&self) -> u64 {
+        self.l2p.iter().filter(|&&p| p != UNMAPPED).count() as u64
+    }
+
     pub fn memory_bytes(&self) -> u64 {
         self.l2p.len() as u64 * 4 + self.max_lines as u64 * 4
     }

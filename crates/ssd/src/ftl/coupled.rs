@@ -47,7 +47,9 @@ use crate::config::SsdConfig;
 use crate::flash::Flash;
 use crate::ftl::conv::{self, ConvRegion};
 use crate::ftl::zoned::conventional_zones;
-use crate::ftl::{Ftl, FtlError, FtlMemory, FtlStats, LineId, LineState, Lpn, Ppn, VictimPolicy};
+use crate::ftl::{
+    Ftl, FtlError, FtlMemory, FtlStats, LineId, LineState, Lpn, Ppn, RegionUsage, VictimPolicy,
+};
 use flashlog_dev::{DeviceEvent, MigrationPair, MAX_UPCALL_PAIRS};
 
 /// Coupled-FTL parameters.
@@ -631,6 +633,36 @@ impl Ftl for CoupledFtl {
                 + self.conv.memory_bytes(),
             record_bytes: self.records_now() * RECORD_BYTES,
         }
+    }
+
+    fn region_usage(&self, flash: &Flash) -> Vec<RegionUsage> {
+        let zone_range = |name: &'static str, zones: std::ops::Range<usize>| {
+            let mut r = RegionUsage {
+                name,
+                blocks: zones.len() as u64 * self.z,
+                zones: zones.len() as u64,
+                ..RegionUsage::default()
+            };
+            for &l in &self.zone_line[zones] {
+                if l != NO_LINE {
+                    r.zones_in_use += 1;
+                    r.valid_blocks += u64::from(flash.lines.vpc(LineId(l)));
+                }
+            }
+            r
+        };
+        let reg = self.regular_zones as usize;
+        vec![
+            RegionUsage {
+                name: "conventional",
+                blocks: self.conv_blocks(),
+                zones: self.conv_blocks() / self.z.max(1),
+                zones_in_use: 0,
+                valid_blocks: self.conv.valid_blocks(),
+            },
+            zone_range("regular", 0..reg),
+            zone_range("gc", reg..self.zone_line.len()),
+        ]
     }
 
     fn stats(&self) -> FtlStats {

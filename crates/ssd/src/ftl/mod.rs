@@ -107,6 +107,21 @@ pub struct FtlMemory {
     pub record_bytes: u64,
 }
 
+/// One region of an FTL's logical space and how full it is (read-only report, e.g. the D2FS
+/// regular and GC regions of bench `vop`, paper Fig. 11).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct RegionUsage {
+    /// "conventional", "regular" or "gc".
+    pub name: &'static str,
+    /// Logical blocks of the region, and its zones.
+    pub blocks: u64,
+    pub zones: u64,
+    /// Zones that hold a flash line now (written and not yet reclaimed or reset).
+    pub zones_in_use: u64,
+    /// Valid 4 KiB blocks on flash that belong to the region.
+    pub valid_blocks: u64,
+}
+
 /// FTL-specific counters (zero where an FTL has no such thing). Cumulative since the last
 /// statistics reset, except the `*_now` and `*_peak` gauges.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -235,6 +250,11 @@ pub trait Ftl: Send {
     /// lines the FTL keeps open), for the effective-OP measurement.
     fn spare_units(&self, flash: &Flash) -> u64 {
         u64::from(flash.lines.free_count()) * u64::from(flash.slots_per_line())
+    }
+    /// The regions of the logical space and their fill, for reports (O(zones)); empty for an
+    /// FTL without regions. Read-only.
+    fn region_usage(&self, _flash: &Flash) -> Vec<RegionUsage> {
+        Vec::new()
     }
     /// Check the FTL's own invariants against the flash state (tests; may be O(size)).
     fn check_invariants(&self, flash: &Flash) -> Result<(), String>;
