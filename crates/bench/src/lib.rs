@@ -708,6 +708,9 @@ mod tests {
         assert_eq!(r["aging_cleaning_started"], true, "{r}");
         assert!(r["aging_bytes"].as_u64().unwrap() > 0);
         assert!(r["measured_from_s"].as_f64().unwrap() > 0.0);
+        // The whole measured phase counts as "during cleaning".
+        assert!(r["app_mib_s_during_gc"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["device_mib_s_during_gc"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["random_bytes"].as_u64().unwrap() > 0);
         assert!(v["config"]["command"].as_str().unwrap().contains("--aged"));
         let _ = std::fs::remove_dir_all(&out);

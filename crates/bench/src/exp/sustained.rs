@@ -320,6 +320,25 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
         random_bytes,
         random_s,
     );
+    if ctx.args.aged {
+        // Cleaning started during the aging: the whole measured phase is "during cleaning",
+        // whether or not the policy's own counters moved in it (`none` never cleans on the
+        // host; the device's GC ran underneath).
+        if let (Some(a), Some(b)) = (samples.first(), samples.last()) {
+            let dt = (b.t_s - a.t_s).max(1e-9);
+            r.gc_start_s = Some(measured_from_s);
+            r.app_mib_s_during_gc =
+                b.app_write_bytes.saturating_sub(a.app_write_bytes) as f64 / MIB / dt;
+            r.device_mib_s_during_gc = (b.dev_read_bytes + b.dev_write_bytes)
+                .saturating_sub(a.dev_read_bytes + a.dev_write_bytes)
+                as f64
+                / MIB
+                / dt;
+            r.phases.gc_start_s = r.gc_start_s;
+            r.phases.app_mib_s_during_gc = r.app_mib_s_during_gc;
+            r.phases.device_mib_s_during_gc = r.device_mib_s_during_gc;
+        }
+    }
     r.series = rates(&all_samples);
     r.aging_bytes = aging_bytes;
     r.aging_s = aging_s;
