@@ -103,8 +103,10 @@ pub struct BenchArgs {
     #[arg(long, default_value = "wall")]
     pub clock: String,
     /// Comma-separated policies: f2fs, f2fs-lfs, scale, scale:N (N GC workers), device (D2FS, on
-    /// the emulator's coupled FTL), zf2fs (zoned F2FS, on the emulator's zoned FTL). Default:
-    /// every policy the core implements.
+    /// the emulator's coupled FTL), zf2fs (zoned F2FS, on the emulator's zoned FTL), none
+    /// (IPLFS, on the interval FTL); each may end in `/KEY=VALUE` emulator settings for its
+    /// own device (e.g. device/vop_degree=1.2, none/compaction_period=0). Default: every
+    /// policy the core implements (vop, gccost, memory: their own lists).
     #[arg(long)]
     pub policies: Option<String>,
     /// Application threads (fxmark: the largest thread count).

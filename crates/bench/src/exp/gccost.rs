@@ -23,6 +23,11 @@
 //! the split inside the collector comes from the block-layer trace, and for `device` the
 //! host's upcall apply is inside its checkpoints (gc_device.rs applies every queued upcall at
 //! the start of a checkpoint), so they are one number.
+//!
+//! Owns: [`HostCost`], [`DeviceCost`], the trace split ([`split_events`]). Invariants: host
+//! numbers are per section actually freed (calls that freed nothing are counted, not
+//! averaged in); device numbers are per device GC run of the window. Lock order: the block
+//! layer's trace lock (`device::Counted`) is a leaf, taken after each request completes.
 
 use super::sustained::{fill_file, random_phase, RAND_BS};
 use super::{Ops, Volume};

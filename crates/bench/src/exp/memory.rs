@@ -9,6 +9,9 @@
 //! The interval FTL compacts every `compaction_period` of device time (default 30 s): a run
 //! shorter than that never compacts, so use `--duration` > 30 or a policy override such as
 //! `none/compaction_period=5s`.
+//!
+//! Owns: nothing but the experiment's defaults and name; the workload, gauges and tables
+//! are `sustained`'s and `gauges.rs`'s. Lock order: none of its own.
 
 use crate::report::Report;
 use crate::Ctx;

@@ -6,6 +6,10 @@
 //! (normalised to degree 1.4 when it ran, as Fig. 10 normalises), the stall time and any
 //! ENOSPC, and the regular and GC regions' fill over time (Fig. 11): valid blocks / region
 //! blocks, and zones holding a flash line / zones.
+//!
+//! Owns: the degree list (`--degrees` → policies `device/vop_degree=D`) and the sweep table
+//! and plots; the runs are `sustained`'s. Invariants: one row per policy, in `--degrees`
+//! order; "vs 1.4" only when the 1.4 run succeeded. Lock order: none of its own.
 
 use super::sustained::{build_report, run_all, SustainedResult};
 use crate::plot::{line_plot, Lines};
