@@ -178,6 +178,9 @@ pub fn run_all(ctx: &Ctx) -> Result<(Vec<SustainedResult>, f64)> {
 pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
     flashlog_core::waits::reset();
     let threads = ctx.args.threads;
+    // The device's size as the user gave it (--device PRESET:SIZE): the page-mapping FTL's
+    // table and the per-GiB record numbers are of this.
+    let capacity_blocks = ctx.device.bytes()? / 4096;
     let vol = Volume::open(ctx, p)?;
     let user = vol.user_bytes();
     let per_file = ((user as f64 * ctx.args.fill) as u64 / threads as u64) / RAND_BS * RAND_BS;
@@ -294,9 +297,6 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
         .ssd
         .as_ref()
         .map_or(String::new(), |s| s.ftl_name().to_string());
-    // The device's size as the user gave it (--device PRESET:SIZE): the page-mapping FTL's
-    // table and the per-GiB record numbers are of this.
-    let capacity_blocks = ctx.device.bytes()? / 4096;
     bar.finish_and_clear();
     let end = vol.finish();
     // The measured phase's samples (with the one before it as the rate baseline).
