@@ -16,6 +16,7 @@ use crate::config::{MountOptions, LINK_MAX};
 use crate::dir::{DirEntry, Found};
 use crate::error::{Error, Result};
 use crate::file::FallocMode;
+use crate::flush::{Flusher, WritebackStats, WRITEBACK_CHUNK};
 use crate::inner::FsInner;
 use crate::stats::Counters;
 use flashlog_dev::BlockDevice;
@@ -28,7 +29,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::flush::{Flusher, WritebackStats, WRITEBACK_CHUNK};
 /// Bytes of one `write` call that one operation (one space reservation) covers: a larger
 /// write runs as several operations, so that its reservation never has to be larger than
 /// what cleaning can make room for.
@@ -194,8 +194,8 @@ fn background_gc(inner: &FsInner) -> Result<()> {
 pub struct Fs {
     inner: Arc<FsInner>,
     bg: Mutex<Option<Background>>,
-    /// Background write-back (`flush.rs`); None on a read-only mount and with
-    /// `io_threads == 0` (deterministic order: writers write back inline).
+    /// Background write-back (`flush.rs`); None on a read-only mount, with `io_threads ==
+    /// 0` (deterministic order: writers write back inline) and with `gc=device` (see mount).
     flusher: Option<Arc<Flusher>>,
     done: std::sync::atomic::AtomicBool,
 }
