@@ -592,17 +592,15 @@ impl FsInner {
                 was_dirty = n.dirty;
                 &n.blk
             };
-            self.seg.append(
+            self.seg.append_copy(
                 hi,
                 Summary {
                     nid,
                     ofs: 0,
                     version,
                 },
-                |_, next, out| {
-                    out.copy_from_slice(blk);
-                    node::seal_node(out, node_version, next, flags);
-                },
+                blk,
+                |_, next, out| node::seal_node(out, node_version, next, flags),
             )?
         };
         let old = self.nat.addr(nid);
@@ -668,14 +666,15 @@ impl FsInner {
             let head = if page.gc { cold } else { hi };
             moves += u64::from(page.gc);
             let data: &Block = &page.data;
-            let addr = self.seg.append(
+            let addr = self.seg.append_copy(
                 head,
                 Summary {
                     nid,
                     ofs: slot as u16,
                     version,
                 },
-                |_, _, out| out.copy_from_slice(data),
+                data,
+                |_, _, _| {},
             )?;
             let page = st.pages.get_mut(&idx).expect("dirty page");
             page.dirty = false;

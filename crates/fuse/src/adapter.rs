@@ -132,6 +132,38 @@ impl RequestCounts {
     }
 }
 
+/// One log line on where the core's write path waited (issue 13 item 4): background
+/// write-back, writers throttled at the dirty cap or writing back themselves, fsyncs that
+/// needed a checkpoint, and the contended waits of the lock-wait counters.
+fn core_write_summary(fs: &Fs) -> String {
+    let wb = fs.writeback_stats();
+    let c = fs.stats();
+    let waits: Vec<String> = flashlog_core::waits::snapshot()
+        .into_iter()
+        .filter(|&(_, _, n)| n > 0)
+        .map(|(name, s, n)| format!("{name} {n} ({s:.3} s)"))
+        .collect();
+    format!(
+        "core write path: flusher wrote {} pages in {} passes; writers throttled {} times ({:.3} s), \
+         wrote back {} pages themselves ({} fallbacks); fsyncs {} ({} as checkpoints), \
+         checkpoints {}; contended waits: {}",
+        wb.background_pages,
+        wb.background_passes,
+        wb.throttled,
+        wb.throttled_ns as f64 / 1e9,
+        wb.inline_pages,
+        wb.inline_fallbacks,
+        c.fsyncs,
+        c.fsync_checkpoints,
+        c.checkpoints,
+        if waits.is_empty() {
+            "none".to_string()
+        } else {
+            waits.join(", ")
+        }
+    )
+}
+
 /// The FUSE face of a mounted volume.
 pub struct FlashlogFuse {
     fs: Arc<Fs>,
@@ -544,6 +576,7 @@ impl Filesystem for FlashlogFuse {
     fn destroy(&mut self) {
         self.release_pins();
         tracing::info!("{}", self.counts.summary());
+        tracing::info!("{}", core_write_summary(&self.fs));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {

@@ -1,0 +1,308 @@
+//! Background write-back (the flusher): one thread per writable mount writes dirty pages
+//! back, so that request threads stop doing it themselves (issue 13 item 4: write-back in the
+//! FUSE request thread was 30 % of the daemon's CPU in sequential write, on the request's
+//! latency). The model is the kernel's `balance_dirty_pages` with its flusher threads:
+//!
+//! | dirty pages (cap = `FsInner::dirty_cap_pages`) | a writer, after its operation (`Fs::balance`) |
+//! |---|---|
+//! | <= cap/2 (`background threshold`) | nothing |
+//! | cap/2 .. cap | wakes the flusher, goes on |
+//! | > cap (hard cap) | wakes the flusher and waits for its rounds until <= cap |
+//! | > cap and two waits of `PROGRESS_WAIT` saw no page written | writes back itself (the old inline path, last resort) |
+//!
+//! Once woken, the flusher writes back down to cap/4 (`floor`), a file at a time, at most
+//! `FLUSH_CHUNK` pages of one file per visit, then sleeps until woken again.
+//!
+//! Owns: the flusher's wake-up and progress state and its counters (`WritebackStats`). The
+//! dirty-page count itself is `FsInner::dirty_pages`; what a page's write-back does (space
+//! debt, node updates) is `FsInner::writeback_pages_max`, unchanged.
+//!
+//! Invariants: the flusher never answers an operation: its errors are logged and the
+//! waiting writers fall back to the inline path, which reports them as before (ENOSPC never
+//! from contention: `Fs::balance`). A writer never waits without a timeout, so a stopped,
+//! stalled or poisoned flusher cannot hang it. With `io_threads == 0` (the crash simulator's
+//! deterministic mode) there is no flusher at all and `balance` writes back inline.
+//!
+//! Lock order: `state` is a leaf lock (never held while taking another). The flusher thread
+//! takes the op lock (shared) and then one cell, per file visited, as an operation does; it
+//! holds neither while it sleeps or cleans (`ensure_space` takes its own locks).
+
+use crate::error::{Error, Result};
+use crate::inner::FsInner;
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Pages a writer's inline write-back takes from one file before it moves to the next (and
+/// checks free space again).
+pub const WRITEBACK_CHUNK: u64 = 512;
+/// Pages the flusher writes back from one file per visit: one log buffer
+/// (`WRITE_BATCH_BLOCKS`). The file's cell is held meanwhile, also while the log-write queue
+/// is full (`IoPool::throttle`), and the file's own writer waits for it: with 512 pages a
+/// visit, the writers of one `flashlog bench fio` run waited 6.6 s on their cells (236
+/// waits) behind the flusher, most of it while the flusher waited for the device.
+pub const FLUSH_CHUNK: u64 = crate::config::WRITE_BATCH_BLOCKS as u64;
+/// How long a writer over the hard cap waits for one flusher round before it counts the
+/// round as missing.
+pub const PROGRESS_WAIT: Duration = Duration::from_millis(100);
+/// Waits in a row without a page written after which a writer writes back itself.
+pub const MAX_IDLE_WAITS: u32 = 2;
+/// Cleaning attempts in a row (the flusher's write-back ran out of space and cleaning gave
+/// none back) after which the flusher ends its pass and leaves it to the writers' inline path.
+const MAX_NO_SPACE_ROUNDS: u32 = 2;
+
+#[derive(Default)]
+struct State {
+    stop: bool,
+    /// Rounds finished (a round visits every file once).
+    rounds: u64,
+    /// Pages the last finished round wrote back.
+    last_round_pages: u64,
+}
+
+/// Counters of the write-back paths (`Fs::writeback_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WritebackStats {
+    /// Pages the flusher wrote back.
+    pub background_pages: u64,
+    /// Passes the flusher ran (one per wake-up that found work).
+    pub background_passes: u64,
+    /// Writers that waited at the hard cap, and how long in all.
+    pub throttled: u64,
+    pub throttled_ns: u64,
+    /// Pages writers wrote back themselves (the last resort).
+    pub inline_pages: u64,
+    /// Times a writer took the last resort although a flusher runs.
+    pub inline_fallbacks: u64,
+}
+
+pub struct Flusher {
+    state: Mutex<State>,
+    /// The flusher sleeps here until `pending`.
+    wake: Condvar,
+    /// Writers over the hard cap wait here for the end of a round.
+    progress: Condvar,
+    /// A wake-up is due: set by writers without the lock (one swap per write over the
+    /// background threshold), cleared by the flusher when it starts a pass.
+    pending: AtomicBool,
+    /// Tests only: the flusher starts no round (a stalled flusher, for the last resort).
+    paused: AtomicBool,
+    background_pages: AtomicU64,
+    background_passes: AtomicU64,
+    throttled: AtomicU64,
+    throttled_ns: AtomicU64,
+    pub(crate) inline_pages: AtomicU64,
+    inline_fallbacks: AtomicU64,
+}
+
+impl Flusher {
+    pub fn new() -> Arc<Flusher> {
+        Arc::new(Flusher {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            progress: Condvar::new(),
+            pending: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+            background_pages: AtomicU64::new(0),
+            background_passes: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
+            throttled_ns: AtomicU64::new(0),
+            inline_pages: AtomicU64::new(0),
+            inline_fallbacks: AtomicU64::new(0),
+        })
+    }
+
+    pub fn stats(&self) -> WritebackStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WritebackStats {
+            background_pages: l(&self.background_pages),
+            background_passes: l(&self.background_passes),
+            throttled: l(&self.throttled),
+            throttled_ns: l(&self.throttled_ns),
+            inline_pages: l(&self.inline_pages),
+            inline_fallbacks: l(&self.inline_fallbacks),
+        }
+    }
+
+    /// Wake the flusher (cheap when a wake-up is already due).
+    pub fn kick(&self) {
+        if !self.pending.swap(true, Ordering::AcqRel) {
+            // Under the lock: the flusher checks `pending` under it before it sleeps, so
+            // the wake-up cannot fall between its check and its wait.
+            let _s = self.state.lock();
+            self.wake.notify_one();
+        }
+    }
+
+    /// Tests only: stop starting rounds (or start again).
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
+        if !paused {
+            self.kick();
+        }
+    }
+
+    /// Rounds finished so far (pass to `wait_round`).
+    pub fn rounds(&self) -> u64 {
+        self.state.lock().rounds
+    }
+
+    /// Wait up to `PROGRESS_WAIT` for a round after `seen` to finish; true if one did and
+    /// wrote pages back.
+    pub fn wait_round(&self, seen: u64) -> bool {
+        let deadline = Instant::now() + PROGRESS_WAIT;
+        let mut s = self.state.lock();
+        while s.rounds == seen && !s.stop {
+            if self.progress.wait_until(&mut s, deadline).timed_out() {
+                break;
+            }
+        }
+        s.rounds != seen && s.last_round_pages > 0
+    }
+
+    /// Count one writer's wait at the hard cap.
+    pub fn note_throttled(&self, since: Instant, fell_back: bool) {
+        self.throttled.fetch_add(1, Ordering::Relaxed);
+        self.throttled_ns
+            .fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if fell_back {
+            self.inline_fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn end_round(&self, pages: u64) {
+        let mut s = self.state.lock();
+        s.rounds += 1;
+        s.last_round_pages = pages;
+        self.progress.notify_all();
+    }
+
+    /// Start the thread; it holds the volume only weakly and only while it works.
+    pub fn spawn(self: &Arc<Self>, weak: Weak<FsInner>) -> JoinHandle<()> {
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("flashlog-flush".into())
+            .spawn(move || me.run(weak))
+            .expect("spawn flusher thread")
+    }
+
+    /// Stop the thread (after its current file) and release every waiting writer.
+    pub fn stop(&self) {
+        let mut s = self.state.lock();
+        s.stop = true;
+        self.wake.notify_all();
+        self.progress.notify_all();
+    }
+
+    fn stopped(&self) -> bool {
+        self.state.lock().stop
+    }
+
+    fn run(&self, weak: Weak<FsInner>) {
+        loop {
+            {
+                let mut s = self.state.lock();
+                while !self.pending.load(Ordering::Acquire) && !s.stop {
+                    self.wake.wait(&mut s);
+                }
+                if s.stop {
+                    return;
+                }
+            }
+            self.pending.store(false, Ordering::Release);
+            let Some(inner) = weak.upgrade() else { return };
+            if inner.poisoned.load(Ordering::Acquire) {
+                self.stop();
+                return;
+            }
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.pass(&inner)));
+            match r {
+                Err(_) => {
+                    inner.poison_with("the flusher thread panicked".into());
+                    self.stop();
+                    return;
+                }
+                Ok(Err(e)) => tracing::warn!("background write-back: {e}"),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+
+    /// Write back until the dirty pages are at the floor: rounds over every cached file.
+    fn pass(&self, inner: &FsInner) -> Result<()> {
+        let floor = inner.dirty_cap_pages() / 4;
+        if inner.dirty_pages.load(Ordering::Relaxed) <= floor || self.paused.load(Ordering::Acquire)
+        {
+            return Ok(());
+        }
+        self.background_passes.fetch_add(1, Ordering::Relaxed);
+        let mut no_space_rounds = 0;
+        let mut wait = false;
+        while inner.dirty_pages.load(Ordering::Relaxed) > floor && !self.stopped() {
+            if self.paused.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            let r = self.round(inner, floor, wait);
+            let (pages, no_space) = match r {
+                Ok(x) => x,
+                Err(e) => {
+                    self.end_round(0);
+                    return Err(e);
+                }
+            };
+            self.background_pages.fetch_add(pages, Ordering::Relaxed);
+            self.end_round(pages);
+            if no_space {
+                // Write-back needs free segments: clean (as the inline path does), but give
+                // up after rounds that got nothing back; writers then take the last resort.
+                no_space_rounds += 1;
+                if no_space_rounds > MAX_NO_SPACE_ROUNDS {
+                    return Err(Error::NoSpace);
+                }
+                inner.ensure_space(true)?;
+            } else if pages == 0 && wait {
+                // Nothing written although the count is over the floor, even waiting for
+                // busy files: the pages belong to files being freed, or the count moved
+                // meanwhile. Sleep until woken.
+                return Ok(());
+            } else {
+                wait = pages == 0;
+                no_space_rounds = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// One visit of every cached file, at most `FLUSH_CHUNK` pages each. Returns the
+    /// pages written and whether write-back ran out of space. A busy file (its own writer
+    /// holds it) is skipped unless `wait`: the pass waits for busy files only after a round
+    /// that wrote nothing.
+    fn round(&self, inner: &FsInner, floor: u64, wait: bool) -> Result<(u64, bool)> {
+        let mut pages = 0;
+        for c in inner.cells.all() {
+            if inner.dirty_pages.load(Ordering::Relaxed) <= floor || self.stopped() {
+                break;
+            }
+            let _g = inner.oplock.op();
+            if inner.poisoned.load(Ordering::Acquire) {
+                return Err(Error::Poisoned("the mount was poisoned".into()));
+            }
+            let mut st = match c.state.try_lock() {
+                Some(st) => st,
+                None if wait => c.lock(),
+                None => continue,
+            };
+            if st.freed || st.dirty_pages == 0 {
+                continue;
+            }
+            match inner.writeback_pages_max(&mut st, FLUSH_CHUNK) {
+                Ok(n) => pages += n,
+                Err(Error::NoSpace) => return Ok((pages, true)),
+                Err(e) => return inner.guard(Err(e)),
+            }
+        }
+        Ok((pages, false))
+    }
+}
