@@ -139,9 +139,10 @@ impl InodeCell {
             names_left_at: AtomicU64::new(0),
         })
     }
-    /// Lock the cell (timing the wait if contended: waits::Point::Cell).
+    /// Lock the cell (timing the wait if contended: `waits::cell_point`, by the calling
+    /// thread's role).
     pub fn lock(&self) -> parking_lot::MutexGuard<'_, InodeState> {
-        crate::waits::lock(crate::waits::Point::Cell, &self.state)
+        crate::waits::lock(crate::waits::cell_point(), &self.state)
     }
 
     pub fn pino(&self) -> Ino {

@@ -194,6 +194,7 @@ impl Collector for ScaleCollector {
             return Ok(0);
         }
         fs.stats.gc_bg_runs.fetch_add(1, Ordering::Relaxed);
+        let _role = waits::as_role(waits::Role::Gc);
         let Some(sec) = select_victim(fs, Cost::CostBenefit, crate::gc::BG_VICTIM_SEARCH) else {
             return Ok(0);
         };
@@ -208,6 +209,7 @@ impl Collector for ScaleCollector {
 }
 
 fn worker(w: usize, m: usize, features: ScaleFeatures, sh: Arc<Shared>, fs: Weak<FsInner>) {
+    let _role = waits::as_role(waits::Role::Gc);
     let mut seen = 0u64;
     let mut buf: Vec<u8> = Vec::new();
     loop {
