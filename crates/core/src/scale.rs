@@ -416,6 +416,22 @@ fn clean_section_scale(
                     .or_default()
                     .push((sum.ofs, k));
             }
+            // The victim's reservation (`VICTIM_BLOCKS_PER_VALID` per valid block) was an
+            // upper bound taken before anything was read. This segment's moves need one
+            // block per copy and at most one per run (the direct node or inode it
+            // dirties); later segments keep their full share. Give the rest back now:
+            // writers waiting for headroom get it while this victim is still being moved.
+            let need: u64 = runs.values().map(|r| r.len() as u64 + 1).sum();
+            let later: u64 = (seg + 1..(sec + 1) * sps)
+                .map(|s| u64::from(fs.seg.seg_entry(s).valid.load(Ordering::Acquire)))
+                .sum();
+            let back = fs
+                .seg
+                .space
+                .trim_allowance(need + crate::gc::VICTIM_BLOCKS_PER_VALID * later);
+            fs.stats
+                .gc_reservation_returned
+                .fetch_add(back, Ordering::Relaxed);
             for ((ino, nid), mut run) in runs {
                 run.sort_unstable();
                 let blocks: Vec<RunBlock> = run
