@@ -8,7 +8,10 @@
 //!
 //! Lock order: op lock (shared) -> rename lock -> directory cells (ascending ino) -> other
 //! cells (ascending ino) -> log heads -> leaves. The table's shard locks are leaves: never
-//! held while taking a cell lock.
+//! held while taking a cell lock. The cell is also the lock of every node of its file (the
+//! node lock of the node-lock rule): `scale` collectors take it twice per direct-node run,
+//! to check and to remap, and write their copies in between without it
+//! (`scale::commit_dnode_run`, docs/DESIGN.md "ScaleLFS commit").
 
 use crate::config::CELL_SHARDS;
 use flashlog_format::codec::Block;
@@ -139,9 +142,10 @@ impl InodeCell {
             names_left_at: AtomicU64::new(0),
         })
     }
-    /// Lock the cell (timing the wait if contended: waits::Point::Cell).
+    /// Lock the cell (timing the wait if contended: `waits::cell_point`, by the calling
+    /// thread's role).
     pub fn lock(&self) -> parking_lot::MutexGuard<'_, InodeState> {
-        crate::waits::lock(crate::waits::Point::Cell, &self.state)
+        crate::waits::lock(crate::waits::cell_point(), &self.state)
     }
 
     pub fn pino(&self) -> Ino {

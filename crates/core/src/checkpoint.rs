@@ -580,6 +580,7 @@ impl FsInner {
     /// mount, where nothing else runs).
     pub fn write_checkpoint(&self, umount: bool) -> Result<()> {
         let t0 = std::time::Instant::now();
+        let _role = crate::waits::as_role(crate::waits::Role::Checkpoint);
         // No space check: everything this writes was charged to the space budget as debt
         // when it became dirty, so its sections are there (space.rs).
         let r = self.write_checkpoint_inner(umount);

@@ -322,6 +322,7 @@ pub(crate) fn victim_segment(fs: &FsInner, seg: SegNo) -> Result<Option<VictimSe
 
 /// Migrate every valid block of section `sec`. Returns true if the section is empty after.
 pub fn clean_section(fs: &FsInner, sec: u64, how: Migration) -> Result<bool> {
+    let _role = crate::waits::as_role(crate::waits::Role::Gc);
     let sps = fs.sb.geo.segs_per_sec as u64;
     for seg in sec * sps..(sec + 1) * sps {
         let Some(VictimSegment {

@@ -9,7 +9,10 @@
 //!   collector does, every other worker to a collector stream, a row of the log-head table
 //!   that the checkpoint persists and recovery knows;
 //! - protects each page it moves in the victim protector (SVP) instead of locking the file
-//!   for the whole migration, and commits a move only under the node-lock rule;
+//!   for the whole migration, and commits the moves of one direct node's run of blocks
+//!   together (`commit_dnode_run`): the cell is held to check the owner and to remap, the
+//!   copies are written between the two holds with no file lock held, and a copy whose
+//!   slot changed meanwhile is invalidated instead of mapped (the node-lock rule);
 //! - updates the SIT with atomics (LSU, in `seg`);
 //! - reserves from the space budget what each victim's moves may use before it takes the
 //!   op lock for it (`gc::reserve_victim`), so that parallel workers can never take the
@@ -20,8 +23,11 @@
 //! stop when the target is met or no victim is left. Every technique can be switched off
 //! (`ScaleFeatures`) for the ablation.
 //!
-//! Lock order: op lock (shared, per victim) -> victim claim bits (atomic) -> SVP shard (try
-//! only) -> file cell -> log head. Workers never wait on the SVP.
+//! Lock order: op lock (shared, per victim) -> victim claim bits (atomic) -> file cell ->
+//! SVP shard (try only) -> log head. A run's commit takes the cell twice and the log head
+//! in between with no cell held; the SVP protections it holds across are never waited on
+//! by a worker, and I/O paths take their range before the cell. Workers never wait on the
+//! SVP.
 
 use crate::config::{MountOptions, ScaleFeatures};
 use crate::error::{Error, Result};
@@ -33,7 +39,7 @@ use crate::waits::{self, Point};
 use flashlog_format::codec::Block;
 use flashlog_format::cp::{LogKind, Temp};
 use flashlog_format::meta::Summary;
-use flashlog_format::{BlkAddr, Ino, BLOCKS_PER_SEG, BLOCK_SIZE};
+use flashlog_format::{BlkAddr, Ino, Nid, BLOCKS_PER_SEG, BLOCK_SIZE};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -194,6 +200,7 @@ impl Collector for ScaleCollector {
             return Ok(0);
         }
         fs.stats.gc_bg_runs.fetch_add(1, Ordering::Relaxed);
+        let _role = waits::as_role(waits::Role::Gc);
         let Some(sec) = select_victim(fs, Cost::CostBenefit, crate::gc::BG_VICTIM_SEARCH) else {
             return Ok(0);
         };
@@ -208,6 +215,7 @@ impl Collector for ScaleCollector {
 }
 
 fn worker(w: usize, m: usize, features: ScaleFeatures, sh: Arc<Shared>, fs: Weak<FsInner>) {
+    let _role = waits::as_role(waits::Role::Gc);
     let mut seen = 0u64;
     let mut buf: Vec<u8> = Vec::new();
     loop {
@@ -389,15 +397,59 @@ fn clean_section_scale(
         // DPB: the worker's own buffer, every valid block read with all requests in flight.
         crate::gc::read_victim_blocks(fs, start, &offs, buf)?;
         if f.svp {
+            // Runs of blocks that one direct node maps, in (inode, node, slot) order: one
+            // commit each (`commit_dnode_run`). The owner is read without a lock here; the
+            // commit checks it again under the cell.
+            let mut runs: BTreeMap<(Ino, Nid), Vec<(u16, usize)>> = BTreeMap::new();
             for (k, &off) in offs.iter().enumerate() {
-                let blk: &Block = buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
-                    .try_into()
-                    .expect("block");
-                if move_with_svp(fs, w, f, ssa.entries[off], start + off as u64, blk)? {
-                    fs.stats.gc_moved_blocks.fetch_add(1, Ordering::Relaxed);
-                } else {
+                let sum = ssa.entries[off];
+                let nid = sum.nid;
+                if !fs.nat.valid(nid)
+                    || fs.nat.version(nid) != sum.version
+                    || !fs.seg.is_valid(start + off as u64)
+                {
+                    // LSU false positive: invalidated since it was read.
                     fs.stats.gc_skipped_blocks.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 }
+                runs.entry((fs.nat.ino(nid), nid))
+                    .or_default()
+                    .push((sum.ofs, k));
+            }
+            // The victim's reservation (`VICTIM_BLOCKS_PER_VALID` per valid block) was an
+            // upper bound taken before anything was read. This segment's moves need one
+            // block per copy and at most one per run (the direct node or inode it
+            // dirties); later segments keep their full share. Give the rest back now:
+            // writers waiting for headroom get it while this victim is still being moved.
+            let need: u64 = runs.values().map(|r| r.len() as u64 + 1).sum();
+            let later: u64 = (seg + 1..(sec + 1) * sps)
+                .map(|s| u64::from(fs.seg.seg_entry(s).valid.load(Ordering::Acquire)))
+                .sum();
+            let back = fs
+                .seg
+                .space
+                .trim_allowance(need + crate::gc::VICTIM_BLOCKS_PER_VALID * later);
+            fs.stats
+                .gc_reservation_returned
+                .fetch_add(back, Ordering::Relaxed);
+            for ((ino, nid), mut run) in runs {
+                run.sort_unstable();
+                let blocks: Vec<RunBlock> = run
+                    .into_iter()
+                    .map(|(_, k)| {
+                        let off = offs[k];
+                        RunBlock {
+                            sum: ssa.entries[off],
+                            addr: start + off as u64,
+                            k,
+                        }
+                    })
+                    .collect();
+                let (moved, skipped) = commit_dnode_run(fs, w, f, ino, nid, &blocks, buf)?;
+                fs.stats.gc_moved_blocks.fetch_add(moved, Ordering::Relaxed);
+                fs.stats
+                    .gc_skipped_blocks
+                    .fetch_add(skipped, Ordering::Relaxed);
             }
         } else {
             // Without SVP: a per-file GC lock. Group the blocks by file and hold each file's
@@ -457,42 +509,180 @@ fn gc_head(fs: &FsInner, w: usize, f: ScaleFeatures, ino: Ino) -> usize {
     }
 }
 
-/// Move one data block under page protection; the file cell is held only for the
-/// owner lookup and for the commit.
-fn move_with_svp(
+/// One valid data block of a victim: its summary, its address, and where its bytes are in
+/// the worker's buffer (block `k`).
+struct RunBlock {
+    sum: Summary,
+    addr: BlkAddr,
+    k: usize,
+}
+
+/// A block whose page the run protects and whose copy it writes.
+struct Pending {
+    sum: Summary,
+    addr: BlkAddr,
+    idx: u64,
+    k: usize,
+    /// The copy's address once written.
+    new: Option<BlkAddr>,
+}
+
+/// Releases a run's page protections (SVP) on every way out, after the remap.
+struct Protected<'a> {
+    fs: &'a FsInner,
+    ino: Ino,
+    pages: Vec<u64>,
+}
+
+impl Drop for Protected<'_> {
+    fn drop(&mut self) {
+        for &idx in &self.pages {
+            self.fs.svp.release_page(self.ino, idx);
+        }
+    }
+}
+
+/// Move the blocks of one victim that direct node `nid` of inode `ino` maps (a *run*, in
+/// slot order), with the file cell held only to check and to remap, never while the copies
+/// are written (the commit lock of ScaleLFS's per-dnode design; docs/DESIGN.md "ScaleLFS
+/// commit"):
+///
+/// 1. cell held: for each block, the node-lock rule (the node still maps `addr` in the
+///    summary's version) and a try of the page's SVP protection; a block whose page is
+///    dirty in the cache moves now, with the page's newer bytes (`relocate_data_block`,
+///    rare: its writer is done, or the try would have failed);
+/// 2. no file lock held: each protected block's copy is appended to the worker's head;
+/// 3. cell held: each copy is mapped if the slot still holds `addr` (the node-lock rule
+///    again), else the copy is invalidated (the owner moved on; nothing points at it);
+/// 4. the pages are released (I/O that waited on them proceeds).
+///
+/// Between 1 and 3 the pages' SVP protection keeps every path that changes a file's slots
+/// (write, truncate, punch, a deferred free) off these slots; directory blocks, whose
+/// dentry writes take no range, and anything else are caught by the check in 3. The op lock
+/// (shared, held by the caller for the victim) keeps the checkpoint out. Returns (moved,
+/// skipped).
+fn commit_dnode_run(
     fs: &FsInner,
     w: usize,
     f: ScaleFeatures,
-    sum: Summary,
-    addr: BlkAddr,
-    blk: &Block,
-) -> Result<bool> {
-    let nid = sum.nid;
-    if !fs.nat.valid(nid) || fs.nat.version(nid) != sum.version || !fs.seg.is_valid(addr) {
-        return Ok(false); // LSU false positive: invalidated since it was read
-    }
-    let ino = fs.nat.ino(nid);
+    ino: Ino,
+    nid: Nid,
+    run: &[RunBlock],
+    buf: &[u8],
+) -> Result<(u64, u64)> {
+    let all = run.len() as u64;
     let cell = match fs.cell(ino) {
         Ok(c) => c,
-        Err(Error::NotFound) => return Ok(false),
+        Err(Error::NotFound) => return Ok((0, all)),
         Err(e) => return Err(e),
     };
-    let idx = {
+    let block = |k: usize| -> &Block {
+        buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
+            .try_into()
+            .expect("block")
+    };
+    let mut moved = 0;
+    let mut prot = Protected {
+        fs,
+        ino,
+        pages: Vec::with_capacity(run.len()),
+    };
+    let mut todo: Vec<Pending> = Vec::with_capacity(run.len());
+    // 1. Check and protect (one cell acquisition for the run).
+    {
         let mut st = cell.lock();
         if st.freed {
-            return Ok(false);
+            return Ok((0, all));
         }
-        match crate::gc::owner_index(fs, &mut st, nid, sum.ofs as usize)? {
-            Some(i) if fs.dnode_get(&st, nid, sum.ofs as usize) == addr => i,
-            _ => return Ok(false),
+        let is_dir = st.is_dir();
+        for b in run {
+            let slot = b.sum.ofs as usize;
+            if fs.nat.version(nid) != b.sum.version {
+                continue;
+            }
+            let Some(idx) = crate::gc::owner_index(fs, &mut st, nid, slot)? else {
+                continue;
+            };
+            if fs.dnode_get(&st, nid, slot) != b.addr || !fs.svp.try_protect_page(ino, idx) {
+                continue; // an I/O path holds the page: skip, as ScaleLFS's trylock does
+            }
+            prot.pages.push(idx);
+            if !is_dir && st.pages.get(&idx).is_some_and(|p| p.dirty) {
+                let head = gc_head(fs, w, f, ino);
+                fs.relocate_data_block(&mut st, head, nid, slot, idx, b.addr, block(b.k))?;
+                moved += 1;
+                continue;
+            }
+            todo.push(Pending {
+                sum: b.sum,
+                addr: b.addr,
+                idx,
+                k: b.k,
+                new: None,
+            });
         }
-    };
-    if !fs.svp.try_protect_page(ino, idx) {
-        return Ok(false); // an I/O path holds the range: skip, as ScaleLFS's trylock does
     }
-    let r = commit_move(fs, w, f, &mut cell.lock(), sum, addr, blk);
-    fs.svp.release_page(ino, idx);
-    Ok(r?.is_some())
+    if todo.is_empty() {
+        return Ok((moved, all - moved));
+    }
+    fs.test_point("scale:protected");
+    // 2. Write the copies with no file lock held.
+    let head = gc_head(fs, w, f, ino);
+    let wrote = (|| -> Result<()> {
+        for p in todo.iter_mut() {
+            let data = block(p.k);
+            p.new = Some(
+                fs.seg
+                    .append(head, p.sum, |_, _, out| out.copy_from_slice(data))?,
+            );
+            // A move of a clean block is no debt: the collector's reservation pays it.
+            fs.seg.space.charge(1);
+        }
+        Ok(())
+    })();
+    if let Err(e) = wrote {
+        // Nothing points at the copies written so far: they are garbage.
+        for p in &todo {
+            if let Some(new) = p.new {
+                fs.seg.invalidate(new);
+            }
+        }
+        return Err(e);
+    }
+    fs.test_point("scale:copied");
+    // 3. Remap what the node still maps (one cell acquisition for the run).
+    {
+        let mut st = cell.lock();
+        for (i, p) in todo.iter().enumerate() {
+            let new = p.new.expect("written");
+            let slot = p.sum.ofs as usize;
+            let owner = if st.freed || !fs.nat.valid(nid) || fs.nat.version(nid) != p.sum.version {
+                Ok(None)
+            } else {
+                crate::gc::owner_index(fs, &mut st, nid, slot)
+            };
+            let owner = match owner {
+                Ok(o) => o,
+                Err(e) => {
+                    for q in &todo[i..] {
+                        fs.seg.invalidate(q.new.expect("written"));
+                    }
+                    return Err(e);
+                }
+            };
+            if owner == Some(p.idx) && fs.dnode_get(&st, nid, slot) == p.addr {
+                fs.dnode_set(&mut st, nid, slot, new);
+                fs.seg.invalidate(p.addr);
+                moved += 1;
+            } else {
+                fs.seg.invalidate(new);
+                fs.stats.gc_lost_copies.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    // 4. `prot` releases the pages.
+    drop(prot);
+    Ok((moved, all - moved))
 }
 
 /// The node-lock rule: with the file cell held, move the block only if its owner still

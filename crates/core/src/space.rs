@@ -281,6 +281,26 @@ impl SpaceBudget {
         self.headroom.fetch_add(n as i64, Ordering::AcqRel);
     }
 
+    /// Give back what this thread's allowance on this budget holds beyond `keep` blocks (a
+    /// collector whose remaining moves are known to need less than it reserved: the rest
+    /// is headroom writers can reserve at once, not at the end of the victim). Returns the
+    /// blocks given back.
+    pub fn trim_allowance(&self, keep: u64) -> u64 {
+        let id = self.id();
+        let back = ALLOWANCE.with(|a| {
+            let (owner, left) = a.get();
+            if owner != id || left <= keep {
+                return 0;
+            }
+            a.set((owner, keep));
+            left - keep
+        });
+        if back > 0 {
+            self.refund(back);
+        }
+        back
+    }
+
     /// Blocks left in this thread's allowance on this budget (tests).
     pub fn allowance_left(&self) -> u64 {
         ALLOWANCE.with(|a| {
@@ -318,6 +338,24 @@ impl Drop for Allowance<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trimmed_allowance_gives_back_its_surplus_at_once() {
+        let b = SpaceBudget::new(512, 10, 0);
+        {
+            let _a = b.try_reserve_victim(1000).expect("room");
+            b.charge(100);
+            assert_eq!(b.trim_allowance(600), 300, "900 left, 600 kept");
+            assert_eq!(b.headroom(), 5120 - 1000 + 300);
+            assert_eq!(b.allowance_left(), 600);
+            assert_eq!(b.trim_allowance(700), 0, "never grows");
+            b.charge(600);
+            assert_eq!(b.headroom(), 5120 - 700, "charges stay inside what is kept");
+        }
+        assert_eq!(b.headroom(), 5120 - 700);
+        assert_eq!(b.trim_allowance(0), 0, "no allowance held");
+        assert_eq!(b.overcommit_blocks.load(Ordering::Relaxed), 0);
+    }
 
     #[test]
     fn allowance_draws_locally_and_returns_the_rest() {

@@ -94,6 +94,8 @@ pub struct Stats {
     pub upcall_pairs_skipped: AtomicU64,
     pub upcall_discards_withdrawn: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
+    pub gc_lost_copies: AtomicU64,
+    pub gc_reservation_returned: AtomicU64,
     pub gc_read_blocks: AtomicU64,
     pub gc_dirty_moves: AtomicU64,
     pub gc_ns: AtomicU64,
@@ -136,6 +138,13 @@ pub struct Counters {
     /// Blocks a collector read but did not move because a newer write or a truncate won
     /// the race (node-lock rule).
     pub gc_skipped_blocks: u64,
+    /// `scale`: copies a collector wrote outside the file cell whose slot had changed by
+    /// the time it came to map them (the node-lock rule's check at the remap; the copy was
+    /// invalidated, and the block is also counted in `gc_skipped_blocks`).
+    pub gc_lost_copies: u64,
+    /// `scale`: blocks of victim reservations a collector gave back before the end of its
+    /// victim, once each segment's runs showed what its moves can need.
+    pub gc_reservation_returned: u64,
     pub gc_read_blocks: u64,
     /// Moves that wrote a dirty page's newer bytes instead of the victim's copy (the move
     /// was also the page's writeback).
@@ -198,6 +207,8 @@ impl Stats {
             upcall_pairs_skipped: g(&self.upcall_pairs_skipped),
             upcall_discards_withdrawn: g(&self.upcall_discards_withdrawn),
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
+            gc_lost_copies: g(&self.gc_lost_copies),
+            gc_reservation_returned: g(&self.gc_reservation_returned),
             gc_read_blocks: g(&self.gc_read_blocks),
             gc_dirty_moves: g(&self.gc_dirty_moves),
             gc_time_s: g(&self.gc_ns) as f64 / 1e9,

@@ -12,7 +12,9 @@
 //!
 //! Invariant: an I/O path takes its range protection before it locks the file cell, and a
 //! collector never blocks on the table while holding a cell lock (it only tries), so the
-//! table cannot deadlock with cell locks.
+//! table cannot deadlock with cell locks. A collector holds its page protections from its
+//! owner check to its remap (`scale::commit_dnode_run`), across the write of its copies,
+//! when it holds no cell: so no I/O path changes those slots in between.
 //!
 //! Lock order: one shard mutex (leaf). Sharded by inode, so all protections of one file
 //! live in one shard and range checks are local.
@@ -130,6 +132,17 @@ impl Svp {
             ino,
             range: (start, end),
         }
+    }
+
+    /// The pages of `ino` collectors protect right now, in index order (for tests).
+    pub fn pages_of(&self, ino: Ino) -> Vec<u64> {
+        self.shard(ino)
+            .state
+            .lock()
+            .pages
+            .get(&ino)
+            .map(|p| p.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Pages currently protected (for tests and statistics).
