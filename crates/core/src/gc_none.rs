@@ -8,8 +8,8 @@
 //! - [`NoneCollector`]: the policy's collector. It never moves a block. Its only thread is
 //!   the discard dispatcher (every [`DISPATCH_INTERVAL`], at most `discard::DISPATCH_BATCH`
 //!   commands, idle or not); when the space path asks it to make room ("foreground") it
-//!   checkpoints, so that the dead blocks become commands, and issues every queued command
-//!   at once (F2FS's urgent discard);
+//!   issues every queued command at once (F2FS's urgent discard) and, if that is not
+//!   enough, checkpoints so that the dead blocks become commands, and issues those too;
 //! - the checkpoint's discard steps ([`checkpoint_discards`], [`after_durable`]) and the
 //!   mount's re-issue of the discard log ([`after_roll_forward`]).
 //!
@@ -28,8 +28,14 @@
 //! Invariants: no command is issued before the checkpoint that made its blocks dead is
 //! durable; every command not yet issued is in the newest durable pack's log.
 //!
+//! Room without waiting: below twice the space target a writer's `ensure_space` issues the
+//! queue itself (`Collector::space_low`) and, with dead blocks in the map, wakes the
+//! dispatcher to checkpoint at once (`Control::kick`); the dispatcher checkpoints on its
+//! own below `checkpoint_target`.
+//!
 //! Lock order: `SegManager::dead`, then `SegManager::discards` (leaves; never held while
-//! the device is called). The dispatcher takes no file-system lock.
+//! the device is called); the dispatcher's `Control` mutex is a leaf too. The dispatcher
+//! takes the gc lock, then the op lock exclusively, only to checkpoint.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
