@@ -117,6 +117,12 @@ pub trait Collector: Send + Sync {
     fn upcalls_due(&self) -> bool {
         false
     }
+    /// `ensure_space`, before it decides whether the caller waits: a policy that can make
+    /// room without waiting does it here (`gc=none`: issue the discards a durable checkpoint
+    /// made safe, wake its dispatcher to checkpoint early). Cheap when nothing is low.
+    fn space_low(&self, _fs: &FsInner) -> Result<()> {
+        Ok(())
+    }
     /// The last migration upcall the next checkpoint covers (0: none).
     fn last_upcall(&self) -> u64 {
         0
@@ -650,6 +656,7 @@ impl FsInner {
     pub fn ensure_space(&self, force: bool) -> Result<()> {
         let fs = self;
         self.device_discard_due()?;
+        fs.collector.space_low(fs)?;
         if !force && fs.seg.free_sections() >= self.space_target() {
             return Ok(());
         }

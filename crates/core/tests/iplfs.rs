@@ -260,3 +260,63 @@ fn the_discard_log_survives_a_crash_and_mount_reissues_it() {
     fs.unmount().unwrap();
     fsck_clean(&*ssd);
 }
+
+/// A writer that finds the device's capacity short while discards a durable checkpoint
+/// already made safe wait in the queue issues them itself: it neither waits for the
+/// dispatcher's 50 ms rounds of 16 commands nor checkpoints (its overwrites leave dead
+/// blocks in the map, so the old foreground path checkpointed first). The queue is
+/// thousands of one-block runs (every other block of a file overwritten), which the
+/// dispatcher alone would take seconds to issue.
+#[test]
+fn a_writer_short_of_capacity_issues_queued_discards_without_a_checkpoint() {
+    let ssd = interval(CAP);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let user = fs.statfs().blocks;
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    let a_blocks = user * 4 / 10;
+    let write_all = |seed: u64| {
+        for k in (0..a_blocks).step_by(256) {
+            let n = 256.min(a_blocks - k) as usize;
+            fs.write(f, k * 4096, &pattern(seed + k, n * 4096)).unwrap();
+        }
+    };
+    write_all(0);
+    fs.sync().unwrap();
+    // Every other block overwritten: 20 % of the capacity dies, as one-block runs.
+    let blk = pattern(99, 4096);
+    for k in (0..a_blocks).step_by(2) {
+        fs.write(f, k * 4096, &blk).unwrap();
+    }
+    fs.sync().unwrap();
+    let before = fs.stats();
+    assert!(
+        before.discards_queued > 1000,
+        "the checkpoint queued the one-block runs: {}",
+        before.discards_queued
+    );
+    // Now overwrite the whole file (40 % of the capacity): more than is free above the
+    // space target, less than that plus what the queue gives back.
+    let t0 = std::time::Instant::now();
+    write_all(1000);
+    let after = fs.stats();
+    assert_eq!(
+        after.checkpoints, before.checkpoints,
+        "a checkpoint ran although queued discards covered the writes"
+    );
+    assert!(
+        after.discarded_blocks - before.discarded_blocks >= user / 10,
+        "the queue was issued: {} blocks",
+        after.discarded_blocks - before.discarded_blocks
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "the writes waited for the dispatcher: {:?}",
+        t0.elapsed()
+    );
+    let mut buf = vec![0u8; 4096];
+    fs.read(f, 4096 * 256, &mut buf).unwrap();
+    assert!(buf == pattern(1256, 4096)[..]);
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
+}

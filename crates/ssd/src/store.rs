@@ -97,8 +97,14 @@ impl Store {
             Store::Ram(shards, meter) => {
                 for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
                     let lpn = addr + i as u64;
-                    let mut block: Block = Box::new([0u8; BLOCK_SIZE]);
-                    block.copy_from_slice(chunk);
+                    // Copied straight into a fresh allocation: `Box::new([0; 4096])` zeroed
+                    // it first (7.8 % of a gc=device bench run's CPU, under the engine lock
+                    // on remapping FTLs, where the store op runs inside it).
+                    let block: Block = chunk
+                        .to_vec()
+                        .into_boxed_slice()
+                        .try_into()
+                        .expect("chunks_exact yields whole blocks");
                     // The replaced block is freed after the shard lock is released.
                     let old = Self::shard(shards, meter, lpn).insert(lpn, block);
                     drop(old);
@@ -182,10 +188,52 @@ impl Store {
     }
 
     /// Move the content of block `from` to block `to` (FTL variants that remap during GC).
+    /// The RAM store moves the block itself: a read into a buffer, a write into a new
+    /// block and a discard cost two allocations and three copies per page the device's GC
+    /// moved, under the engine lock.
     pub fn relocate(&self, from: u64, to: u64) -> DevResult<()> {
-        let mut buf = vec![0u8; BLOCK_SIZE];
-        self.read(from, &mut buf)?;
-        self.write(to, &buf)?;
-        self.discard(from, 1)
+        match self {
+            Store::Ram(shards, meter) => {
+                let block = Self::shard(shards, meter, from).remove(&from);
+                let old = match block {
+                    Some(b) => Self::shard(shards, meter, to).insert(to, b),
+                    None => Self::shard(shards, meter, to).remove(&to),
+                };
+                drop(old);
+                Ok(())
+            }
+            _ => {
+                let mut buf = vec![0u8; BLOCK_SIZE];
+                self.read(from, &mut buf)?;
+                self.write(to, &buf)?;
+                self.discard(from, 1)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `relocate` moves a block's content to its new address and leaves zeros behind, in the
+    /// RAM store (which moves the block itself) as in the generic path; a relocation from an
+    /// address with no content leaves the destination reading zeros.
+    #[test]
+    fn relocate_moves_content_and_leaves_zeros() {
+        let s = Store::ram();
+        let data: Vec<u8> = (0..BLOCK_SIZE).map(|i| (i % 251) as u8 + 1).collect();
+        s.write(7, &data).unwrap();
+        s.write(9, &data).unwrap();
+        s.relocate(7, 1000).unwrap();
+        let mut b = vec![0u8; BLOCK_SIZE];
+        s.read(1000, &mut b).unwrap();
+        assert_eq!(b, data);
+        s.read(7, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0));
+        // Nothing at 8: the destination (which held data) reads zeros afterwards.
+        s.relocate(8, 9).unwrap();
+        s.read(9, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0));
     }
 }

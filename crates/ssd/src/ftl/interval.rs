@@ -673,10 +673,15 @@ impl IntervalMap {
         if n == 0 {
             return out;
         }
-        let (z0, _, _) = self.split(lpn);
-        let (z1, _, _) = self.split(end - 1);
+        let (z0, n0, _) = self.split(lpn);
+        let (z1, n1, _) = self.split(end - 1);
         for (&z, zone) in self.zones.range(z0..=z1) {
-            for (i, node) in zone.nodes.iter().enumerate() {
+            // Only the map nodes the range overlaps: a one-block discard visited all 1024
+            // slots of its zone (7 % of the CPU of a `gc=none` bench run, under the
+            // device's engine lock).
+            let first = if z == z0 { n0 } else { 0 };
+            let last = if z == z1 { n1 } else { zone.nodes.len() - 1 };
+            for (i, node) in zone.nodes.iter().enumerate().take(last + 1).skip(first) {
                 let Some(node) = node.as_deref() else {
                     continue;
                 };
@@ -1124,6 +1129,34 @@ mod tests {
             check_against(&m, &model);
             assert_eq!(m.memory_bytes(), 0);
             assert!(max_bytes > 0);
+        }
+    }
+
+    /// `mapped_in` (the discard path) visits only the map nodes its range overlaps: ranges
+    /// that start and end inside nodes, inside one zone or across several, and whole zones,
+    /// against a model.
+    #[test]
+    fn mapped_in_matches_model_for_partial_ranges() {
+        let mut m = IntervalMap::new(small()).unwrap();
+        let mut model: BTreeMap<u64, u32> = BTreeMap::new();
+        let mut r = Rng(11);
+        // 64-entry nodes, 4 nodes a zone: 3000 scattered mappings over ~12 zones.
+        for i in 0..3000u32 {
+            let l = r.below_mod(3000);
+            m.map(Lpn(l), Ppn(i));
+            model.insert(l, i);
+        }
+        for _ in 0..2000 {
+            let lo = r.below_mod(3100);
+            let n = match r.below_mod(4) {
+                0 => 1,
+                1 => r.below_mod(64),
+                2 => r.below_mod(300),
+                _ => r.below_mod(3000),
+            };
+            let got: Vec<(u64, u32)> = m.mapped_in(lo, n).iter().map(|(l, p)| (l.0, p.0)).collect();
+            let want: Vec<(u64, u32)> = model.range(lo..lo + n).map(|(&l, &p)| (l, p)).collect();
+            assert_eq!(got, want, "range {lo}+{n}");
         }
     }
 
