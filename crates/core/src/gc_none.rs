@@ -331,8 +331,11 @@ impl crate::gc::Collector for NoneCollector {
         Ok(0)
     }
 
+    /// The dispatcher thread; none without `gc_interval` (as `gc=device`'s handler): the
+    /// space path then issues the queue, and the crash simulator drives the rounds itself,
+    /// so that a case's device requests do not depend on a wall-clock timer.
     fn start(&self, fs: &Arc<FsInner>) {
-        if !fs.seg.is_infinite() || fs.opts.read_only {
+        if !fs.seg.is_infinite() || fs.opts.read_only || fs.opts.gc_interval.is_none() {
             return;
         }
         *self.stop.0.lock() = false;

@@ -20,11 +20,12 @@ fn interval(cap: u64) -> Arc<SsdDevice> {
     Arc::new(SsdDevice::new(c).unwrap())
 }
 
+/// `gc=none` has no cleaner thread; `gc_interval` set keeps its discard dispatcher (without
+/// it only the space path issues discards, as in the crash simulator).
 fn opts() -> MountOptions {
     MountOptions {
         gc: "none".parse().unwrap(),
         cp_interval: None,
-        gc_interval: None,
         ..MountOptions::default()
     }
 }

@@ -7,6 +7,7 @@ use flashlog_core::GcPolicy;
 use flashlog_sim::crash::{self, parse_mode, Case, RunOptions};
 use flashlog_sim::device_gc;
 use flashlog_sim::fault::{self, FaultKind};
+use flashlog_sim::gc_none;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -55,6 +56,29 @@ enum Cmd {
         /// Random cut points per seed besides the protocol steps.
         #[arg(long, default_value_t = 4)]
         random: u64,
+    },
+    /// gc=none (IPLFS) on the emulated interval-mapping SSD: power cuts while a discard log
+    /// is written, between a discard's queueing and its issue, after a dispatch round, in
+    /// fsyncs and at random; after each, the device must map exactly the live blocks.
+    /// Without --cut, every case of the seeds; with --cut, that one case of --seed.
+    None {
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Seeds as A..B (end exclusive), instead of --seed.
+        #[arg(long)]
+        seeds: Option<String>,
+        #[arg(long)]
+        cut: Option<u64>,
+        /// The cut request still runs on the device (its completion is lost).
+        #[arg(long)]
+        landed: bool,
+        /// Random cut points per seed besides the protocol points.
+        #[arg(long, default_value_t = 4)]
+        random: u64,
+        #[arg(long)]
+        threads: Option<usize>,
+        #[arg(long, default_value_t = 10)]
+        max_failures: usize,
     },
     /// Replay one crash case exactly.
     Replay {
@@ -196,6 +220,32 @@ fn run_device_seed(seed: u64, random: u64) -> Result<bool, String> {
     Ok(failed.is_empty())
 }
 
+/// Every gc=none case of the seeds; prints each failure with its replay command.
+fn run_none_seeds(
+    seeds: std::ops::Range<u64>,
+    random: u64,
+    threads: usize,
+    max_failures: usize,
+) -> bool {
+    let t = Instant::now();
+    let s = gc_none::run_seeds(seeds, random, threads, max_failures, true);
+    let kinds: Vec<String> = gc_none::KINDS
+        .iter()
+        .zip(s.per_kind)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!(
+        "gc=none: {} seeds, {} crash points ({}) in {:.1} s, {} blocks re-issued from discard logs: {} failures",
+        s.seeds,
+        s.cases,
+        kinds.join(", "),
+        t.elapsed().as_secs_f64(),
+        s.reissued_blocks,
+        s.failures.len()
+    );
+    s.failures.is_empty()
+}
+
 fn main() -> ExitCode {
     match real_main() {
         Ok(c) => c,
@@ -228,13 +278,24 @@ fn real_main() -> Result<ExitCode, String> {
         } => {
             let mut pols = policies(&p)?;
             let device = pols.contains(&GcPolicy::Device);
-            pols.retain(|p| *p != GcPolicy::Device);
+            let none = pols.contains(&GcPolicy::None);
+            pols.retain(|p| *p != GcPolicy::Device && *p != GcPolicy::None);
             let range = seeds(&s)?;
             // gc=device runs on an emulated SSD (seconds per case): the first seed of the
             // range, every case of it.
             let mut device_failed = false;
             if device {
                 device_failed = !run_device_seed(range.start, cuts)?;
+            }
+            // gc=none too (under a second per case): every seed of the range with only
+            // none; with other policies, the first seed.
+            if none {
+                let r = if pols.is_empty() && !device {
+                    range.clone()
+                } else {
+                    range.start..range.start + 1
+                };
+                device_failed |= !run_none_seeds(r, cuts, threads(t), max_failures);
             }
             if pols.is_empty() {
                 return Ok(if device_failed {
@@ -286,6 +347,46 @@ fn real_main() -> Result<ExitCode, String> {
                     }
                     Err(e) => {
                         println!("FAILED: {}\n  {e}", c.replay_command());
+                        Ok(ExitCode::FAILURE)
+                    }
+                }
+            }
+        },
+        Cmd::None {
+            seed,
+            seeds: range,
+            cut,
+            landed,
+            random,
+            threads: t,
+            max_failures,
+        } => match cut {
+            None => {
+                let r = match range {
+                    Some(r) => seeds(&r)?,
+                    None => seed..seed + 1,
+                };
+                Ok(if run_none_seeds(r, random, threads(t), max_failures) {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                })
+            }
+            Some(cut) => {
+                let c = gc_none::NoneCase { seed, cut, landed };
+                match gc_none::run_case(&c) {
+                    Ok(o) => {
+                        println!(
+                            "ok: {} (cut {}, re-issued {} blocks, {} dead blocks mapped and queued after the remount)",
+                            c.replay_command(),
+                            o.cut,
+                            o.reissued,
+                            o.mapped_dead
+                        );
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        println!("FAILED: {}\n  - {e}", c.replay_command());
                         Ok(ExitCode::FAILURE)
                     }
                 }
