@@ -38,6 +38,7 @@
 use crate::check::{check_live_except, check_recovered_except};
 use crate::crash::ops_for;
 use crate::device_gc::{CutSsd, Request};
+use crate::fault::{FaultDevice, FaultKind};
 use crate::image::sim_mount_options;
 use crate::model::Model;
 use crate::workload::{apply, Op, Outcome, Workload};
@@ -161,25 +162,16 @@ fn is_cut(e: &Error) -> bool {
     matches!(e, Error::Device(_) | Error::Poisoned(_))
 }
 
+/// The seed's volume on a fresh SSD behind `cut`, and its mount (which writes a
+/// checkpoint: the cut may come inside it).
+type Fresh = (Arc<SsdDevice>, Arc<CutSsd>, flashlog_core::Result<Fs>);
+
 /// Make and mount the seed's volume on a fresh SSD behind `cut`.
-fn fresh(
-    seed: u64,
-    cut: Option<u64>,
-    landed: bool,
-) -> Result<(Arc<SsdDevice>, Arc<CutSsd>, Fs), String> {
+fn fresh(seed: u64, cut: Option<u64>, landed: bool) -> Result<Fresh, String> {
     let ssd = interval_ssd()?;
-    Fs::mkfs(
-        ssd.clone(),
-        &MkfsOptions {
-            seed: Some(seed),
-            mlogs: 1,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| format!("mkfs: {e}"))?;
+    mkfs(&ssd, seed)?;
     let dev = Arc::new(CutSsd::new(ssd.clone(), cut, landed));
-    let fs = Fs::mount(dev.clone(), sim_mount_options(GcPolicy::None))
-        .map_err(|e| format!("mount: {e}"))?;
+    let fs = Fs::mount(dev.clone(), sim_mount_options(GcPolicy::None));
     Ok((ssd, dev, fs))
 }
 
@@ -194,7 +186,7 @@ fn dispatch(fs: &Fs) -> flashlog_core::Result<u64> {
 fn workload(
     fs: &Fs,
     seed: u64,
-    dev: &CutSsd,
+    ops: &dyn Fn() -> u64,
     setup_ops: &mut u64,
     marks: Option<&Mutex<Marks>>,
 ) -> Result<Run, String> {
@@ -230,7 +222,7 @@ fn workload(
         Outcome::Cut(_) => return Ok(run),
         Outcome::Mismatch(m) => return Err(m),
     }
-    *setup_ops = dev.ops();
+    *setup_ops = ops();
     let mut b = Ballast {
         ino,
         current: durable.clone(),
@@ -250,7 +242,7 @@ fn workload(
     for k in 0..ops_for(seed) as u64 {
         let op = w.next_op(&run.model);
         run.log.push(op.to_string());
-        let before = dev.ops();
+        let before = ops();
         match apply(fs, &mut run.model, &op) {
             Outcome::Done => {}
             Outcome::Cut(e) => {
@@ -261,7 +253,7 @@ fn workload(
             Outcome::Mismatch(m) => return Err(m),
         }
         if matches!(op, Op::Fsync { .. }) {
-            let end = dev.ops();
+            let end = ops();
             mark(&mut |m| m.fsyncs.push((before, end)));
         }
         // The ballast's overwrites.
@@ -283,7 +275,7 @@ fn workload(
         }
         if rng.random_ratio(1, 2) {
             run.log.push("ballast: fsync".into());
-            let before = dev.ops();
+            let before = ops();
             let cps = fs.stats().fsync_checkpoints;
             match fs.fsync(b.ino, false) {
                 Ok(()) => {
@@ -292,7 +284,7 @@ fn workload(
                     if fs.stats().fsync_checkpoints > cps {
                         run.model.checkpoint();
                     }
-                    let end = dev.ops();
+                    let end = ops();
                     mark(&mut |m| m.fsyncs.push((before, end)));
                 }
                 Err(e) if is_cut(&e) => {
@@ -323,7 +315,7 @@ fn workload(
             match dispatch(fs) {
                 Ok(n) => {
                     if n > 0 {
-                        let at = dev.ops();
+                        let at = ops();
                         mark(&mut |m| m.issued.push(at));
                     }
                 }
@@ -344,6 +336,7 @@ fn workload(
 /// volume is checked against the model and the ballast before the clean unmount.
 pub fn trace(seed: u64) -> Result<NoneTrace, String> {
     let (ssd, dev, fs) = fresh(seed, None, false)?;
+    let fs = fs.map_err(|e| format!("mount: {e}"))?;
     let marks = Arc::new(Mutex::new(Marks::default()));
     {
         let (marks, dev, inner) = (marks.clone(), dev.clone(), Arc::downgrade(fs.inner()));
@@ -370,7 +363,7 @@ pub fn trace(seed: u64) -> Result<NoneTrace, String> {
     }
     dev.log_requests();
     let mut setup_ops = 0;
-    let run = workload(&fs, seed, &dev, &mut setup_ops, Some(&marks))?;
+    let run = workload(&fs, seed, &|| dev.ops(), &mut setup_ops, Some(&marks))?;
     fs.set_test_hook(None);
     if dev.is_cut() {
         return Err("the uncut workload hit a power cut".into());
@@ -560,8 +553,24 @@ fn check_mapped(fs: &Fs, ssd: &SsdDevice, exact: bool) -> (u64, Vec<String>) {
 /// the checks. Err carries the findings and the operations up to the cut.
 pub fn run_case(case: &NoneCase) -> Result<NoneOutcome, String> {
     let (ssd, dev, fs) = fresh(case.seed, Some(case.cut), case.landed)?;
+    let fs = match fs {
+        Ok(fs) => fs,
+        Err(_) if dev.is_cut() => {
+            // The cut came in the first mount's checkpoint: nothing was done yet.
+            ssd.power_cycle();
+            let run = Run {
+                model: Model::new(),
+                log: vec!["mount   <- power cut here".into()],
+                ballast: None,
+            };
+            let mut out = check_after_cut(&ssd, &run)?;
+            out.cut = true;
+            return Ok(out);
+        }
+        Err(e) => return Err(format!("first mount: {e}")),
+    };
     let mut setup_ops = 0;
-    let run = workload(&fs, case.seed, &dev, &mut setup_ops, None);
+    let run = workload(&fs, case.seed, &|| dev.ops(), &mut setup_ops, None);
     if dev.is_cut() {
         fs.abandon();
     } else if let Err(e) = fs.unmount() {
@@ -572,6 +581,16 @@ pub fn run_case(case: &NoneCase) -> Result<NoneOutcome, String> {
     }
     let cut = dev.is_cut();
     let run = run?;
+    ssd.power_cycle();
+    let mut out = check_after_cut(&ssd, &run)?;
+    out.cut = cut;
+    Ok(out)
+}
+
+/// The checks after a cut (or a fault), on the power-cycled SSD: two remounts, the
+/// mapped-set check after the first, the model and the ballast after each, fsck after each
+/// unmount. Err carries the findings and the operations up to the cut.
+fn check_after_cut(ssd: &Arc<SsdDevice>, run: &Run) -> Result<NoneOutcome, String> {
     let ops = |bad: Vec<String>| -> String {
         let tail: Vec<&String> = run.log.iter().rev().take(12).collect();
         let mut s = bad.join("\n  - ");
@@ -581,24 +600,20 @@ pub fn run_case(case: &NoneCase) -> Result<NoneOutcome, String> {
         }
         s
     };
-    ssd.power_cycle();
-    let mut out = NoneOutcome {
-        cut,
-        ..Default::default()
-    };
+    let mut out = NoneOutcome::default();
     for round in ["first", "second"] {
         let fs = Fs::mount(ssd.clone(), sim_mount_options(GcPolicy::None))
             .map_err(|e| ops(vec![format!("{round} remount after the cut: {e}")]))?;
         let mut bad = Vec::new();
         if round == "first" {
             out.reissued = fs.stats().discard_log_reissued_blocks;
-            let (dead, b) = check_mapped(&fs, &ssd, false);
+            let (dead, b) = check_mapped(&fs, ssd, false);
             out.mapped_dead = dead;
             bad.extend(b);
             if let Err(e) = dispatch(&fs) {
                 bad.push(format!("dispatch round after the remount: {e}"));
             }
-            bad.extend(check_mapped(&fs, &ssd, true).1);
+            bad.extend(check_mapped(&fs, ssd, true).1);
         }
         bad.extend(check_recovered_except(&fs, &run.model, &[BALLAST]));
         if let Some(b) = &run.ballast {
@@ -607,7 +622,7 @@ pub fn run_case(case: &NoneCase) -> Result<NoneOutcome, String> {
         if let Err(e) = fs.unmount() {
             bad.push(format!("unmount after the {round} remount: {e}"));
         }
-        match fsck(&*ssd) {
+        match fsck(&**ssd) {
             Ok(r) if r.is_clean() => {}
             Ok(r) => bad.push(format!("fsck after the {round} remount: {r}")),
             Err(e) => bad.push(format!("fsck after the {round} remount: {e}")),
@@ -657,13 +672,17 @@ pub fn cases_of(seed: u64, t: &NoneTrace, random: u64) -> Vec<(NoneCase, &'stati
         .flat_map(|&(a, b)| [a + (b - a) / 2, b - 1])
         .collect();
     pick(&inside, KINDS[4], &[false, true], &mut v);
+    // Random requests: every fourth in the mount and the setup (before the first
+    // checkpoint after the mount's own), the others after it.
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x1915_7a4d);
-    for _ in 0..random {
-        if t.ops > t.setup_ops {
+    for k in 0..random {
+        let from = if k % 4 == 3 { 0 } else { t.setup_ops };
+        let to = if k % 4 == 3 { t.setup_ops } else { t.ops };
+        if to > from {
             v.push((
                 NoneCase {
                     seed,
-                    cut: rng.random_range(t.setup_ops..t.ops),
+                    cut: rng.random_range(from..to),
                     landed: rng.random(),
                 },
                 KINDS[5],
@@ -760,4 +779,264 @@ pub fn run_seeds(
         }
     });
     sum.into_inner().expect("summary")
+}
+
+// ---- Fault injection and ENOSPC on gc=none (the `fault` module's checks, on the SSD) ----
+
+/// Requests of one kind the seed's whole run (mount, workload, unmount) issues without a
+/// fault: where `run_fault` may inject one.
+pub fn fault_points(seed: u64, kind: FaultKind) -> Result<u64, String> {
+    let ssd = interval_ssd()?;
+    mkfs(&ssd, seed)?;
+    let fdev = Arc::new(FaultDevice::new(ssd.clone(), kind, u64::MAX));
+    let fs = Fs::mount(fdev.clone(), sim_mount_options(GcPolicy::None))
+        .map_err(|e| format!("mount: {e}"))?;
+    let mut setup = 0;
+    workload(&fs, seed, &|| 0, &mut setup, None)?;
+    fs.unmount().map_err(|e| format!("unmount: {e}"))?;
+    let (r, w, f) = fdev.counts();
+    Ok(match kind {
+        FaultKind::Read => r,
+        FaultKind::Flush => f,
+        FaultKind::Write | FaultKind::PanicOnWrite => w,
+    })
+}
+
+fn mkfs(ssd: &Arc<SsdDevice>, seed: u64) -> Result<(), String> {
+    Fs::mkfs(
+        ssd.clone(),
+        &MkfsOptions {
+            seed: Some(seed),
+            mlogs: 1,
+            ..Default::default()
+        },
+    )
+    .map(|_| ())
+    .map_err(|e| format!("mkfs: {e}"))
+}
+
+/// The seed's run with request `at` of `kind` failing (and every mutating request after
+/// it refused): a write or flush fault poisons the mount, which then issues nothing; after
+/// a restart of the SSD, nothing fsync'd is lost, fsck is clean and the device maps exactly
+/// the reachable blocks (the checks of a power cut). Returns whether the fault fired.
+pub fn run_fault(seed: u64, kind: FaultKind, at: u64) -> Result<bool, String> {
+    let what = |e: String| {
+        format!(
+            "{e}\n  replay: cargo run -p flashlog-sim --release -- fault --policy none --seed {seed} --kind {} --at {at}",
+            kind.name()
+        )
+    };
+    let ssd = interval_ssd()?;
+    mkfs(&ssd, seed)?;
+    let fdev = Arc::new(FaultDevice::new(ssd.clone(), kind, at));
+    let run = match Fs::mount(fdev.clone(), sim_mount_options(GcPolicy::None)) {
+        Err(e) if fdev.fired() => {
+            let _ = e;
+            Run {
+                model: Model::new(),
+                log: vec!["mount   <- fault here".into()],
+                ballast: None,
+            }
+        }
+        Err(e) => return Err(what(format!("mount failed without a fault: {e}"))),
+        Ok(fs) => {
+            let mut setup = 0;
+            let run = workload(&fs, seed, &|| 0, &mut setup, None).map_err(what)?;
+            if !fdev.fired() {
+                match fs.unmount() {
+                    Ok(()) => return Ok(false),
+                    Err(_) if fdev.fired() => {}
+                    Err(e) => return Err(what(format!("unmount without a fault: {e}"))),
+                }
+            } else {
+                if kind != FaultKind::Read {
+                    let bad = crate::fault::check_poisoned(&fs, &fdev);
+                    if !bad.is_empty() {
+                        return Err(what(bad.join("; ")));
+                    }
+                }
+                fs.abandon();
+            }
+            run
+        }
+    };
+    ssd.power_cycle();
+    check_after_cut(&ssd, &run).map_err(what)?;
+    Ok(true)
+}
+
+/// What [`run_enospc`] saw.
+#[derive(Clone, Debug, Default)]
+pub struct EnospcOutcome {
+    /// Blocks of file data written (and fsync'd) before ENOSPC, and the volume's blocks.
+    pub written_blocks: u64,
+    pub volume_blocks: u64,
+    /// Blocks written again after half the files were deleted.
+    pub rewritten_blocks: u64,
+}
+
+/// Fill a `gc=none` volume with fsync'd files (and overwrites, whose dead blocks the device
+/// holds until discarded) until ENOSPC. ENOSPC must come as `Error::NoSpace`, only once live
+/// data nearly fills the device's capacity, without poisoning the mount; a checkpoint still
+/// succeeds; after deleting half the files the space comes back; and after a power cut
+/// every fsync'd byte of the kept files reads back, fsck is clean and the device maps
+/// exactly the reachable blocks.
+pub fn run_enospc(seed: u64) -> Result<EnospcOutcome, String> {
+    let ssd = interval_ssd()?;
+    mkfs(&ssd, seed)?;
+    let fs = Fs::mount(ssd.clone(), sim_mount_options(GcPolicy::None))
+        .map_err(|e| format!("mount: {e}"))?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xe05c);
+    let volume = fs.statfs().blocks;
+    let mut out = EnospcOutcome {
+        volume_blocks: volume,
+        ..Default::default()
+    };
+    // Per file: its fsync'd contents, one byte per block.
+    let mut files: Vec<(String, flashlog_core::Ino, Vec<u8>)> = Vec::new();
+    let full = 'fill: loop {
+        let name = format!("fill{}", files.len());
+        let ino = match fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0) {
+            Ok(a) => a.ino,
+            Err(e) => break 'fill e,
+        };
+        files.push((name, ino, Vec::new()));
+        for _ in 0..64 {
+            let f = files.last_mut().expect("a file");
+            // Mostly appends; sometimes an overwrite of an older block (a dead block the
+            // device holds until its discard).
+            let blk = if !f.2.is_empty() && rng.random_ratio(1, 4) {
+                rng.random_range(0..f.2.len())
+            } else {
+                f.2.len()
+            };
+            let byte = rng.random::<u8>() | 1;
+            if let Err(e) = fs.write(ino, (blk * 4096) as u64, &[byte; 4096]) {
+                break 'fill e;
+            }
+            if blk == f.2.len() {
+                f.2.push(byte);
+                out.written_blocks += 1;
+            } else {
+                f.2[blk] = byte;
+            }
+        }
+        if let Err(e) = fs.fsync(ino, false) {
+            break 'fill e;
+        }
+    };
+    let mut bad = Vec::new();
+    if !matches!(full, Error::NoSpace) {
+        bad.push(format!("filling the volume ended with {full}, not ENOSPC"));
+    }
+    if out.written_blocks < volume * 80 / 100 {
+        bad.push(format!(
+            "ENOSPC after {} of {volume} blocks: too early",
+            out.written_blocks
+        ));
+    }
+    // The blocks the last file wrote since its fsync are not durable.
+    if let Some(last) = files.last_mut() {
+        let mut buf = vec![0u8; last.2.len() * 4096];
+        if fs.read(last.1, 0, &mut buf).is_ok() {
+            last.2 = buf.chunks(4096).map(|c| c[0]).collect();
+        }
+    }
+    match fs.sync() {
+        Ok(()) => {}
+        Err(e) => bad.push(format!("sync after ENOSPC: {e}")),
+    }
+    match fs.create(ROOT_INO, b"after-enospc", 0o644, 0, 0) {
+        Ok(_) | Err(Error::NoSpace) => {}
+        Err(e) => bad.push(format!(
+            "create after ENOSPC: {e} (expected success or ENOSPC)"
+        )),
+    }
+    // Half the files go; the same room comes back.
+    let mut kept = Vec::new();
+    for (i, f) in files.into_iter().enumerate() {
+        if i % 2 == 0 {
+            if let Err(e) = fs.unlink(ROOT_INO, f.0.as_bytes()) {
+                bad.push(format!("unlink {}: {e}", f.0));
+            }
+        } else {
+            kept.push(f);
+        }
+    }
+    let again = fs
+        .create(ROOT_INO, b"again", 0o644, 0, 0)
+        .map_err(|e| format!("create after deleting half: {e}"))?
+        .ino;
+    let want = out.written_blocks * 4 / 10;
+    while out.rewritten_blocks < want {
+        if let Err(e) = fs.write(again, out.rewritten_blocks * 4096, &[0x5a; 4096]) {
+            bad.push(format!(
+                "write after deleting half the files: {e} after {} of {want} blocks",
+                out.rewritten_blocks
+            ));
+            break;
+        }
+        out.rewritten_blocks += 1;
+    }
+    if let Err(e) = fs.fsync(again, false) {
+        bad.push(format!("fsync after deleting half the files: {e}"));
+    }
+    // Power cut: nothing fsync'd is lost, the volume mounts, the device maps what is live.
+    fs.abandon();
+    ssd.power_cycle();
+    for round in ["first", "second"] {
+        let fs = Fs::mount(ssd.clone(), sim_mount_options(GcPolicy::None))
+            .map_err(|e| format!("{round} remount after ENOSPC and a cut: {e}"))?;
+        if round == "first" {
+            if let Err(e) = dispatch(&fs) {
+                bad.push(format!("dispatch round after the remount: {e}"));
+            }
+            bad.extend(check_mapped(&fs, &ssd, true).1);
+        }
+        for (name, _, blocks) in &kept {
+            match fs.read_file(&format!("/{name}")) {
+                Ok(d) if d.len() == blocks.len() * 4096 => {
+                    for (b, c) in d.chunks(4096).enumerate() {
+                        if c.iter().any(|&x| x != blocks[b]) {
+                            bad.push(format!("/{name} block {b}: fsync'd bytes lost"));
+                            break;
+                        }
+                    }
+                }
+                Ok(d) => bad.push(format!(
+                    "/{name}: {} bytes, fsync'd {}",
+                    d.len(),
+                    blocks.len() * 4096
+                )),
+                Err(e) => bad.push(format!("/{name}: {e}")),
+            }
+        }
+        match fs.read_file("/again") {
+            Ok(d)
+                if d.len() as u64 == out.rewritten_blocks * 4096
+                    && d.iter().all(|&x| x == 0x5a) => {}
+            Ok(d) => bad.push(format!(
+                "/again: {} bytes, not the fsync'd contents",
+                d.len()
+            )),
+            Err(e) => bad.push(format!("/again: {e}")),
+        }
+        if let Err(e) = fs.unmount() {
+            bad.push(format!("unmount after the {round} remount: {e}"));
+        }
+        match fsck(&*ssd) {
+            Ok(r) if r.is_clean() => {}
+            Ok(r) => bad.push(format!("fsck after the {round} remount: {r}")),
+            Err(e) => bad.push(format!("fsck after the {round} remount: {e}")),
+        }
+        if bad.len() > 10 {
+            break;
+        }
+    }
+    if bad.is_empty() {
+        Ok(out)
+    } else {
+        bad.truncate(10);
+        Err(bad.join("; "))
+    }
 }

@@ -6,8 +6,9 @@
 //! twice: no fsync'd byte may be lost, fsck must be clean, and the device must map exactly
 //! the reachable blocks once the queued discards are issued (before that, every mapped dead
 //! block must be queued). Checked to fail: without the mount's re-issue of the discard log,
-//! `none --seed 1 --cut 139` finds 936 dead blocks mapped; without the residue discard
-//! after a cut, `none --seed 1 --cut 186 --landed` finds 224.
+//! `none --seed 1 --cut 72` finds dead blocks mapped; without the residue discard after a
+//! cut, `none --seed 1 --cut 32 --landed`; without the mount's checkpoint over a clean one
+//! (the bug this simulator found, core/tests/iplfs.rs), `none --seed 2 --cut 3`.
 
 use flashlog_sim::gc_none::{run_seed, KINDS};
 

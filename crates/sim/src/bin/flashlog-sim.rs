@@ -479,6 +479,29 @@ fn real_main() -> Result<ExitCode, String> {
                 None => Box::new(0..),
             };
             let (mut ran, mut failed) = (0u64, 0u64);
+            if policy == GcPolicy::None {
+                // gc=none runs on the emulated interval SSD (gc_none's workload and checks).
+                for a in points {
+                    match gc_none::run_fault(seed, kind, a) {
+                        Ok(false) => break,
+                        Ok(true) => ran += 1,
+                        Err(e) => {
+                            eprintln!("fault case FAILED: {e}");
+                            ran += 1;
+                            failed += 1;
+                        }
+                    }
+                }
+                println!(
+                    "{ran} {} faults injected for seed {seed} (gc=none): {failed} failures",
+                    kind.name()
+                );
+                return Ok(if failed == 0 {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
+            }
             for a in points {
                 match fault::run_fault(seed, kind, a, policy) {
                     Ok(o) if !o.fired => break,
