@@ -28,6 +28,7 @@ pub mod device_gc;
 pub mod fault;
 pub mod gc_none;
 pub mod image;
+pub mod lanes;
 pub mod model;
 pub mod workload;
 

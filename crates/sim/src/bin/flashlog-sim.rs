@@ -3,7 +3,7 @@
 //! Every failure prints the exact command that replays it (see docs/TESTING.md).
 
 use clap::{Parser, Subcommand};
-use flashlog_core::GcPolicy;
+use flashlog_core::{GcPolicy, MlogMap};
 use flashlog_sim::crash::{self, parse_mode, Case, RunOptions};
 use flashlog_sim::device_gc;
 use flashlog_sim::fault::{self, FaultKind};
@@ -41,6 +41,10 @@ enum Cmd {
         /// Mlog counts of the base image (mkfs `mlogs`), comma separated.
         #[arg(long, default_value = "1")]
         mlogs: String,
+        /// Mount options `mlog=`, comma separated: ino, thread (each operation on one of
+        /// four threads of known slots, drawn from the seed).
+        #[arg(long, default_value = "ino")]
+        mlog_map: String,
     },
     /// gc=device (D2FS) on the emulated coupled-GC SSD: power cuts between device
     /// migration, upcall, host apply, checkpoint and acknowledgement. Without --cut, every
@@ -94,6 +98,9 @@ enum Cmd {
         policy: GcPolicy,
         #[arg(long, default_value_t = 1)]
         mlogs: u32,
+        /// Mount option `mlog=` (ino or thread).
+        #[arg(long, default_value = "ino")]
+        mlog_map: MlogMap,
     },
     /// Crash at every point of the seed's trace (littlefs style).
     Exhaustive {
@@ -109,6 +116,10 @@ enum Cmd {
         /// Mlog counts of the base image (mkfs `mlogs`), comma separated.
         #[arg(long, default_value = "1")]
         mlogs: String,
+        /// Mount options `mlog=`, comma separated: ino, thread (each operation on one of
+        /// four threads of known slots, drawn from the seed).
+        #[arg(long, default_value = "ino")]
+        mlog_map: String,
     },
     /// Print a seed's operations and device requests (no crash).
     Trace {
@@ -118,6 +129,9 @@ enum Cmd {
         policy: GcPolicy,
         #[arg(long, default_value_t = 1)]
         mlogs: u32,
+        /// Mount option `mlog=` (ino or thread).
+        #[arg(long, default_value = "ino")]
+        mlog_map: MlogMap,
     },
     /// Inject a device fault: the `at`-th request of a kind fails (or, without --at, every
     /// request number of the seed's trace in turn).
@@ -166,6 +180,10 @@ fn mlog_counts(s: &str) -> Result<Vec<u32>, String> {
         .collect()
 }
 
+fn mlog_maps(s: &str) -> Result<Vec<MlogMap>, String> {
+    s.split(',').map(|m| m.parse()).collect()
+}
+
 fn seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
     let (a, b) = s
         .split_once("..")
@@ -177,12 +195,14 @@ fn seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
 
 fn report(s: &crash::Summary, start: Instant) -> ExitCode {
     println!(
-        "{} seeds, {} crash points (drop {}, subset {}, tear {}) in {:.1} s: {} failures",
+        "{} seeds, {} crash points (drop {}, subset {}, tear {}; mlog=ino {}, mlog=thread {}) in {:.1} s: {} failures",
         s.seeds,
         s.cases,
         s.per_mode[0],
         s.per_mode[1],
         s.per_mode[2],
+        s.per_map[0],
+        s.per_map[1],
         start.elapsed().as_secs_f64(),
         s.failures.len()
     );
@@ -275,6 +295,7 @@ fn real_main() -> Result<ExitCode, String> {
             max_failures,
             policies: p,
             mlogs,
+            mlog_map,
         } => {
             let mut pols = policies(&p)?;
             let device = pols.contains(&GcPolicy::Device);
@@ -309,6 +330,7 @@ fn real_main() -> Result<ExitCode, String> {
                 modes: modes(&mode)?,
                 policies: pols,
                 mlogs: mlog_counts(&mlogs)?,
+                mlog_maps: mlog_maps(&mlog_map)?,
                 cuts_per_mode: cuts,
                 threads: threads(t),
                 max_failures,
@@ -399,6 +421,7 @@ fn real_main() -> Result<ExitCode, String> {
             partial,
             policy,
             mlogs,
+            mlog_map,
         } => {
             mlog_counts(&mlogs.to_string())?;
             let case = Case {
@@ -408,6 +431,7 @@ fn real_main() -> Result<ExitCode, String> {
                 partial,
                 policy,
                 mlogs,
+                mlog_map,
             };
             match crash::run_case(&case) {
                 Ok(()) => {
@@ -426,11 +450,13 @@ fn real_main() -> Result<ExitCode, String> {
             mode,
             threads: t,
             mlogs,
+            mlog_map,
         } => {
             let o = RunOptions {
                 seeds: seed..seed + count,
                 modes: modes(&mode)?,
                 mlogs: mlog_counts(&mlogs)?,
+                mlog_maps: mlog_maps(&mlog_map)?,
                 threads: threads(t),
                 ..Default::default()
             };
@@ -440,7 +466,8 @@ fn real_main() -> Result<ExitCode, String> {
             seed,
             policy,
             mlogs,
-        } => match crash::trace_script(crash::Script::Seed(seed), policy, mlogs) {
+            mlog_map,
+        } => match crash::trace_script_map(crash::Script::Seed(seed), policy, mlogs, mlog_map) {
             Ok(t) => {
                 for (i, o) in t.log.iter().enumerate() {
                     println!("op {i:3}: {o}");
