@@ -18,7 +18,12 @@
 //! the request right after a checkpoint that queued discards (queued, not issued); discard
 //! requests (not run, and run with the completion lost); the request right after a
 //! dispatch round (issued, next checkpoint not written yet); requests inside fsyncs (the
-//! model's and the ballast's: what roll-forward recovers); random requests after the setup.
+//! model's and the ballast's: what roll-forward recovers); random requests, one in four in
+//! the mount and the setup (before the first checkpoint after the mount's own: the window
+//! in which a cut once looked clean to the next mount), the others after the setup.
+//!
+//! Also [`run_fault`] (a read, write or flush failing, through `fault::FaultDevice`) and
+//! [`run_enospc`] (the device's capacity filled), with the same checks after a restart.
 //!
 //! The check after the cut, on each of two remounts: every fsync'd byte reads back (the
 //! model's [`check_recovered_except`], and per ballast block its fsync'd bytes or a later
