@@ -71,15 +71,22 @@ pub struct NoneCase {
     pub cut: u64,
     /// The cut request still runs on the device; only its completion is lost.
     pub landed: bool,
+    /// A second cut, in the first mount after the first (its re-issue of the discard log,
+    /// roll-forward, recovery checkpoint, residue discard): the index of its request,
+    /// counted from that mount's first.
+    pub recut: Option<u64>,
 }
 
 impl NoneCase {
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p flashlog-sim --release -- none --seed {} --cut {}{}",
+            "cargo run -p flashlog-sim --release -- none --seed {} --cut {}{}{}",
             self.seed,
             self.cut,
-            if self.landed { " --landed" } else { "" }
+            if self.landed { " --landed" } else { "" },
+            self.recut
+                .map(|r| format!(" --recut {r}"))
+                .unwrap_or_default()
         )
     }
 }
@@ -96,13 +103,14 @@ pub fn interval_ssd() -> Result<Arc<SsdDevice>, String> {
 }
 
 /// The kinds of cut points a trace yields (names as reported).
-pub const KINDS: [&str; 6] = [
+pub const KINDS: [&str; 7] = [
     "checkpoint-log",
     "queued",
     "discard",
     "issued",
     "fsync",
     "random",
+    "recovery",
 ];
 
 /// What the uncut workload did, as request indices.
@@ -135,6 +143,8 @@ pub struct NoneOutcome {
     pub reissued: u64,
     /// Dead blocks still mapped after the remount (all of them queued for discard).
     pub mapped_dead: u64,
+    /// The second cut (`recut`) came inside the recovery mount.
+    pub recut: bool,
 }
 
 /// The ballast: per block, the byte of its durable contents and the bytes written since.
@@ -587,8 +597,21 @@ pub fn run_case(case: &NoneCase) -> Result<NoneOutcome, String> {
     let cut = dev.is_cut();
     let run = run?;
     ssd.power_cycle();
+    let mut recut = false;
+    if let Some(r) = case.recut {
+        // The recovery mount, cut at its request `r` (or, past its end, right after it).
+        let dev = Arc::new(CutSsd::new(ssd.clone(), Some(r), false));
+        match Fs::mount(dev.clone(), sim_mount_options(GcPolicy::None)) {
+            Ok(fs) => fs.abandon(),
+            Err(_) if dev.is_cut() => {}
+            Err(e) => return Err(format!("recovery mount before the second cut: {e}")),
+        }
+        recut = dev.is_cut();
+        ssd.power_cycle();
+    }
     let mut out = check_after_cut(&ssd, &run)?;
     out.cut = cut;
+    out.recut = recut;
     Ok(out)
 }
 
@@ -660,6 +683,7 @@ pub fn cases_of(seed: u64, t: &NoneTrace, random: u64) -> Vec<(NoneCase, &'stati
                         seed,
                         cut: i,
                         landed: l,
+                        recut: None,
                     },
                     kind,
                 ));
@@ -689,12 +713,24 @@ pub fn cases_of(seed: u64, t: &NoneTrace, random: u64) -> Vec<(NoneCase, &'stati
                     seed,
                     cut: rng.random_range(from..to),
                     landed: rng.random(),
+                    recut: None,
                 },
                 KINDS[5],
             ));
         }
     }
-    v.sort_by_key(|(c, _)| (c.cut, c.landed));
+    // Double cuts: the discard-log and discard cuts again, with a second cut in the
+    // recovery mount (its first dozen requests: re-issue, recovery checkpoint, residue).
+    let again: Vec<NoneCase> = v
+        .iter()
+        .filter(|(c, k)| !c.landed && (*k == KINDS[0] || *k == KINDS[2]))
+        .map(|(c, _)| NoneCase {
+            recut: Some(rng.random_range(0..12)),
+            ..*c
+        })
+        .collect();
+    v.extend(again.into_iter().map(|c| (c, KINDS[6])));
+    v.sort_by_key(|(c, _)| (c.cut, c.landed, c.recut));
     v.dedup_by_key(|(c, _)| *c);
     v
 }
@@ -726,7 +762,7 @@ pub struct NoneSummary {
     pub seeds: u64,
     pub cases: u64,
     /// Per kind of [`KINDS`], cases run.
-    pub per_kind: [u64; 6],
+    pub per_kind: [u64; 7],
     pub reissued_blocks: u64,
     pub failures: Vec<String>,
 }

@@ -30,6 +30,10 @@ fn power_cuts_in_the_discard_protocol_lose_nothing_and_leave_no_dead_block_mappe
         "a cut point was never reached"
     );
     assert!(
+        ok.iter().any(|(_, _, o)| o.recut),
+        "no second cut came inside a recovery mount"
+    );
+    assert!(
         ok.iter().any(|(_, _, o)| o.reissued > 0),
         "no case re-issued a discard log at the remount"
     );

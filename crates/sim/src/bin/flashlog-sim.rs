@@ -76,6 +76,9 @@ enum Cmd {
         /// The cut request still runs on the device (its completion is lost).
         #[arg(long)]
         landed: bool,
+        /// A second cut, at this request of the recovery mount after the first.
+        #[arg(long)]
+        recut: Option<u64>,
         /// Random cut points per seed besides the protocol points.
         #[arg(long, default_value_t = 4)]
         random: u64,
@@ -379,6 +382,7 @@ fn real_main() -> Result<ExitCode, String> {
             seeds: range,
             cut,
             landed,
+            recut,
             random,
             threads: t,
             max_failures,
@@ -395,13 +399,19 @@ fn real_main() -> Result<ExitCode, String> {
                 })
             }
             Some(cut) => {
-                let c = gc_none::NoneCase { seed, cut, landed };
+                let c = gc_none::NoneCase {
+                    seed,
+                    cut,
+                    landed,
+                    recut,
+                };
                 match gc_none::run_case(&c) {
                     Ok(o) => {
                         println!(
-                            "ok: {} (cut {}, re-issued {} blocks, {} dead blocks mapped and queued after the remount)",
+                            "ok: {} (cut {}, second cut {}, re-issued {} blocks, {} dead blocks mapped and queued after the remount)",
                             c.replay_command(),
                             o.cut,
+                            o.recut,
                             o.reissued,
                             o.mapped_dead
                         );
