@@ -80,6 +80,10 @@ pub struct FsckReport {
     pub discard_log_blocks: u64,
     /// Commands in the discard log (after merging adjacent ones).
     pub discard_log_commands: u64,
+    /// Infinite volumes: every reachable block, ascending (the crash simulator compares it
+    /// with what the device maps). Not in the JSON report.
+    #[serde(skip)]
+    pub reachable: Vec<BlkAddr>,
 }
 
 /// The live interval of one log head's region on an infinite volume.
@@ -827,7 +831,7 @@ impl<'a> Checker<'a> {
         let mut ahead = 0u64;
         let mut addrs: Vec<BlkAddr> = self.owners.keys().copied().collect();
         addrs.sort_unstable();
-        for a in addrs {
+        for &a in &addrs {
             let hi = g.seg_of(a).map(|s| g.region_of_seg(s));
             let Some(v) = hi.and_then(|hi| iv.get_mut(hi)) else {
                 outside += 1;
@@ -863,6 +867,7 @@ impl<'a> Checker<'a> {
             );
         }
         self.report.live_intervals = iv;
+        self.report.reachable = addrs;
     }
 
     /// The discard log decodes, and names no reachable block (that would be data loss at

@@ -24,6 +24,9 @@
 //! 5. mount, after roll-forward: re-issue the newest pack's log (minus any block
 //!    roll-forward made valid: on a finite volume a freed section may have been reused).
 //!    A command issued twice is harmless; one lost would leave a dead block mapped.
+//!    An infinite volume whose newest checkpoint is a clean unmount's (or mkfs's) then
+//!    writes a checkpoint without the clean flag, so that a cut before this mount's next
+//!    checkpoint is seen as one (heads moved past what it wrote, residue discarded).
 //!
 //! Invariants: no command is issued before the checkpoint that made its blocks dead is
 //! durable; every command not yet issued is in the newest durable pack's log.
@@ -213,6 +216,21 @@ pub fn after_roll_forward(fs: &FsInner, ck: &Checkpoint, recovered: u64) -> Resu
         fs.seg.lend_recovery_reserve();
         fs.seg.move_heads_to_fresh()?;
     }
+    reissue_log(fs, ck)?;
+    if fs.seg.is_infinite() && ck.flags & flags::UMOUNT != 0 {
+        // The newest checkpoint is a clean one: the blocks this mount writes before its
+        // first checkpoint would lie, after a cut, past heads that claim nothing was
+        // written there, and the next mount would neither move the heads nor discard them
+        // (nor record what roll-forward adopts among them, so the residue discard would
+        // take fsync'd blocks). A checkpoint without the flag, once the old log is
+        // re-issued (it logs the commands still queued), makes any later cut a cut.
+        fs.write_checkpoint(false)?;
+    }
+    Ok(())
+}
+
+/// Step 5: issue the newest pack's discard log again.
+fn reissue_log(fs: &FsInner, ck: &Checkpoint) -> Result<()> {
     if ck.discard_log.is_empty() {
         return Ok(());
     }
@@ -404,8 +422,11 @@ impl crate::gc::Collector for NoneCollector {
         Ok(0)
     }
 
+    /// The dispatcher thread; none without `gc_interval` (as `gc=device`'s handler): the
+    /// space path then issues the queue, and the crash simulator drives the rounds itself,
+    /// so that a case's device requests do not depend on a wall-clock timer.
     fn start(&self, fs: &Arc<FsInner>) {
-        if !fs.seg.is_infinite() || fs.opts.read_only {
+        if !fs.seg.is_infinite() || fs.opts.read_only || fs.opts.gc_interval.is_none() {
             return;
         }
         *self.ctl.0.lock() = Control::default();

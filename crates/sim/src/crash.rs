@@ -13,12 +13,13 @@
 
 use crate::check::{check_live, check_recovered};
 use crate::image::{base_image_mlogs, sim_mount_options};
+use crate::lanes::{Lanes, LANES};
 use crate::model::Model;
 use crate::workload::{
     apply, remap_after, remap_rng, reuse_name_after, reuse_name_ops, write_and_fsync, Op, Outcome,
     Workload,
 };
-use flashlog_core::{fsck, Fs, GcPolicy, Ino, ROOT_INO};
+use flashlog_core::{fsck, Fs, GcPolicy, Ino, MlogMap, ROOT_INO};
 use flashlog_dev::{BlockDevice, CrashMode, RamDevice, SimDevice, SimOp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -66,13 +67,16 @@ pub struct Case {
     pub policy: GcPolicy,
     /// Log partitions the base image was made with (mkfs `mlogs`).
     pub mlogs: u32,
+    /// Mount option `mlog=`: with `thread`, the driver runs each operation on one of
+    /// [`LANES`] threads of known slots (drawn from the seed), so work spreads over mlogs.
+    pub mlog_map: MlogMap,
 }
 
 impl Case {
     /// The command that replays this case.
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p flashlog-sim --release -- replay --seed {} --mode {} --cut {} --partial {} --policy {}{}",
+            "cargo run -p flashlog-sim --release -- replay --seed {} --mode {} --cut {} --partial {} --policy {}{}{}",
             self.seed,
             mode_name(self.mode),
             self.cut,
@@ -82,6 +86,11 @@ impl Case {
                 String::new()
             } else {
                 format!(" --mlogs {}", self.mlogs)
+            },
+            if self.mlog_map == MlogMap::Ino {
+                String::new()
+            } else {
+                format!(" --mlog-map {}", self.mlog_map.name())
             }
         )
     }
@@ -142,9 +151,19 @@ pub struct Trace {
     pub log: Vec<String>,
 }
 
-fn mount(dev: Arc<dyn BlockDevice>, policy: GcPolicy) -> flashlog_core::Result<Fs> {
-    Fs::mount(dev, sim_mount_options(policy))
+fn mount(dev: Arc<dyn BlockDevice>, policy: GcPolicy, map: MlogMap) -> flashlog_core::Result<Fs> {
+    Fs::mount(
+        dev,
+        flashlog_core::MountOptions {
+            mlog_map: map,
+            ..sim_mount_options(policy)
+        },
+    )
 }
+
+/// Salt of the stream that draws each operation's lane under `mlog=thread` (a stream of its
+/// own: the workload's draws stay those of `mlog=ino`).
+const LANE_SALT: u64 = 0x1a4e_5000_0000_0012;
 
 /// Run `seed`'s workload on `dev` until it ends or power is cut. Returns the model and the
 /// log of operations (the one in flight at the cut included, marked).
@@ -197,13 +216,55 @@ fn drive(fs: &Fs, script: Script) -> Driven {
 }
 
 /// [`drive`], calling `obs` after every operation the file system accepted, with the model
-/// as it left it (the multi-mlog coverage test counts what the workloads exercise).
+/// as it left it (the multi-mlog coverage test counts what the workloads exercise). Under
+/// `mlog=thread` every operation runs on a lane ([`Lanes`]) drawn from the seed; `obs` runs
+/// on the calling thread.
 pub fn drive_observed(fs: &Fs, script: Script, obs: &mut dyn FnMut(&Fs, &Op, &Model)) -> Driven {
+    if fs.inner().opts.mlog_map == MlogMap::Thread {
+        std::thread::scope(|s| match Lanes::spawn(s) {
+            Ok(l) => drive_on(fs, script, obs, Some(&l)),
+            Err(e) => Err((e, Vec::new())),
+        })
+    } else {
+        drive_on(fs, script, obs, None)
+    }
+}
+
+fn drive_on<'env>(
+    fs: &'env Fs,
+    script: Script,
+    obs: &mut dyn FnMut(&Fs, &Op, &Model),
+    lanes: Option<&Lanes<'env>>,
+) -> Driven {
     let mut m = Model::new();
     let mut log = Vec::new();
+    let mut lane_rng = ChaCha8Rng::seed_from_u64(
+        LANE_SALT
+            ^ match script {
+                Script::Seed(s) => s,
+                Script::Ops(_) => 0,
+            },
+    );
     let mut step = |m: &mut Model, op: &Op| -> Option<Driven> {
-        log.push(op.to_string());
-        match apply(fs, m, op) {
+        let outcome = match lanes {
+            None => {
+                log.push(op.to_string());
+                apply(fs, m, op)
+            }
+            Some(l) => {
+                let lane = lane_rng.random_range(0..LANES);
+                log.push(format!("{op}   [lane {lane}]"));
+                let (mm, op) = (std::mem::take(m), op.clone());
+                let (mm, out) = l.run(lane, move || {
+                    let mut mm = mm;
+                    let out = apply(fs, &mut mm, &op);
+                    (mm, out)
+                });
+                *m = mm;
+                out
+            }
+        };
+        match outcome {
             Outcome::Done => {
                 obs(fs, op, m);
                 None
@@ -284,9 +345,19 @@ pub fn trace(seed: u64, policy: GcPolicy) -> Result<Trace, Failure> {
     trace_script(Script::Seed(seed), policy, 1)
 }
 
+/// [`trace_script`] with mount option `mlog=ino` (the default).
+pub fn trace_script(script: Script, policy: GcPolicy, mlogs: u32) -> Result<Trace, Failure> {
+    trace_script_map(script, policy, mlogs, MlogMap::Ino)
+}
+
 /// [`trace`] of any script on a base image with `mlogs` log partitions (a fixed list
 /// reports seed 0).
-pub fn trace_script(script: Script, policy: GcPolicy, mlogs: u32) -> Result<Trace, Failure> {
+pub fn trace_script_map(
+    script: Script,
+    policy: GcPolicy,
+    mlogs: u32,
+    map: MlogMap,
+) -> Result<Trace, Failure> {
     let seed = match script {
         Script::Seed(s) => s,
         Script::Ops(_) => 0,
@@ -300,7 +371,7 @@ pub fn trace_script(script: Script, policy: GcPolicy, mlogs: u32) -> Result<Trac
     let base = base_image_mlogs(mlogs).map_err(|e| fail(vec![e], vec![]))?;
     let dev = Arc::new(SimDevice::from_image(base));
     dev.record_trace(true);
-    let fs = mount(dev.clone(), policy)
+    let fs = mount(dev.clone(), policy, map)
         .map_err(|e| fail(vec![format!("mount of the base image: {e}")], vec![]))?;
     let (m, log, _) = drive(&fs, script).map_err(|(msg, log)| fail(vec![msg], log.clone()))?;
     let bad = check_live(&fs, &m);
@@ -311,7 +382,7 @@ pub fn trace_script(script: Script, policy: GcPolicy, mlogs: u32) -> Result<Trac
     fs.abandon();
     // A clean shutdown of the same run must also check out.
     let img = dev.clean_image();
-    let fs2 = mount(Arc::new(img.deep_clone()), policy)
+    let fs2 = mount(Arc::new(img.deep_clone()), policy, map)
         .map_err(|e| fail(vec![format!("remount after a clean run: {e}")], log.clone()))?;
     let bad = check_recovered(&fs2, &m);
     if let Err(e) = fs2.unmount() {
@@ -339,7 +410,7 @@ pub fn run_script_case(script: Script, case: &Case) -> Result<(), Failure> {
     let base = base_image_mlogs(case.mlogs).map_err(|e| fail(vec![e], &[]))?;
     let dev = Arc::new(SimDevice::from_image(base));
     dev.cut_at(case.cut, case.partial);
-    let (model, log) = match mount(dev.clone(), case.policy) {
+    let (model, log) = match mount(dev.clone(), case.policy, case.mlog_map) {
         Ok(fs) => {
             let r = drive(&fs, script);
             fs.abandon();
@@ -354,11 +425,21 @@ pub fn run_script_case(script: Script, case: &Case) -> Result<(), Failure> {
     };
     dev.cut_now();
     let img = dev.crash_image(case.mode, case.image_seed());
-    check_image(img, &model, case.policy).map_err(|what| fail(what, &log))
+    check_image_map(img, &model, case.policy, case.mlog_map).map_err(|what| fail(what, &log))
 }
 
 /// fsck, remount, compare, unmount, fsck again, remount again, compare again.
 pub fn check_image(img: RamDevice, model: &Model, policy: GcPolicy) -> Result<(), Vec<String>> {
+    check_image_map(img, model, policy, MlogMap::Ino)
+}
+
+/// [`check_image`], remounting with mount option `mlog=map`.
+pub fn check_image_map(
+    img: RamDevice,
+    model: &Model,
+    policy: GcPolicy,
+    map: MlogMap,
+) -> Result<(), Vec<String>> {
     let img = Arc::new(img);
     let fsck_clean = |when: &str| -> Result<(), Vec<String>> {
         match fsck(&*img) {
@@ -369,7 +450,7 @@ pub fn check_image(img: RamDevice, model: &Model, policy: GcPolicy) -> Result<()
     };
     fsck_clean("of the crash image (before recovery)")?;
     for round in ["first", "second"] {
-        let fs = mount(img.clone(), policy)
+        let fs = mount(img.clone(), policy, map)
             .map_err(|e| vec![format!("{round} remount after the crash failed: {e}")])?;
         let bad = check_recovered(&fs, model);
         if !bad.is_empty() {
@@ -400,6 +481,8 @@ pub struct Summary {
     pub seeds: u64,
     pub cases: u64,
     pub per_mode: [u64; 3],
+    /// Cases per mount option `mlog=`: ino, thread.
+    pub per_map: [u64; 2],
     pub failures: Vec<String>,
 }
 
@@ -421,6 +504,8 @@ pub struct RunOptions {
     pub policies: Vec<GcPolicy>,
     /// Mlog counts of the base images (each policy runs on each).
     pub mlogs: Vec<u32>,
+    /// Mount options `mlog=` (each policy and mlog count runs with each).
+    pub mlog_maps: Vec<MlogMap>,
     pub threads: usize,
     /// Stop after this many failures.
     pub max_failures: usize,
@@ -436,6 +521,7 @@ impl Default for RunOptions {
             cuts_per_mode: 4,
             policies: crate::POLICIES.to_vec(),
             mlogs: vec![1],
+            mlog_maps: vec![MlogMap::Ino],
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
@@ -467,6 +553,7 @@ pub fn sampled_cases(
                 partial: partial_for(trace, cut, &mut rng),
                 policy,
                 mlogs,
+                mlog_map: MlogMap::Ino,
             });
         }
     }
@@ -501,6 +588,7 @@ pub fn exhaustive_cases(
                     partial,
                     policy,
                     mlogs,
+                    mlog_map: MlogMap::Ino,
                 });
             }
         }
@@ -531,6 +619,7 @@ fn run_seeds(
     let done_seeds = AtomicU64::new(0);
     let failed = AtomicUsize::new(0);
     let per_mode: [AtomicU64; 3] = Default::default();
+    let per_map: [AtomicU64; 2] = Default::default();
     let failures = Mutex::new(Vec::new());
     let record = |f: Failure| {
         eprintln!("{f}");
@@ -546,21 +635,25 @@ fn run_seeds(
                 if seed >= o.seeds.end || failed.load(Ordering::Relaxed) >= o.max_failures {
                     return;
                 }
-                let setups = o
-                    .policies
-                    .iter()
-                    .flat_map(|&p| o.mlogs.iter().map(move |&m| (p, m)));
-                for (policy, mlogs) in setups {
-                    let t = match trace_script(Script::Seed(seed), policy, mlogs) {
+                let setups = o.policies.iter().flat_map(|&p| {
+                    o.mlogs
+                        .iter()
+                        .flat_map(move |&m| o.mlog_maps.iter().map(move |&map| (p, m, map)))
+                });
+                for (policy, mlogs, map) in setups {
+                    let t = match trace_script_map(Script::Seed(seed), policy, mlogs, map) {
                         Ok(t) => t,
                         Err(f) => {
                             record(f);
                             continue;
                         }
                     };
-                    for case in cases_of(seed, &t.ops, policy, mlogs) {
+                    for mut case in cases_of(seed, &t.ops, policy, mlogs) {
+                        case.mlog_map = map;
                         cases.fetch_add(1, Ordering::Relaxed);
                         per_mode[mode_index(case.mode)].fetch_add(1, Ordering::Relaxed);
+                        per_map[usize::from(map == MlogMap::Thread)]
+                            .fetch_add(1, Ordering::Relaxed);
                         if let Err(f) = run_case(&case) {
                             record(f);
                             if failed.load(Ordering::Relaxed) >= o.max_failures {
@@ -584,6 +677,7 @@ fn run_seeds(
         seeds: done_seeds.into_inner(),
         cases: cases.into_inner(),
         per_mode: per_mode.map(|a| a.into_inner()),
+        per_map: per_map.map(|a| a.into_inner()),
         failures: failures.into_inner().unwrap_or_default(),
     }
 }

@@ -87,6 +87,18 @@ pub struct CutSsd {
     cut: AtomicBool,
     /// Trace runs: indices of requests whose completion carried an upcall.
     upcall_ops: Mutex<Vec<u64>>,
+    /// Trace runs ([`CutSsd::log_requests`]): every counted request, in order.
+    requests: Mutex<Option<Vec<Request>>>,
+}
+
+/// A request [`CutSsd`] counted: its kind and the blocks it names (the first range of a
+/// batched discard, and the number of ranges as `count`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    Write { addr: u64, count: u64 },
+    Discard { addr: u64, ranges: u64 },
+    Flush,
+    Other,
 }
 
 impl CutSsd {
@@ -98,7 +110,22 @@ impl CutSsd {
             landed,
             cut: AtomicBool::new(false),
             upcall_ops: Mutex::new(Vec::new()),
+            requests: Mutex::new(None),
         }
+    }
+
+    /// Record every request from now on (trace runs).
+    pub fn log_requests(&self) {
+        *self.requests.lock().expect("request log") = Some(Vec::new());
+    }
+
+    /// The requests recorded since [`CutSsd::log_requests`] (index = request number).
+    pub fn requests(&self) -> Vec<Request> {
+        self.requests
+            .lock()
+            .expect("request log")
+            .clone()
+            .unwrap_or_default()
     }
 
     /// Requests counted so far.
@@ -111,11 +138,18 @@ impl CutSsd {
     }
 
     /// Count one request and run it unless power is off.
-    fn counted(&self, f: impl FnOnce() -> DevResult<Completion>) -> DevResult<Completion> {
+    fn counted(
+        &self,
+        req: Request,
+        f: impl FnOnce() -> DevResult<Completion>,
+    ) -> DevResult<Completion> {
         if self.is_cut() {
             return Err(DevError::PowerCut);
         }
         let i = self.ops.fetch_add(1, Ordering::AcqRel);
+        if let Some(log) = self.requests.lock().expect("request log").as_mut() {
+            log.push(req);
+        }
         if i >= self.cut_at {
             self.cut.store(true, Ordering::Release);
             if self.landed {
@@ -135,7 +169,7 @@ impl CutSsd {
     }
 
     fn counted_unit(&self, f: impl FnOnce() -> DevResult<()>) -> DevResult<()> {
-        self.counted(|| f().map(|_| Completion::empty()))
+        self.counted(Request::Other, || f().map(|_| Completion::empty()))
             .map(|_| ())
     }
 }
@@ -157,16 +191,25 @@ impl BlockDevice for CutSsd {
         self.inner.read_many(reqs)
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
-        self.counted(|| self.inner.write(addr, buf))
+        let count = (buf.len() / 4096) as u64;
+        self.counted(Request::Write { addr, count }, || {
+            self.inner.write(addr, buf)
+        })
     }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
-        self.counted(|| self.inner.discard(addr, count))
+        self.counted(Request::Discard { addr, ranges: 1 }, || {
+            self.inner.discard(addr, count)
+        })
     }
     fn discard_many(&self, ranges: &[(u64, u64)]) -> DevResult<Completion> {
-        self.counted(|| self.inner.discard_many(ranges))
+        let req = Request::Discard {
+            addr: ranges.first().map_or(0, |r| r.0),
+            ranges: ranges.len() as u64,
+        };
+        self.counted(req, || self.inner.discard_many(ranges))
     }
     fn flush(&self) -> DevResult<Completion> {
-        self.counted(|| self.inner.flush())
+        self.counted(Request::Flush, || self.inner.flush())
     }
     fn ack_migrations(&self, upto: u64) -> DevResult<()> {
         self.counted_unit(|| self.inner.ack_migrations(upto))

@@ -64,9 +64,10 @@ impl FaultKind {
     }
 }
 
-/// A device that injects one fault, then refuses (and counts) every mutating request.
+/// A device that injects one fault, then refuses (and counts) every mutating request. Over
+/// any device: the RAM images here, the emulated interval SSD in `gc_none`.
 pub struct FaultDevice {
-    inner: Arc<SimDevice>,
+    inner: Arc<dyn BlockDevice>,
     kind: FaultKind,
     at: u64,
     armed: AtomicBool,
@@ -79,7 +80,7 @@ pub struct FaultDevice {
 }
 
 impl FaultDevice {
-    pub fn new(inner: Arc<SimDevice>, kind: FaultKind, at: u64) -> Self {
+    pub fn new(inner: Arc<dyn BlockDevice>, kind: FaultKind, at: u64) -> Self {
         FaultDevice {
             inner,
             kind,
@@ -107,6 +108,15 @@ impl FaultDevice {
 
     pub fn requests_after_fault(&self) -> u64 {
         self.after_fault.load(Ordering::SeqCst)
+    }
+
+    /// Requests counted so far: (reads, writes, flushes).
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.reads.load(Ordering::SeqCst),
+            self.writes.load(Ordering::SeqCst),
+            self.flushes.load(Ordering::SeqCst),
+        )
     }
 
     /// Count a request of `kind`; true if it is the one to fail.
@@ -162,6 +172,10 @@ impl BlockDevice for FaultDevice {
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.refuse_after_fault()?;
         self.inner.discard(addr, count)
+    }
+    fn discard_many(&self, ranges: &[(u64, u64)]) -> DevResult<Completion> {
+        self.refuse_after_fault()?;
+        self.inner.discard_many(ranges)
     }
     fn flush(&self) -> DevResult<Completion> {
         self.refuse_after_fault()?;
@@ -219,7 +233,7 @@ fn failure(
 }
 
 /// The checks every mount must pass once a write or flush failed under it.
-fn check_poisoned(fs: &Fs, dev: &FaultDevice) -> Vec<String> {
+pub(crate) fn check_poisoned(fs: &Fs, dev: &FaultDevice) -> Vec<String> {
     let mut bad = Vec::new();
     match fs.create(ROOT_INO, b"after-the-fault", 0o644, 0, 0) {
         Err(Error::Poisoned(why)) if !why.is_empty() => {}

@@ -14,7 +14,10 @@
 //! - [`fault`]: a device that fails or panics on chosen requests, and the poisoning checks;
 //! - [`device_gc`]: `gc=device` (D2FS) on the emulated coupled-GC SSD, whose migration
 //!   records survive the cut, with cuts between device migration, upcall, host apply,
-//!   checkpoint and acknowledgement.
+//!   checkpoint and acknowledgement;
+//! - [`gc_none`]: `gc=none` (IPLFS) on the emulated interval-mapping SSD, with cuts in the
+//!   discard protocol (discard log written, commands queued, issued) and in fsyncs, and a
+//!   check that the device maps exactly the live blocks after the remount.
 //!
 //! Invariants: every case is a pure function of its [`crash::Case`] (seed, kill mode, cut
 //! point, torn-block count, GC policy); every failure carries the command that replays it.
@@ -23,7 +26,9 @@ pub mod check;
 pub mod crash;
 pub mod device_gc;
 pub mod fault;
+pub mod gc_none;
 pub mod image;
+pub mod lanes;
 pub mod model;
 pub mod workload;
 
@@ -32,14 +37,19 @@ use flashlog_core::GcPolicy;
 /// GC policies every crash and fault run on RAM images is repeated under. A new policy
 /// plugs in here, one line. `GcPolicy::Device`, D2FS, mounts only on a device that moves
 /// blocks itself (the emulator's coupled FTL), so its crash runs are [`device_gc`]'s, on
-/// an emulated SSD (`run --policies device`, or `device`); [`ALL_POLICIES`] lists it.
-/// (`GcPolicy::None`, IPLFS, mounts only on a device with an infinite logical space, whose
-/// volume layout is not implemented yet: add it with that layout.)
+/// an emulated SSD (`run --policies device`, or `device`); `GcPolicy::None`, IPLFS, mounts
+/// only on a device with an infinite logical space (the emulator's interval FTL): its runs
+/// are [`gc_none`]'s (`run --policies none`, or `none`). [`ALL_POLICIES`] lists both.
 pub const POLICIES: &[GcPolicy] = &[GcPolicy::F2fs, GcPolicy::Scale];
 
 /// Every policy the simulator covers: [`POLICIES`] on RAM images, plus `device` on the
-/// emulated coupled SSD.
-pub const ALL_POLICIES: &[GcPolicy] = &[GcPolicy::F2fs, GcPolicy::Scale, GcPolicy::Device];
+/// emulated coupled SSD and `none` on the emulated interval-mapping SSD.
+pub const ALL_POLICIES: &[GcPolicy] = &[
+    GcPolicy::F2fs,
+    GcPolicy::Scale,
+    GcPolicy::Device,
+    GcPolicy::None,
+];
 
 /// Volume size of every simulated case with one mlog: the smallest mkfs accepts (64 MiB);
 /// more mlogs take the smallest power-of-two multiple mkfs accepts (`image::base_image_mlogs`). The RAM device is

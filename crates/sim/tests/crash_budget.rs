@@ -91,6 +91,44 @@ fn budgeted_multi_mlog_crash_simulation() {
     assert!(took < BUDGET, "took {took:?}, over the CI budget");
 }
 
+/// Mount option `mlog=thread` (issue 12 item 2) on 2 and 4 mlogs: 25 seeds, every policy
+/// and kill mode (1,200 points), each operation run on one of four lane threads of known
+/// slots, so data and nodes go to the mlog of the thread that writes them.
+#[test]
+fn budgeted_mlog_thread_crash_simulation() {
+    let start = Instant::now();
+    let o = RunOptions {
+        seeds: 0..25,
+        cuts_per_mode: 4,
+        mlogs: vec![2, 4],
+        mlog_maps: vec![flashlog_core::MlogMap::Thread],
+        threads: 2,
+        max_failures: 5,
+        ..Default::default()
+    };
+    let s = run_sampled(&o);
+    let took = start.elapsed();
+    println!(
+        "mlog=thread: {} seeds, {} crash points in {:.1} s",
+        s.seeds,
+        s.cases,
+        took.as_secs_f64()
+    );
+    assert!(
+        s.failures.is_empty(),
+        "{} crash cases failed:\n{}",
+        s.failures.len(),
+        s.failures.join("\n\n")
+    );
+    assert_eq!(s.per_map[0], 0, "an mlog=ino case ran");
+    assert!(
+        s.per_map[1] >= 25 * 12 * 2 * flashlog_sim::POLICIES.len() as u64,
+        "only {} crash points ran",
+        s.per_map[1]
+    );
+    assert!(took < BUDGET, "took {took:?}, over the CI budget");
+}
+
 /// littlefs style: every cut point of a few short traces, every kill mode.
 #[test]
 fn exhaustive_short_workloads() {

@@ -13,6 +13,7 @@ fn case(seed: u64, mode: CrashMode, cut: u64) -> Case {
         partial: 0,
         policy: GcPolicy::F2fs,
         mlogs: 1,
+        mlog_map: flashlog_core::MlogMap::Ino,
     }
 }
 
@@ -213,6 +214,7 @@ fn two_mlogs_later_fsync_keeps_the_name() {
                 partial: 0,
                 policy: GcPolicy::F2fs,
                 mlogs: 2,
+                mlog_map: flashlog_core::MlogMap::Ino,
             };
             if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
                 panic!(
@@ -288,6 +290,7 @@ fn unlink_of_a_linked_fsynced_name_then_new_file_fsync() {
                 partial: 0,
                 policy: GcPolicy::F2fs,
                 mlogs,
+                mlog_map: flashlog_core::MlogMap::Ino,
             };
             if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
                 panic!("{mlogs} mlogs, {mode:?}: {:?}\n{:#?}", f.what, f.ops);

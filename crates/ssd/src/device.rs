@@ -274,6 +274,12 @@ impl SsdDevice {
             .sum()
     }
 
+    /// Every logical block the FTL maps, ascending, where it can list them (the interval
+    /// FTL); None for the other FTLs. Read-only (crash simulator checks).
+    pub fn mapped_lpns(&self) -> Option<Vec<u64>> {
+        self.engine().ftl().mapped_lpns()
+    }
+
     /// FTL-specific counters (zone resets, migration records, upcalls, redirects, ...).
     pub fn ftl_stats(&self) -> FtlStats {
         self.engine().ftl_stats()

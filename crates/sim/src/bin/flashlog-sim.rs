@@ -3,10 +3,11 @@
 //! Every failure prints the exact command that replays it (see docs/TESTING.md).
 
 use clap::{Parser, Subcommand};
-use flashlog_core::GcPolicy;
+use flashlog_core::{GcPolicy, MlogMap};
 use flashlog_sim::crash::{self, parse_mode, Case, RunOptions};
 use flashlog_sim::device_gc;
 use flashlog_sim::fault::{self, FaultKind};
+use flashlog_sim::gc_none;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -40,6 +41,10 @@ enum Cmd {
         /// Mlog counts of the base image (mkfs `mlogs`), comma separated.
         #[arg(long, default_value = "1")]
         mlogs: String,
+        /// Mount options `mlog=`, comma separated: ino, thread (each operation on one of
+        /// four threads of known slots, drawn from the seed).
+        #[arg(long, default_value = "ino")]
+        mlog_map: String,
     },
     /// gc=device (D2FS) on the emulated coupled-GC SSD: power cuts between device
     /// migration, upcall, host apply, checkpoint and acknowledgement. Without --cut, every
@@ -56,6 +61,32 @@ enum Cmd {
         #[arg(long, default_value_t = 4)]
         random: u64,
     },
+    /// gc=none (IPLFS) on the emulated interval-mapping SSD: power cuts while a discard log
+    /// is written, between a discard's queueing and its issue, after a dispatch round, in
+    /// fsyncs and at random; after each, the device must map exactly the live blocks.
+    /// Without --cut, every case of the seeds; with --cut, that one case of --seed.
+    None {
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Seeds as A..B (end exclusive), instead of --seed.
+        #[arg(long)]
+        seeds: Option<String>,
+        #[arg(long)]
+        cut: Option<u64>,
+        /// The cut request still runs on the device (its completion is lost).
+        #[arg(long)]
+        landed: bool,
+        /// A second cut, at this request of the recovery mount after the first.
+        #[arg(long)]
+        recut: Option<u64>,
+        /// Random cut points per seed besides the protocol points.
+        #[arg(long, default_value_t = 4)]
+        random: u64,
+        #[arg(long)]
+        threads: Option<usize>,
+        #[arg(long, default_value_t = 10)]
+        max_failures: usize,
+    },
     /// Replay one crash case exactly.
     Replay {
         #[arg(long)]
@@ -70,6 +101,9 @@ enum Cmd {
         policy: GcPolicy,
         #[arg(long, default_value_t = 1)]
         mlogs: u32,
+        /// Mount option `mlog=` (ino or thread).
+        #[arg(long, default_value = "ino")]
+        mlog_map: MlogMap,
     },
     /// Crash at every point of the seed's trace (littlefs style).
     Exhaustive {
@@ -85,6 +119,10 @@ enum Cmd {
         /// Mlog counts of the base image (mkfs `mlogs`), comma separated.
         #[arg(long, default_value = "1")]
         mlogs: String,
+        /// Mount options `mlog=`, comma separated: ino, thread (each operation on one of
+        /// four threads of known slots, drawn from the seed).
+        #[arg(long, default_value = "ino")]
+        mlog_map: String,
     },
     /// Print a seed's operations and device requests (no crash).
     Trace {
@@ -94,6 +132,9 @@ enum Cmd {
         policy: GcPolicy,
         #[arg(long, default_value_t = 1)]
         mlogs: u32,
+        /// Mount option `mlog=` (ino or thread).
+        #[arg(long, default_value = "ino")]
+        mlog_map: MlogMap,
     },
     /// Inject a device fault: the `at`-th request of a kind fails (or, without --at, every
     /// request number of the seed's trace in turn).
@@ -142,6 +183,10 @@ fn mlog_counts(s: &str) -> Result<Vec<u32>, String> {
         .collect()
 }
 
+fn mlog_maps(s: &str) -> Result<Vec<MlogMap>, String> {
+    s.split(',').map(|m| m.parse()).collect()
+}
+
 fn seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
     let (a, b) = s
         .split_once("..")
@@ -153,12 +198,14 @@ fn seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
 
 fn report(s: &crash::Summary, start: Instant) -> ExitCode {
     println!(
-        "{} seeds, {} crash points (drop {}, subset {}, tear {}) in {:.1} s: {} failures",
+        "{} seeds, {} crash points (drop {}, subset {}, tear {}; mlog=ino {}, mlog=thread {}) in {:.1} s: {} failures",
         s.seeds,
         s.cases,
         s.per_mode[0],
         s.per_mode[1],
         s.per_mode[2],
+        s.per_map[0],
+        s.per_map[1],
         start.elapsed().as_secs_f64(),
         s.failures.len()
     );
@@ -196,6 +243,32 @@ fn run_device_seed(seed: u64, random: u64) -> Result<bool, String> {
     Ok(failed.is_empty())
 }
 
+/// Every gc=none case of the seeds; prints each failure with its replay command.
+fn run_none_seeds(
+    seeds: std::ops::Range<u64>,
+    random: u64,
+    threads: usize,
+    max_failures: usize,
+) -> bool {
+    let t = Instant::now();
+    let s = gc_none::run_seeds(seeds, random, threads, max_failures, true);
+    let kinds: Vec<String> = gc_none::KINDS
+        .iter()
+        .zip(s.per_kind)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!(
+        "gc=none: {} seeds, {} crash points ({}) in {:.1} s, {} blocks re-issued from discard logs: {} failures",
+        s.seeds,
+        s.cases,
+        kinds.join(", "),
+        t.elapsed().as_secs_f64(),
+        s.reissued_blocks,
+        s.failures.len()
+    );
+    s.failures.is_empty()
+}
+
 fn main() -> ExitCode {
     match real_main() {
         Ok(c) => c,
@@ -225,16 +298,28 @@ fn real_main() -> Result<ExitCode, String> {
             max_failures,
             policies: p,
             mlogs,
+            mlog_map,
         } => {
             let mut pols = policies(&p)?;
             let device = pols.contains(&GcPolicy::Device);
-            pols.retain(|p| *p != GcPolicy::Device);
+            let none = pols.contains(&GcPolicy::None);
+            pols.retain(|p| *p != GcPolicy::Device && *p != GcPolicy::None);
             let range = seeds(&s)?;
             // gc=device runs on an emulated SSD (seconds per case): the first seed of the
             // range, every case of it.
             let mut device_failed = false;
             if device {
                 device_failed = !run_device_seed(range.start, cuts)?;
+            }
+            // gc=none too (under a second per case): every seed of the range with only
+            // none; with other policies, the first seed.
+            if none {
+                let r = if pols.is_empty() && !device {
+                    range.clone()
+                } else {
+                    range.start..range.start + 1
+                };
+                device_failed |= !run_none_seeds(r, cuts, threads(t), max_failures);
             }
             if pols.is_empty() {
                 return Ok(if device_failed {
@@ -248,6 +333,7 @@ fn real_main() -> Result<ExitCode, String> {
                 modes: modes(&mode)?,
                 policies: pols,
                 mlogs: mlog_counts(&mlogs)?,
+                mlog_maps: mlog_maps(&mlog_map)?,
                 cuts_per_mode: cuts,
                 threads: threads(t),
                 max_failures,
@@ -291,6 +377,53 @@ fn real_main() -> Result<ExitCode, String> {
                 }
             }
         },
+        Cmd::None {
+            seed,
+            seeds: range,
+            cut,
+            landed,
+            recut,
+            random,
+            threads: t,
+            max_failures,
+        } => match cut {
+            None => {
+                let r = match range {
+                    Some(r) => seeds(&r)?,
+                    None => seed..seed + 1,
+                };
+                Ok(if run_none_seeds(r, random, threads(t), max_failures) {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                })
+            }
+            Some(cut) => {
+                let c = gc_none::NoneCase {
+                    seed,
+                    cut,
+                    landed,
+                    recut,
+                };
+                match gc_none::run_case(&c) {
+                    Ok(o) => {
+                        println!(
+                            "ok: {} (cut {}, second cut {}, re-issued {} blocks, {} dead blocks mapped and queued after the remount)",
+                            c.replay_command(),
+                            o.cut,
+                            o.recut,
+                            o.reissued,
+                            o.mapped_dead
+                        );
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        println!("FAILED: {}\n  - {e}", c.replay_command());
+                        Ok(ExitCode::FAILURE)
+                    }
+                }
+            }
+        },
         Cmd::Replay {
             seed,
             mode,
@@ -298,6 +431,7 @@ fn real_main() -> Result<ExitCode, String> {
             partial,
             policy,
             mlogs,
+            mlog_map,
         } => {
             mlog_counts(&mlogs.to_string())?;
             let case = Case {
@@ -307,6 +441,7 @@ fn real_main() -> Result<ExitCode, String> {
                 partial,
                 policy,
                 mlogs,
+                mlog_map,
             };
             match crash::run_case(&case) {
                 Ok(()) => {
@@ -325,11 +460,13 @@ fn real_main() -> Result<ExitCode, String> {
             mode,
             threads: t,
             mlogs,
+            mlog_map,
         } => {
             let o = RunOptions {
                 seeds: seed..seed + count,
                 modes: modes(&mode)?,
                 mlogs: mlog_counts(&mlogs)?,
+                mlog_maps: mlog_maps(&mlog_map)?,
                 threads: threads(t),
                 ..Default::default()
             };
@@ -339,7 +476,8 @@ fn real_main() -> Result<ExitCode, String> {
             seed,
             policy,
             mlogs,
-        } => match crash::trace_script(crash::Script::Seed(seed), policy, mlogs) {
+            mlog_map,
+        } => match crash::trace_script_map(crash::Script::Seed(seed), policy, mlogs, mlog_map) {
             Ok(t) => {
                 for (i, o) in t.log.iter().enumerate() {
                     println!("op {i:3}: {o}");
@@ -378,6 +516,29 @@ fn real_main() -> Result<ExitCode, String> {
                 None => Box::new(0..),
             };
             let (mut ran, mut failed) = (0u64, 0u64);
+            if policy == GcPolicy::None {
+                // gc=none runs on the emulated interval SSD (gc_none's workload and checks).
+                for a in points {
+                    match gc_none::run_fault(seed, kind, a) {
+                        Ok(false) => break,
+                        Ok(true) => ran += 1,
+                        Err(e) => {
+                            eprintln!("fault case FAILED: {e}");
+                            ran += 1;
+                            failed += 1;
+                        }
+                    }
+                }
+                println!(
+                    "{ran} {} faults injected for seed {seed} (gc=none): {failed} failures",
+                    kind.name()
+                );
+                return Ok(if failed == 0 {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
+            }
             for a in points {
                 match fault::run_fault(seed, kind, a, policy) {
                     Ok(o) if !o.fired => break,

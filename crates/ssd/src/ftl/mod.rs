@@ -258,6 +258,12 @@ pub trait Ftl: Send {
     }
     /// Check the FTL's own invariants against the flash state (tests; may be O(size)).
     fn check_invariants(&self, flash: &Flash) -> Result<(), String>;
+    /// Every logical block the map holds, ascending, where the FTL can list them cheaply
+    /// (sparse maps: the interval FTL); None otherwise. Read-only, for checks (the crash
+    /// simulator compares it with the blocks the file system references).
+    fn mapped_lpns(&self) -> Option<Vec<u64>> {
+        None
+    }
 }
 
 /// One write pointer: the open line and the next offset in it.

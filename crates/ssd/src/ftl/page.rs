@@ -287,6 +287,15 @@ impl Ftl for PageFtl {
         self.map.lookup(lpn)
     }
 
+    fn mapped_lpns(&self) -> Option<Vec<u64>> {
+        if !self.map.infinite_space() {
+            return None; // a flat map would list up to its whole logical size
+        }
+        let mut v: Vec<u64> = self.map.entries().map(|(l, _)| l.0).collect();
+        v.sort_unstable();
+        Some(v)
+    }
+
     fn discard(&mut self, flash: &mut Flash, lpn: u64, n: u64, _t: u64) -> Result<(), FtlError> {
         self.map
             .unmap_range(lpn, n, &mut |old| flash.invalidate(old));
