@@ -470,7 +470,10 @@ fn degree_1_0_freezes_until_the_device_collects_and_never_runs_out() {
     assert!(f.regular_gc_runs > 0, "the watermark never fired: {f:?}");
     assert_eq!(c.space_overcommit_blocks, 0);
     for (i, m) in model.iter().enumerate() {
-        assert!(fs.read_file(&format!("/f{i}")).unwrap() == *m, "file {i} differs");
+        assert!(
+            fs.read_file(&format!("/f{i}")).unwrap() == *m,
+            "file {i} differs"
+        );
     }
     fs.unmount().unwrap();
     fsck_clean(&*dev);

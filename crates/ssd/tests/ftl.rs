@@ -431,7 +431,11 @@ fn coupled_below_degree_1_4_collects_regular_zones_before_the_host_runs_out() {
     let mut host = Host::new(&dev, gs);
     let cap = caps.gc_region_blocks;
     let zones = host.live.len() as u64;
-    assert_eq!(zones, cap / caps.zone_blocks, "degree 1.0: one capacity of zones");
+    assert_eq!(
+        zones,
+        cap / caps.zone_blocks,
+        "degree 1.0: one capacity of zones"
+    );
     let objects = cap * 70 / 100;
     let mut rng = Rng(23);
     let mut version = 0u64;
@@ -466,7 +470,10 @@ fn coupled_below_degree_1_4_collects_regular_zones_before_the_host_runs_out() {
         f.regular_gc_runs > 0 && host.applied_pairs > 0,
         "the watermark never collected: {f:?}"
     );
-    assert!(min_free >= 1, "the host's free zones fell to {min_free} of {zones}");
+    assert!(
+        min_free >= 1,
+        "the host's free zones fell to {min_free} of {zones}"
+    );
     eprintln!(
         "{zones} regular zones, min free {min_free}, device GC {} (watermark {}), pairs {}",
         dev.stats().gc_runs,

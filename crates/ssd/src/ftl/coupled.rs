@@ -540,13 +540,11 @@ impl CoupledFtl {
         if flash.seq < self.regular_retry_seq {
             return Ok(false);
         }
-        let victim = self
-            .regular_victim(flash)
-            .filter(|&v| {
-                // A fully valid line frees no flash (`gc_begin` refuses it).
-                let vpc = u64::from(flash.lines.vpc(v));
-                vpc < self.z && vpc <= self.gc_room()
-            });
+        let victim = self.regular_victim(flash).filter(|&v| {
+            // A fully valid line frees no flash (`gc_begin` refuses it).
+            let vpc = u64::from(flash.lines.vpc(v));
+            vpc < self.z && vpc <= self.gc_room()
+        });
         let Some(victim) = victim else {
             // Nothing to collect (or no room in the GC region): look again after a zone's
             // worth of host writes. The host's own budget answers ENOSPC meanwhile.
