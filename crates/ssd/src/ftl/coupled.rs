@@ -28,12 +28,20 @@
 //! record whose page moves again is rewritten in place (merge); records in flight are never
 //! changed. The victim's zone loses its line (its old addresses are served by redirect).
 //!
+//! Regular-region watermark (FAST '25 §8.2, below degree 1.4): while fewer than
+//! `regular_watermark` regular zones have no line, a host write or a flush also collects one
+//! regular victim (the sealed regular zone line with the fewest valid pages, not fully valid,
+//! whose valid pages fit in the GC region now): at most one victim per request, and after
+//! finding none no new scan for a zone's worth of host writes. Its records are like any
+//! other GC's (at most one per slot of the victim, freed by the host's acknowledgement).
+//!
 //! Invariants:
 //! - a valid page at slot `o` of zone `z`'s line holds logical block `base(z) + o`;
 //! - every outstanding record's old address is unmapped or was rewritten by the host since
 //!   (redirect is used only when unmapped); `by_old` names the newest record per old address;
 //! - a GC-region zone is chosen as a destination only when it has no line and no outstanding
 //!   record has its old address in it (else a redirected read could find new data);
+//! - `regular_lined` is the number of regular zones that have a line;
 //! - records are sent in creation order (merges keep their place); upcall ids and record ids
 //!   increase by one; an upcall stays in flight until acknowledged, across power cuts.
 //!
@@ -877,6 +885,16 @@ impl Ftl for CoupledFtl {
                     }
                 }
             }
+        }
+        let lined = self.zone_line[..self.regular_zones as usize]
+            .iter()
+            .filter(|&&l| l != NO_LINE)
+            .count() as u64;
+        if lined != self.regular_lined {
+            return Err(format!(
+                "{lined} regular zones have a line, {} counted",
+                self.regular_lined
+            ));
         }
         for (p, lpn) in flash.valid_pages() {
             if self.mapped(flash, lpn) != Some(p) {
