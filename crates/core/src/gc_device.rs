@@ -265,15 +265,20 @@ impl crate::gc::Collector for DeviceCollector {
         "device"
     }
 
-    /// No host cleaning: make the device send what it buffered, and let a checkpoint apply
-    /// it (the caller checkpoints when sections are prefree).
+    /// No host cleaning: the host freezes until the device frees sections (FAST '25 §8.2).
+    /// A flush makes the device collect a regular-region victim if its regular region is
+    /// below its watermark and send what it buffered; a checkpoint applies the upcalls,
+    /// acknowledges them and frees the sections they emptied. Returns the sections freed
+    /// (so `ensure_space` keeps going, up to its round limit, while the device makes
+    /// progress; 0 = the device had nothing to give: the budget answers ENOSPC).
     fn foreground(&self, fs: &FsInner, _target: u64) -> Result<u64> {
+        let before = fs.seg.free_sections();
         fs.dev.flush()?;
-        if self.tap.pending() > 0 {
+        if self.tap.pending() > 0 || fs.seg.prefree_sections() > 0 {
             let _g = fs.oplock.checkpoint();
             fs.write_checkpoint(false)?;
         }
-        Ok(0)
+        Ok(fs.seg.free_sections().saturating_sub(before))
     }
 
     fn background(&self, _fs: &FsInner) -> Result<u64> {

@@ -22,6 +22,18 @@ fn coupled() -> Arc<SsdDevice> {
     Arc::new(SsdDevice::new(c).unwrap())
 }
 
+/// The coupled SSD with regular-region degree `degree` (FAST '25 §8.2).
+fn coupled_degree(degree: &str) -> Arc<SsdDevice> {
+    let mut c = SsdConfig::preset("970pro-like")
+        .unwrap()
+        .with_capacity(CAP)
+        .unwrap();
+    c.set("ftl", "coupled").unwrap();
+    c.set("vop_degree", degree).unwrap();
+    c.store = StoreKind::Ram;
+    Arc::new(SsdDevice::new(c).unwrap())
+}
+
 fn opts() -> MountOptions {
     MountOptions {
         gc: "device".parse().unwrap(),
@@ -403,4 +415,128 @@ fn a_resent_pair_whose_new_address_is_live_withdraws_the_discard_of_its_old_addr
     assert!(!gc_device::apply_pair(inner, dead, other).unwrap());
     assert!(pending(dead));
     fs.abandon();
+}
+
+/// ρ_regular 1.0 (FAST '25 §8.2): the regular region has one device capacity of zones, so
+/// with ~75 % of statfs live and random overwrites the host's free sections run out while
+/// the flash still has its physical overprovisioning lines (dead zones are reset by their
+/// discards): the device's line threshold never collects. The host must freeze until the
+/// device's regular-region watermark collects (the foreground's flush makes it collect and
+/// send, the checkpoint applies and frees), never answer ENOSPC. 2.5 device capacities of
+/// 4 KiB overwrites with an fsync every 512 writes; every byte reads back, before and after
+/// a remount, fsck clean. (Before the watermark: ENOSPC after ~0.3 capacities.)
+#[test]
+fn degree_1_0_freezes_until_the_device_collects_and_never_runs_out() {
+    let ssd = coupled_degree("1.0");
+    let dev: Arc<dyn BlockDevice> = ssd.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let st = fs.statfs();
+    let nfiles = (st.blocks * 4096 * 3 / 4 / FILE) as usize;
+    let mut model: Vec<Vec<u8>> = Vec::new();
+    let mut inos = Vec::new();
+    for i in 0..nfiles {
+        let data: Vec<u8> = (0..FILE).map(|k| (k as usize * 11 + i) as u8).collect();
+        inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
+        model.push(data);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(10);
+    let writes = 5 * CAP / 2 / 4096;
+    for n in 0..writes {
+        let f = rng.random_range(0..nfiles);
+        let blk = rng.random_range(0..FILE / 4096) as usize;
+        let byte: u8 = rng.random();
+        let buf = vec![byte; 4096];
+        if let Err(e) = fs.write(inos[f], (blk * 4096) as u64, &buf) {
+            panic!(
+                "write {n} of {writes} failed: {e}; device: {:?}",
+                ssd.ftl_stats()
+            );
+        }
+        model[f][blk * 4096..(blk + 1) * 4096].copy_from_slice(&buf);
+        if n % 512 == 511 {
+            fs.fsync(inos[f], false).unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    let f = ssd.ftl_stats();
+    let c = fs.stats();
+    eprintln!(
+        "{nfiles} files; regular-region collections {}, device GC {}; pairs applied {}",
+        f.regular_gc_runs,
+        ssd.stats().gc_runs,
+        c.upcall_pairs_applied
+    );
+    assert!(f.regular_gc_runs > 0, "the watermark never fired: {f:?}");
+    assert_eq!(c.space_overcommit_blocks, 0);
+    for (i, m) in model.iter().enumerate() {
+        assert!(
+            fs.read_file(&format!("/f{i}")).unwrap() == *m,
+            "file {i} differs"
+        );
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&*dev);
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    for (i, m) in model.iter().enumerate() {
+        assert!(
+            fs.read_file(&format!("/f{i}")).unwrap() == *m,
+            "file {i} differs after remount"
+        );
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&*dev);
+}
+
+/// ρ_regular 1.0, live data filled past what the device can hold: a clean ENOSPC (no
+/// stall, no hang: the fill runs on a thread and must finish within 120 s), after at least
+/// 90 % of what statfs reported; the volume stays usable (a delete frees room for a new
+/// write) and fsck is clean.
+#[test]
+fn degree_1_0_answers_enospc_when_live_data_fills_the_device() {
+    let ssd = coupled_degree("1.0");
+    let dev: Arc<dyn BlockDevice> = ssd.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Arc::new(Fs::mount(dev.clone(), opts()).unwrap());
+    let st = fs.statfs();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f2 = fs.clone();
+    std::thread::spawn(move || {
+        let chunk = vec![0x3cu8; 1 << 20];
+        let mut written = 0u64;
+        let mut files = 0;
+        let r: Result<()> = 'fill: loop {
+            let ino = match f2.create(ROOT_INO, format!("g{files}").as_bytes(), 0o644, 0, 0) {
+                Ok(a) => a.ino,
+                Err(e) => break 'fill Err(e),
+            };
+            files += 1;
+            for k in 0..16u64 {
+                match f2.write(ino, k << 20, &chunk) {
+                    Ok(_) => written += 1 << 20,
+                    Err(e) => break 'fill Err(e),
+                }
+            }
+        };
+        let _ = tx.send((r, written));
+    });
+    let (r, written) = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the fill neither finished nor failed within 120 s: a stall");
+    assert!(
+        matches!(r, Err(Error::NoSpace)),
+        "the fill ended with {r:?} instead of ENOSPC"
+    );
+    assert!(
+        written >= st.blocks * 4096 / 10 * 9 && written <= st.blocks * 4096,
+        "ENOSPC after {written} B of {} B reported",
+        st.blocks * 4096
+    );
+    fs.unlink(ROOT_INO, b"g0").unwrap();
+    fs.sync().unwrap();
+    let ino = fs.create(ROOT_INO, b"again", 0o644, 0, 0).unwrap().ino;
+    fs.write(ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    let fs = Arc::try_unwrap(fs).ok().expect("the fill thread is done");
+    fs.unmount().unwrap();
+    fsck_clean(&*dev);
 }

@@ -614,7 +614,7 @@ impl SsdConfig {
     }
 
     /// Names of the parameters [`SsdConfig::set`] accepts.
-    pub const KEYS: [&'static str; 46] = [
+    pub const KEYS: [&'static str; 47] = [
         "channels",
         "dies_per_channel",
         "planes_per_die",
@@ -652,6 +652,7 @@ impl SsdConfig {
         "vop_degree",
         "conventional_bytes",
         "upcall_pairs",
+        "vop_free_zones",
         "map_node_blocks",
         "zone_map_nodes",
         "root_region_bits",
@@ -750,6 +751,10 @@ impl SsdConfig {
                         .filter(|n| (1..=flashlog_dev::MAX_UPCALL_PAIRS).contains(n))
                         .ok_or_else(|| bad("expected 1..=256"))?
                 }
+                _ => return Err(bad("set ftl=coupled first")),
+            },
+            "vop_free_zones" => match &mut self.ftl {
+                FtlKind::Coupled(c) => c.regular_free_zones = u32v()?,
                 _ => return Err(bad("set ftl=coupled first")),
             },
             "map_node_blocks"

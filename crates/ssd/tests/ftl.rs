@@ -412,6 +412,93 @@ fn coupled_gc_keeps_the_mapping_under_random_writes_and_discards() {
     dev.check_invariants().unwrap();
 }
 
+/// FAST '25 §8.2, ρ_regular 1.0: the regular region has exactly as many zones as the device
+/// has capacity, so a host holding 70 % live data and overwriting at random runs out of
+/// regular zones it holds nothing in while the flash still has its overprovisioning lines
+/// free (every fully dead zone is reset by its discards): the line threshold never fires.
+/// The regular-region watermark must make the device collect regular zones (their valid
+/// blocks go to the GC region, the host applies the pairs) before the host's region is
+/// exhausted (`Host::alloc` panics then). Checkpoints (flush + acknowledge) every 40 ops;
+/// every object reads back and the invariants hold.
+#[test]
+fn coupled_below_degree_1_4_collects_regular_zones_before_the_host_runs_out() {
+    // 40 % physical overprovisioning: the flash has lines to spare when the region is full.
+    let mut cfg = coupled_cfg(1.0);
+    cfg.op = 0.4;
+    let dev = SsdDevice::new(cfg).unwrap();
+    let caps = dev.capabilities().clone();
+    let gs = caps.block_count - caps.gc_region_blocks;
+    let mut host = Host::new(&dev, gs);
+    let cap = caps.gc_region_blocks;
+    let zones = host.live.len() as u64;
+    assert_eq!(
+        zones,
+        cap / caps.zone_blocks,
+        "degree 1.0: one capacity of zones"
+    );
+    let objects = cap * 70 / 100;
+    let mut rng = Rng(23);
+    let mut version = 0u64;
+    let mut min_free = u64::MAX;
+    for i in 0..(cap * 12) {
+        let obj = if i < objects { i } else { rng.below(objects) };
+        version += 1;
+        let a = host.alloc();
+        let c = dev.write(a, &block(version)).unwrap();
+        host.apply(&c);
+        if let Some((old, _)) = host.loc.insert(obj, (a, version)) {
+            host.forget(old);
+            let c = dev.discard(old, 1).unwrap();
+            host.apply(&c);
+        }
+        host.adopt(a, obj);
+        if i % 40 == 0 {
+            let c = dev.flush().unwrap();
+            host.apply(&c);
+            if host.last_upcall > 0 {
+                dev.ack_migrations(host.last_upcall).unwrap();
+            }
+            let free = host.live.iter().filter(|&&l| l == 0).count() as u64;
+            min_free = min_free.min(free);
+        }
+        if i % 1000 == 0 {
+            dev.check_invariants().unwrap();
+        }
+    }
+    let f = dev.ftl_stats();
+    assert!(
+        f.regular_gc_runs > 0 && host.applied_pairs > 0,
+        "the watermark never collected: {f:?}"
+    );
+    assert!(
+        min_free >= 1,
+        "the host's free zones fell to {min_free} of {zones}"
+    );
+    eprintln!(
+        "{zones} regular zones, min free {min_free}, device GC {} (watermark {}), pairs {}",
+        dev.stats().gc_runs,
+        f.regular_gc_runs,
+        host.applied_pairs
+    );
+    for (obj, &(a, tag)) in &host.loc {
+        assert_eq!(read(&dev, a), block(tag), "object {obj} at {a}");
+    }
+    dev.check_invariants().unwrap();
+}
+
+/// `vop_free_zones` sets the watermark; a value the regular region cannot hold is refused.
+#[test]
+fn coupled_regular_watermark_is_configurable_and_checked() {
+    let mut cfg = coupled_cfg(1.0);
+    cfg.set("vop_free_zones", "4").unwrap();
+    assert!(SsdDevice::new(cfg.clone()).is_ok());
+    cfg.set("vop_free_zones", "1000000").unwrap();
+    let err = SsdDevice::new(cfg).err().expect("refused").to_string();
+    assert!(err.contains("regular_free_zones"), "{err}");
+    let mut page = tiny(FtlKind::Page);
+    assert!(page.set("vop_free_zones", "4").is_err());
+}
+
 /// Drive the device into GC without applying upcalls: each round writes one zone (zone
 /// `r mod 36`), discards 3 of every 4 blocks of the zone written 10 rounds ago and the rest of
 /// the zone written 34 rounds ago (through redirects where the device moved them), so a zone
@@ -448,6 +535,10 @@ fn coupled_redirects_reads_and_merges_records() {
     let mut cfg = coupled_cfg(1.4);
     if let FtlKind::Coupled(cc) = &mut cfg.ftl {
         cc.send_on_flush = false;
+        // `age` keeps 36 of the tiny region's 39 zones in use, below the auto watermark
+        // (19 zones here): a watermark of 1 zone leaves GC to the line threshold, whose
+        // GC-region victims are what this test is about (merges).
+        cc.regular_free_zones = 1;
     }
     let dev = SsdDevice::new(cfg).unwrap();
     let caps = dev.capabilities().clone();

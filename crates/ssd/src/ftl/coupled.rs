@@ -28,12 +28,20 @@
 //! record whose page moves again is rewritten in place (merge); records in flight are never
 //! changed. The victim's zone loses its line (its old addresses are served by redirect).
 //!
+//! Regular-region watermark (FAST '25 §8.2, below degree 1.4): while fewer than
+//! `regular_watermark` regular zones have no line, a host write or a flush also collects one
+//! regular victim (the sealed regular zone line with the fewest valid pages, not fully valid,
+//! whose valid pages fit in the GC region now): at most one victim per request, and after
+//! finding none no new scan for a zone's worth of host writes. Its records are like any
+//! other GC's (at most one per slot of the victim, freed by the host's acknowledgement).
+//!
 //! Invariants:
 //! - a valid page at slot `o` of zone `z`'s line holds logical block `base(z) + o`;
 //! - every outstanding record's old address is unmapped or was rewritten by the host since
 //!   (redirect is used only when unmapped); `by_old` names the newest record per old address;
 //! - a GC-region zone is chosen as a destination only when it has no line and no outstanding
 //!   record has its old address in it (else a redirected read could find new data);
+//! - `regular_lined` is the number of regular zones that have a line;
 //! - records are sent in creation order (merges keep their place); upcall ids and record ids
 //!   increase by one; an upcall stays in flight until acknowledged, across power cuts.
 //!
@@ -64,6 +72,13 @@ pub struct CoupledConfig {
     pub upcall_pairs: usize,
     /// Device GC runs while fewer lines than this are free (artifact: 5).
     pub gc_threshold_lines: u32,
+    /// Regular-region watermark: while fewer regular zones than this have no line (are free
+    /// for the host), each host write or flush collects one regular-region victim. Below
+    /// ρ_regular 1.4 the flash can keep free lines while the host's regular region runs out
+    /// of free sections (FAST '25 §8.2: the host freezes until the device reclaims). 0 =
+    /// auto ([`auto_regular_free_zones`]): covers a host's reserve (the F2FS host keeps
+    /// about log heads + recovery reserve + its open sections, ~30 sections).
+    pub regular_free_zones: u32,
     /// A flush also sends a partly filled batch (else only full batches are sent).
     pub send_on_flush: bool,
 }
@@ -75,9 +90,22 @@ impl Default for CoupledConfig {
             conventional_bytes: 0,
             upcall_pairs: MAX_UPCALL_PAIRS,
             gc_threshold_lines: 5,
+            regular_free_zones: 0,
             send_on_flush: true,
         }
     }
+}
+
+/// Default regular-region watermark for `regular_free_zones = 0`: 32 zones (what an F2FS
+/// host keeps back on a volume of this kind: data stops at its reserved sections, about 13
+/// on a 2 GiB partition, plus its recovery reserve of about 9 and its ~7 open sections)
+/// plus 1/32 of the region for dirty data in flight, at most half the region and never
+/// below the line threshold. At ρ_regular 1.4 the flash runs out of lines first (the region
+/// has 0.4 capacity more zones than the flash has lines), so the watermark rarely fires.
+pub fn auto_regular_free_zones(regular_zones: u64, threshold_lines: u32) -> u64 {
+    (32 + regular_zones / 32)
+        .min(regular_zones / 2)
+        .max(u64::from(threshold_lines))
 }
 
 /// Modelled device DRAM per outstanding record: old and new 64-bit addresses plus a 32-bit
@@ -131,6 +159,13 @@ pub struct CoupledFtl {
     gc_cursor: usize,
     policy: Box<dyn VictimPolicy>,
     threshold: u32,
+    /// Regular zones that have a line (the rest are free for the host).
+    regular_lined: u64,
+    /// Regular-region watermark in zones (`CoupledConfig::regular_free_zones`, resolved).
+    regular_watermark: u64,
+    /// Host-write sequence number before which the watermark does not look for a regular
+    /// victim again (after it found none it could collect; bounds the scan to once a zone).
+    regular_retry_seq: u64,
     // Records.
     buffered: BTreeMap<u64, MigrationPair>,
     buffered_by_new: HashMap<u64, u64>,
@@ -176,6 +211,16 @@ impl CoupledFtl {
         let regular_zones = ((cc.degree * cap as f64) / z as f64).ceil() as u64;
         let gc_zones = cap.div_ceil(z);
         let zones = (regular_zones + gc_zones) as usize;
+        let regular_watermark = match cc.regular_free_zones {
+            0 => auto_regular_free_zones(regular_zones, threshold),
+            w if u64::from(w) < regular_zones => u64::from(w),
+            w => {
+                return Err(format!(
+                    "regular_free_zones {w} must be below the regular region's {regular_zones} \
+                     zones (0 = auto)"
+                ))
+            }
+        };
         Ok(CoupledFtl {
             conv: ConvRegion::new(cz * z, cz),
             z,
@@ -191,6 +236,9 @@ impl CoupledFtl {
             gc_cursor: 0,
             policy,
             threshold,
+            regular_lined: 0,
+            regular_watermark,
+            regular_retry_seq: 0,
             buffered: BTreeMap::new(),
             buffered_by_new: HashMap::new(),
             by_old: HashMap::new(),
@@ -252,6 +300,9 @@ impl CoupledFtl {
             .lines
             .open_free()
             .ok_or(FtlError::NoReclaimableSpace { free: 0 })?;
+        if (zone as u64) < self.regular_zones && self.zone_line[zone] == NO_LINE {
+            self.regular_lined += 1;
+        }
         self.zone_line[zone] = l.0;
         self.zone_wp[zone] = 0;
         self.zone_written[zone] = 0;
@@ -268,6 +319,9 @@ impl CoupledFtl {
         let l = self.zone_line[zone];
         if l != NO_LINE {
             self.line_zone[l as usize] = NO_ZONE;
+            if (zone as u64) < self.regular_zones {
+                self.regular_lined -= 1;
+            }
         }
         self.zone_line[zone] = NO_LINE;
         self.zone_wp[zone] = 0;
@@ -454,6 +508,77 @@ impl CoupledFtl {
                 .ok_or(FtlError::NoReclaimableSpace {
                     free: flash.lines.free_count(),
                 })?;
+        self.collect(flash, victim, t)
+    }
+
+    /// Regular zones without a line: free for the host (or collected, their sections freed
+    /// by the host once it applied and acknowledged the records).
+    pub fn regular_free_zones(&self) -> u64 {
+        self.regular_zones - self.regular_lined
+    }
+
+    /// The resolved regular-region watermark in zones.
+    pub fn regular_watermark(&self) -> u64 {
+        self.regular_watermark
+    }
+
+    /// The sealed regular-region zone line with the fewest valid pages, if any (a scan of
+    /// the regular zones: runs once per collected zone, not per block).
+    fn regular_victim(&self, flash: &Flash) -> Option<LineId> {
+        self.zone_line[..self.regular_zones as usize]
+            .iter()
+            .filter(|&&l| l != NO_LINE && flash.lines.state(LineId(l)) == LineState::Sealed)
+            .min_by_key(|&&l| flash.lines.vpc(LineId(l)))
+            .map(|&l| LineId(l))
+    }
+
+    /// Regular-region watermark (FAST '25 §8.2): while fewer regular zones than the
+    /// watermark are free, collect one regular victim (bounded work per request: its valid
+    /// pages go to the GC region, its zone becomes free once the host applied the records).
+    /// Returns whether it collected. A region whose lines are all open or fully written
+    /// with live data has no candidate: the host gets ENOSPC from its own budget then.
+    fn regular_gc(&mut self, flash: &mut Flash, t: u64) -> Result<bool, FtlError> {
+        if self.regular_free_zones() >= self.regular_watermark {
+            return Ok(false);
+        }
+        // Keep a free line for the GC destination; the line threshold collects otherwise.
+        if flash.lines.free_count() < 2 {
+            return Ok(false);
+        }
+        if flash.seq < self.regular_retry_seq {
+            return Ok(false);
+        }
+        let victim = self.regular_victim(flash).filter(|&v| {
+            // A fully valid line frees no flash (`gc_begin` refuses it).
+            let vpc = u64::from(flash.lines.vpc(v));
+            vpc < self.z && vpc <= self.gc_room()
+        });
+        let Some(victim) = victim else {
+            // Nothing to collect (or no room in the GC region): look again after a zone's
+            // worth of host writes. The host's own budget answers ENOSPC meanwhile.
+            self.regular_retry_seq = flash.seq + self.z;
+            return Ok(false);
+        };
+        self.collect(flash, victim, t)?;
+        self.stats.regular_gc_runs += 1;
+        Ok(true)
+    }
+
+    /// Slots the GC region can take now: the rest of the destination zone plus every zone
+    /// `alloc_gc` may open (no line, no outstanding record with its old address there).
+    fn gc_room(&self) -> u64 {
+        let rz = self.regular_zones as usize;
+        let dst = self
+            .gc_dst
+            .map_or(0, |g| self.z - u64::from(self.zone_wp[rz + g]));
+        let open = (0..self.gc_zones as usize)
+            .filter(|&g| self.zone_line[rz + g] == NO_LINE && self.pending_old[g] == 0)
+            .count() as u64;
+        dst + open * self.z
+    }
+
+    /// Collect `victim` (a sealed zone line): move its valid pages to the GC destination.
+    fn collect(&mut self, flash: &mut Flash, victim: LineId, t: u64) -> Result<u64, FtlError> {
         let zone = self.line_zone[victim.0 as usize];
         debug_assert_ne!(zone, NO_ZONE, "sealed line {} without a zone", victim.0);
         let run = flash.gc_begin(victim, t)?;
@@ -480,6 +605,7 @@ impl CoupledFtl {
             self.gc_one(flash, t)?;
             ran = true;
         }
+        ran |= self.regular_gc(flash, t)?;
         if ran {
             self.send(flash, false);
         }
@@ -615,7 +741,11 @@ impl Ftl for CoupledFtl {
         Ok(())
     }
 
-    fn flush(&mut self, flash: &mut Flash, _t: u64) {
+    fn flush(&mut self, flash: &mut Flash, t: u64) {
+        // A host frozen for free sections flushes: collect a regular victim if the region is
+        // below its watermark, so that the flush carries records that free a section. An
+        // error here (no GC destination) leaves it to the next write's GC.
+        let _ = self.regular_gc(flash, t);
         if self.cfg.send_on_flush {
             self.send(flash, true);
         }
@@ -755,6 +885,16 @@ impl Ftl for CoupledFtl {
                     }
                 }
             }
+        }
+        let lined = self.zone_line[..self.regular_zones as usize]
+            .iter()
+            .filter(|&&l| l != NO_LINE)
+            .count() as u64;
+        if lined != self.regular_lined {
+            return Err(format!(
+                "{lined} regular zones have a line, {} counted",
+                self.regular_lined
+            ));
         }
         for (p, lpn) in flash.valid_pages() {
             if self.mapped(flash, lpn) != Some(p) {

@@ -146,6 +146,9 @@ pub struct FtlStats {
     /// Host reads and discards of an old address served through a migration record.
     pub reads_redirected: u64,
     pub discards_redirected: u64,
+    /// Coupled GC: regular-region victims collected because the region's free zones fell
+    /// below its watermark (`regular_free_zones`), not for free lines.
+    pub regular_gc_runs: u64,
     /// Background work (e.g. IPLFS map compaction): runs and device time charged.
     pub background_runs: u64,
     pub background_ns: u64,
