@@ -14,11 +14,9 @@
 //! Lock order: the sampler takes the emulator's engine lock (inside the accessors) and its own
 //! sample list, never both at once.
 
+use crate::metrics::Sampler;
 use flashlog_ssd::SsdDevice;
-use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Bytes of one entry of a flat page map (4 B per 4 KiB block, D2FS Table 1).
@@ -101,68 +99,17 @@ impl Gauge {
 }
 
 /// A thread sampling [`Gauge`]s.
-pub struct GaugeSampler {
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-    samples: Arc<Mutex<Vec<Gauge>>>,
-}
+pub type GaugeSampler = Sampler<Gauge>;
 
-impl GaugeSampler {
+impl Sampler<Gauge> {
     /// Start sampling `ssd` every `interval`, times relative to `t0`.
     pub fn start(ssd: Arc<SsdDevice>, interval: Duration, t0: Instant) -> GaugeSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let samples = Arc::new(Mutex::new(Vec::with_capacity(1024)));
-        let take = move |ssd: &SsdDevice| {
-            let mut g = Gauge::read(ssd);
+        let take = move || {
+            let mut g = Gauge::read(&ssd);
             g.t_s = t0.elapsed().as_secs_f64();
             g
         };
-        samples.lock().push(take(&ssd));
-        let (st, sm) = (stop.clone(), samples.clone());
-        let handle = std::thread::Builder::new()
-            .name("bench-gauges".into())
-            .spawn(move || {
-                let mut next = Instant::now() + interval;
-                loop {
-                    let now = Instant::now();
-                    if next > now {
-                        std::thread::sleep((next - now).min(Duration::from_millis(20)));
-                    }
-                    let stopping = st.load(Ordering::Acquire);
-                    if Instant::now() >= next || stopping {
-                        let g = take(&ssd);
-                        sm.lock().push(g);
-                        next += interval;
-                    }
-                    if stopping {
-                        break;
-                    }
-                }
-            })
-            .expect("spawn gauge sampler");
-        GaugeSampler {
-            stop,
-            handle: Some(handle),
-            samples,
-        }
-    }
-
-    /// Take a last sample and return them all.
-    pub fn finish(mut self) -> Vec<Gauge> {
-        self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-        std::mem::take(&mut *self.samples.lock())
-    }
-}
-
-impl Drop for GaugeSampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        Sampler::every("bench-gauges", interval, take, |_: &Gauge| {})
     }
 }
 

@@ -210,32 +210,46 @@ pub fn phases(s: &[Sample]) -> Phases {
     p
 }
 
-/// A thread that calls `probe` every `interval` and keeps the samples; `tick` gets each
-/// sample (progress bars).
-pub struct Sampler {
+/// A thread that takes a sample every `interval` and keeps them; `tick` gets each sample
+/// (progress bars). `S` is [`Sample`] for the file-system probes and the emulator's
+/// [`crate::gauges::Gauge`] for its gauges.
+pub struct Sampler<S: Send + 'static = Sample> {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
-    samples: Arc<Mutex<Vec<Sample>>>,
+    samples: Arc<Mutex<Vec<S>>>,
 }
 
-impl Sampler {
-    pub fn start<P, T>(interval: Duration, probe: P, mut tick: T) -> Sampler
+impl Sampler<Sample> {
+    /// Sample `probe` every `interval`, times relative to now.
+    pub fn start<P, T>(interval: Duration, probe: P, tick: T) -> Sampler
     where
         P: Fn() -> Sample + Send + 'static,
         T: FnMut(&Sample) + Send + 'static,
     {
-        let stop = Arc::new(AtomicBool::new(false));
-        let samples = Arc::new(Mutex::new(Vec::with_capacity(4096)));
         let t0 = Instant::now();
         let take = move || {
             let mut s = probe();
             s.t_s = t0.elapsed().as_secs_f64();
             s
         };
+        Sampler::every("bench-sampler", interval, take, tick)
+    }
+}
+
+impl<S: Send + 'static> Sampler<S> {
+    /// Call `take` now and then every `interval` on a thread named `name`, until
+    /// [`Sampler::finish`] (which takes a last sample).
+    pub fn every<P, T>(name: &str, interval: Duration, take: P, mut tick: T) -> Sampler<S>
+    where
+        P: Fn() -> S + Send + 'static,
+        T: FnMut(&S) + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::with_capacity(1024)));
         samples.lock().push(take());
         let (st, sm) = (stop.clone(), samples.clone());
         let handle = std::thread::Builder::new()
-            .name("bench-sampler".into())
+            .name(name.into())
             .spawn(move || {
                 let mut next = Instant::now() + interval;
                 loop {
@@ -264,21 +278,22 @@ impl Sampler {
     }
 
     /// Take a final sample and return them all.
-    pub fn finish(mut self) -> Vec<Sample> {
+    pub fn finish(mut self) -> Vec<S> {
+        self.stop_thread();
+        std::mem::take(&mut *self.samples.lock())
+    }
+
+    fn stop_thread(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
-        std::mem::take(&mut *self.samples.lock())
     }
 }
 
-impl Drop for Sampler {
+impl<S: Send + 'static> Drop for Sampler<S> {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        self.stop_thread();
     }
 }
 

@@ -29,7 +29,7 @@
 //! averaged in); device numbers are per device GC run of the window. Lock order: the block
 //! layer's trace lock (`device::Counted`) is a leaf, taken after each request completes.
 
-use super::sustained::{fill_file, random_phase, RAND_BS};
+use super::sustained::{fill_files, random_phase, RAND_BS};
 use super::{Ops, Volume};
 use crate::device::{mark_caller, IoEvent, IoKind};
 use crate::metrics::Lat;
@@ -140,21 +140,7 @@ fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<GcCostResult> {
     };
     let bar = ctx.bar(4, format!("{} gccost", p.label), false);
     bar.set_message("fill");
-    let inos: Vec<Option<Ino>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let (fs, fail, ops, seed) = (vol.fs.clone(), &fail, &ops, ctx.args.seed);
-                s.spawn(move || match fill_file(&fs, t, per_file, seed, ops) {
-                    Ok(i) => Some(i),
-                    Err(e) => {
-                        fail(format!("fill (thread {t}): {e}"));
-                        None
-                    }
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().ok().flatten()).collect()
-    });
+    let inos = fill_files(&vol.fs, threads, per_file, ctx.args.seed, &ops, &fail);
     bar.inc(1);
     bar.set_message("aging");
     let ssd = vol.bd.ssd.clone();

@@ -141,7 +141,7 @@ impl Volume {
             }
             last = Some(*s);
         };
-        Sampler::start(ctx.sample_interval(), probe, tick)
+        Sampler::<crate::metrics::Sample>::start(ctx.sample_interval(), probe, tick)
     }
 
     /// Unmount and collect the end-of-run numbers.

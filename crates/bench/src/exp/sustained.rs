@@ -206,24 +206,7 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
 
     // Fill: one file per thread, sequential, then fsync.
     let t_fill = Instant::now();
-    let inos: Vec<Option<Ino>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let fs = vol.fs.clone();
-                let fail = &fail;
-                let ops = &ops;
-                let seed = ctx.args.seed;
-                s.spawn(move || match fill_file(&fs, t, per_file, seed, ops) {
-                    Ok(i) => Some(i),
-                    Err(e) => {
-                        fail(format!("fill (thread {t}): {e}"));
-                        None
-                    }
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().ok().flatten()).collect()
-    });
+    let inos = fill_files(&vol.fs, threads, per_file, ctx.args.seed, &ops, &fail);
     let fill_s = t_fill.elapsed().as_secs_f64();
 
     // --aged: the same overwrites, unmeasured, until cleaning has started.
@@ -417,6 +400,33 @@ pub(crate) fn random_phase(
         bytes += b;
     }
     (lat, bytes)
+}
+
+/// Fill one file per thread ([`fill_file`]) on `threads` threads; a thread that fails
+/// reports through `fail` and leaves `None` in its slot.
+pub(crate) fn fill_files(
+    fs: &std::sync::Arc<Fs>,
+    threads: usize,
+    per_file: u64,
+    seed: u64,
+    ops: &Ops,
+    fail: &(dyn Fn(String) + Sync),
+) -> Vec<Option<Ino>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let fs = fs.clone();
+                s.spawn(move || match fill_file(&fs, t, per_file, seed, ops) {
+                    Ok(i) => Some(i),
+                    Err(e) => {
+                        fail(format!("fill (thread {t}): {e}"));
+                        None
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().ok().flatten()).collect()
+    })
 }
 
 pub(crate) fn fill_file(fs: &Fs, t: usize, bytes: u64, seed: u64, ops: &Ops) -> Result<Ino> {
