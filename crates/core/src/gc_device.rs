@@ -151,11 +151,23 @@ impl DeviceCollector {
         s.acked = 0;
     }
 
-    /// Apply every queued upcall not applied yet. The caller holds the op lock exclusively.
+    /// Apply every queued upcall not applied yet, in id order. The caller holds the op lock
+    /// exclusively.
+    ///
+    /// The tap queues upcalls in the order their completions came back, which is not id
+    /// order when several threads complete requests at once (two I/O threads, a reader, a
+    /// flusher): the device attached upcall k to one completion and k + 1 to the next, and
+    /// the thread holding k + 1 may reach the tap first (or k may still be on its way back
+    /// when this runs). Applying k + 1 first and then skipping k as "already applied" lost
+    /// all of k's pairs: the device forgot the records at the acknowledgement and the host
+    /// still pointed at the old addresses, which read as zeros (the "file N differs" of
+    /// `random_overwrites_with_device_gc_match_the_model`, about 1 run in 6). So: sort, and
+    /// where an id after `last` is missing, ask the device to re-send what is outstanding
+    /// (`ordered_upcalls`).
     fn apply_queued(&self, fs: &FsInner) -> Result<()> {
         let mut s = self.state.lock();
         let mut ssa = SsaCache::new();
-        for up in self.tap.take() {
+        for up in self.ordered_upcalls(fs, s.last)? {
             if up.id <= s.last {
                 fs.stats.upcalls_skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -178,6 +190,41 @@ impl DeviceCollector {
             fs.stats.upcalls_applied.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+impl DeviceCollector {
+    /// The queued upcalls in id order without duplicates. If the ids after `last` have a
+    /// hole (an upcall whose completion another thread has not handed to the tap yet, or one
+    /// left on a completion while the tap was full), the device re-sends every
+    /// unacknowledged upcall on the completion of a flush: its upcalls in flight run without
+    /// a hole from the oldest unacknowledged one, so after that the ids are whole from
+    /// `last + 1` on, or start past it because everything before was acknowledged (a fresh
+    /// volume on a device whose ids started higher). A late copy of one already applied is
+    /// skipped by id.
+    fn ordered_upcalls(&self, fs: &FsInner, last: u64) -> Result<Vec<flashlog_dev::Upcall>> {
+        let mut ups = self.tap.take();
+        let whole = |ups: &mut Vec<flashlog_dev::Upcall>| {
+            ups.sort_by_key(|u| u.id);
+            ups.dedup_by_key(|u| u.id);
+            let mut next = last + 1;
+            for u in ups.iter().filter(|u| u.id > last) {
+                if u.id != next {
+                    return false;
+                }
+                next += 1;
+            }
+            true
+        };
+        if whole(&mut ups) {
+            return Ok(ups);
+        }
+        fs.stats.upcall_resends.fetch_add(1, Ordering::Relaxed);
+        fs.dev.resend_migrations()?;
+        fs.dev.flush()?;
+        ups.extend(self.tap.take());
+        whole(&mut ups);
+        Ok(ups)
     }
 }
 
