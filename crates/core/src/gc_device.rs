@@ -151,6 +151,17 @@ impl DeviceCollector {
         s.acked = 0;
     }
 
+    /// Mount: acknowledge the upcalls the mounted checkpoint covers (`last`), if the device
+    /// has them outstanding.
+    pub fn ack_loaded(&self, dev: &Arc<dyn BlockDevice>, last: u64) -> Result<()> {
+        if last == 0 {
+            return Ok(());
+        }
+        dev.ack_migrations(last)?;
+        self.state.lock().acked = last;
+        Ok(())
+    }
+
     /// Apply every queued upcall not applied yet, in id order. The caller holds the op lock
     /// exclusively.
     ///
