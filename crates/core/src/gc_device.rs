@@ -24,9 +24,13 @@
 //!    arrived meanwhile (so no pair for an address of a section about to be freed is left
 //!    unapplied), acknowledge up to the pack's id, and only then discard and free the
 //!    sections emptied before the pack;
-//! 3. at mount, `resend_migrations` re-delivers every unacknowledged upcall; ids up to the
-//!    checkpoint's `last_upcall` are skipped (applying them again could move a block of a
-//!    later owner of a reused address), later ones are applied.
+//! 3. at mount, ids up to the checkpoint's `last_upcall` are acknowledged first (the pack
+//!    covers them; before that a discard of a section the pack freed was redirected onto a
+//!    pair's live new block), then `resend_migrations` re-delivers every unacknowledged
+//!    upcall; ids up to `last_upcall` are skipped (applying them again could move a block
+//!    of a later owner of a reused address), later ones are applied, in id order: the tap
+//!    queues them as completions return, which two I/O threads can cross, so a hole in the
+//!    ids makes the host ask for a re-send before applying (`ordered_upcalls`).
 //!
 //! The handler thread checkpoints per batch of upcalls (`ack_batch_upcalls`, or a partial
 //! batch after `MAX_UPCALL_WAIT`); without it (`gc_interval` None) `ensure_space` does
@@ -218,14 +222,10 @@ impl DeviceCollector {
         let whole = |ups: &mut Vec<flashlog_dev::Upcall>| {
             ups.sort_by_key(|u| u.id);
             ups.dedup_by_key(|u| u.id);
-            let mut next = last + 1;
-            for u in ups.iter().filter(|u| u.id > last) {
-                if u.id != next {
-                    return false;
-                }
-                next += 1;
-            }
-            true
+            ups.iter()
+                .filter(|u| u.id > last)
+                .zip(last + 1..)
+                .all(|(u, want)| u.id == want)
         };
         if whole(&mut ups) {
             return Ok(ups);

@@ -17,7 +17,8 @@
 //!
 //! Mapping: block mapping with identity offsets (block `o` of a zone sits at slot `o` of the
 //! zone's line). Zone blocks are write-once: a block written since its zone got its line is
-//! refused until the zone is reclaimed (device GC or every block discarded). Any order is
+//! refused until the zone is reclaimed (device GC, or every written block discarded, sealed
+//! or not; never the open GC destination). Any order is
 //! accepted, so a host whose I/O threads reorder the writes of a section works; slots never
 //! written count as invalid. A zone's line is sealed (a GC candidate) when all its slots or
 //! its last slot are written.
@@ -31,7 +32,8 @@
 //! Invariants:
 //! - a valid page at slot `o` of zone `z`'s line holds logical block `base(z) + o`;
 //! - every outstanding record's old address is unmapped or was rewritten by the host since
-//!   (redirect is used only when unmapped); `by_old` names the newest record per old address;
+//!   (redirect is used only when unmapped); `by_old` names the newest record per old address,
+//!   none once a discard redirected through the record killed its page;
 //! - a GC-region zone is chosen as a destination only when it has no line and no outstanding
 //!   record has its old address in it (else a redirected read could find new data);
 //! - records are sent in creation order (merges keep their place); upcall ids and record ids
@@ -825,10 +827,7 @@ impl CoupledFtl {
         if zone == NO_ZONE
             || flash.lines.vpc(line) != 0
             || Some(zone as usize) == gc_dst
-            || !matches!(
-                flash.lines.state(line),
-                LineState::Sealed | LineState::Open
-            )
+            || !matches!(flash.lines.state(line), LineState::Sealed | LineState::Open)
         {
             return;
         }
