@@ -534,6 +534,14 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
             // logging into holes.
             seg.lfs_mode.store(true, Ordering::Relaxed);
             d.set_loaded(cpk.last_upcall);
+            if !opts.read_only {
+                // What the durable pack covers may be acknowledged now (a cut between the
+                // pack and its acknowledgement left it outstanding). Until then the device
+                // would redirect a discard of such a pair's old address, which lies in a
+                // section this pack freed, to the live block at its new one: the first
+                // discard of that section (before a head writes it, `claim_section`) lost it.
+                d.ack_loaded(&dev, cpk.last_upcall)?;
+            }
             Box::new(d)
         }
         None => {

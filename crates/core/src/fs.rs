@@ -195,7 +195,7 @@ pub struct Fs {
     inner: Arc<FsInner>,
     bg: Mutex<Option<Background>>,
     /// Background write-back (`flush.rs`); None on a read-only mount, with `io_threads ==
-    /// 0` (deterministic order: writers write back inline) and with `gc=device` (see mount).
+    /// 0` (deterministic order: writers write back inline).
     flusher: Option<Arc<Flusher>>,
     done: std::sync::atomic::AtomicBool,
 }
@@ -290,6 +290,17 @@ impl Fs {
         let (inner, ck) = checkpoint::load(dev, opts)?;
         let inner = Arc::new(inner);
         let recovered = crate::recovery::roll_forward(&inner, &ck)?;
+        // gc=device after a cut: the heads' sections may hold blocks written after the
+        // checkpoint, which the coupled device keeps write-once; continue in fresh sections
+        // (discarded as they are claimed) as roll-forward does when it recovers something.
+        if inner.opts.gc == crate::config::GcPolicy::Device
+            && !ro
+            && ck.flags & flashlog_format::cp::flags::UMOUNT == 0
+            && recovered == 0
+        {
+            inner.seg.lend_recovery_reserve();
+            inner.seg.move_heads_to_fresh()?;
+        }
         // IPLFS hook (and the discard log of any policy): heads past a cut, re-issue the log.
         crate::gc_none::after_roll_forward(&inner, &ck, recovered)?;
         if !ro {
@@ -313,15 +324,12 @@ impl Fs {
         // from the sections this checkpoint released, or owed until later ones do).
         inner.seg.restore_recovery_reserve();
         inner.collector.start(&inner);
-        // Not with gc=device (yet): with the flusher writing back beside the writer, the
-        // power-cut test of the D2FS upcall protocol (tests/device_gc.rs
-        // `power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing`) saw
-        // the coupled FTL refuse a second write of a zone block after the remount (the mount
-        // poisoned, 4 of 4 runs); inline write-back passes. Until that is understood, D2FS
-        // mounts keep writing back inline (docs/DESIGN.md, "Write-back").
-        let flusher =
-            (!ro && inner.opts.io_threads > 0 && inner.opts.gc != crate::config::GcPolicy::Device)
-                .then(Flusher::new);
+        // gc=device too: the power-cut test of the D2FS upcall protocol (tests/device_gc.rs
+        // `power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing`) failed
+        // 4 of 4 with the flusher until the remount stopped writing blocks the coupled device
+        // had received after the checkpoint (heads moved to fresh sections, claimed sections
+        // discarded first; docs/DESIGN.md "D2FS host side").
+        let flusher = (!ro && inner.opts.io_threads > 0).then(Flusher::new);
         let fs = Fs {
             inner,
             bg: Mutex::new(None),

@@ -24,9 +24,13 @@
 //!    arrived meanwhile (so no pair for an address of a section about to be freed is left
 //!    unapplied), acknowledge up to the pack's id, and only then discard and free the
 //!    sections emptied before the pack;
-//! 3. at mount, `resend_migrations` re-delivers every unacknowledged upcall; ids up to the
-//!    checkpoint's `last_upcall` are skipped (applying them again could move a block of a
-//!    later owner of a reused address), later ones are applied.
+//! 3. at mount, ids up to the checkpoint's `last_upcall` are acknowledged first (the pack
+//!    covers them; before that a discard of a section the pack freed was redirected onto a
+//!    pair's live new block), then `resend_migrations` re-delivers every unacknowledged
+//!    upcall; ids up to `last_upcall` are skipped (applying them again could move a block
+//!    of a later owner of a reused address), later ones are applied, in id order: the tap
+//!    queues them as completions return, which two I/O threads can cross, so a hole in the
+//!    ids makes the host ask for a re-send before applying (`ordered_upcalls`).
 //!
 //! The handler thread checkpoints per batch of upcalls (`ack_batch_upcalls`, or a partial
 //! batch after `MAX_UPCALL_WAIT`); without it (`gc_interval` None) `ensure_space` does
@@ -151,11 +155,34 @@ impl DeviceCollector {
         s.acked = 0;
     }
 
-    /// Apply every queued upcall not applied yet. The caller holds the op lock exclusively.
+    /// Mount: acknowledge the upcalls the mounted checkpoint covers (`last`), if the device
+    /// has them outstanding.
+    pub fn ack_loaded(&self, dev: &Arc<dyn BlockDevice>, last: u64) -> Result<()> {
+        if last == 0 {
+            return Ok(());
+        }
+        dev.ack_migrations(last)?;
+        self.state.lock().acked = last;
+        Ok(())
+    }
+
+    /// Apply every queued upcall not applied yet, in id order. The caller holds the op lock
+    /// exclusively.
+    ///
+    /// The tap queues upcalls in the order their completions came back, which is not id
+    /// order when several threads complete requests at once (two I/O threads, a reader, a
+    /// flusher): the device attached upcall k to one completion and k + 1 to the next, and
+    /// the thread holding k + 1 may reach the tap first (or k may still be on its way back
+    /// when this runs). Applying k + 1 first and then skipping k as "already applied" lost
+    /// all of k's pairs: the device forgot the records at the acknowledgement and the host
+    /// still pointed at the old addresses, which read as zeros (the "file N differs" of
+    /// `random_overwrites_with_device_gc_match_the_model`, about 1 run in 6). So: sort, and
+    /// where an id after `last` is missing, ask the device to re-send what is outstanding
+    /// (`ordered_upcalls`).
     fn apply_queued(&self, fs: &FsInner) -> Result<()> {
         let mut s = self.state.lock();
         let mut ssa = SsaCache::new();
-        for up in self.tap.take() {
+        for up in self.ordered_upcalls(fs, s.last)? {
             if up.id <= s.last {
                 fs.stats.upcalls_skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -178,6 +205,37 @@ impl DeviceCollector {
             fs.stats.upcalls_applied.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+impl DeviceCollector {
+    /// The queued upcalls in id order without duplicates. If the ids after `last` have a
+    /// hole (an upcall whose completion another thread has not handed to the tap yet, or one
+    /// left on a completion while the tap was full), the device re-sends every
+    /// unacknowledged upcall on the completion of a flush: its upcalls in flight run without
+    /// a hole from the oldest unacknowledged one, so after that the ids are whole from
+    /// `last + 1` on, or start past it because everything before was acknowledged (a fresh
+    /// volume on a device whose ids started higher). A late copy of one already applied is
+    /// skipped by id.
+    fn ordered_upcalls(&self, fs: &FsInner, last: u64) -> Result<Vec<flashlog_dev::Upcall>> {
+        let mut ups = self.tap.take();
+        let whole = |ups: &mut Vec<flashlog_dev::Upcall>| {
+            ups.sort_by_key(|u| u.id);
+            ups.dedup_by_key(|u| u.id);
+            ups.iter()
+                .filter(|u| u.id > last)
+                .zip(last + 1..)
+                .all(|(u, want)| u.id == want)
+        };
+        if whole(&mut ups) {
+            return Ok(ups);
+        }
+        fs.stats.upcall_resends.fetch_add(1, Ordering::Relaxed);
+        fs.dev.resend_migrations()?;
+        fs.dev.flush()?;
+        ups.extend(self.tap.take());
+        whole(&mut ups);
+        Ok(ups)
     }
 }
 

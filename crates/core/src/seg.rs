@@ -693,6 +693,25 @@ impl SegManager {
         self.dead.lock().as_ref().map_or(0, |m| m.pending_blocks())
     }
 
+    /// `gc=device`: discard a section just claimed for a head before anything is written to
+    /// it. Free to the host, it may still hold blocks the device received after the last
+    /// checkpoint before a power cut; the coupled FTL keeps such a zone's blocks write-once
+    /// until every written block is discarded (then it resets the zone), so the head's
+    /// first write there was refused and the remount poisoned. Advisory like
+    /// `release_sections`: a failure shows as the write's refusal.
+    fn discard_claimed_device_section(&self, sec: u64) {
+        if self.device_secs_from.load(Ordering::Relaxed) == u64::MAX {
+            return;
+        }
+        let sps = self.sps();
+        if let Err(e) = self
+            .dev
+            .discard(self.geo.seg_start(sec * sps), sps * BLOCKS_PER_SEG)
+        {
+            tracing::debug!("discard of claimed section {sec} failed: {e}");
+        }
+    }
+
     /// Whether `sec` lies in the device's GC region (`gc=device`).
     pub fn is_device_section(&self, sec: u64) -> bool {
         sec >= self.device_secs_from.load(Ordering::Relaxed)
@@ -773,6 +792,7 @@ impl SegManager {
                 Some(sec) => {
                     self.current.set(sec);
                     self.space.sections_changed(-1);
+                    self.discard_claimed_device_section(sec);
                     let own = &self.parts[part % n];
                     own.claims.fetch_add(1, Ordering::Relaxed);
                     if k != 0 {

@@ -90,6 +90,7 @@ pub struct Stats {
     pub gc_moved_blocks: AtomicU64,
     pub upcalls_applied: AtomicU64,
     pub upcalls_skipped: AtomicU64,
+    pub upcall_resends: AtomicU64,
     pub upcall_pairs_applied: AtomicU64,
     pub upcall_pairs_skipped: AtomicU64,
     pub upcall_discards_withdrawn: AtomicU64,
@@ -130,6 +131,9 @@ pub struct Counters {
     /// applied / skipped as superseded.
     pub upcalls_applied: u64,
     pub upcalls_skipped: u64,
+    /// gc=device: re-sends asked of the device because the ids of the queued upcalls had a
+    /// hole (completions returned out of id order, gc_device.rs `ordered_upcalls`).
+    pub upcall_resends: u64,
     pub upcall_pairs_applied: u64,
     pub upcall_pairs_skipped: u64,
     /// gc=device: queued discards of a pair's old address taken back because the host
@@ -203,6 +207,7 @@ impl Stats {
             gc_moved_blocks: g(&self.gc_moved_blocks),
             upcalls_applied: g(&self.upcalls_applied),
             upcalls_skipped: g(&self.upcalls_skipped),
+            upcall_resends: g(&self.upcall_resends),
             upcall_pairs_applied: g(&self.upcall_pairs_applied),
             upcall_pairs_skipped: g(&self.upcall_pairs_skipped),
             upcall_discards_withdrawn: g(&self.upcall_discards_withdrawn),

@@ -17,7 +17,8 @@
 //!
 //! Mapping: block mapping with identity offsets (block `o` of a zone sits at slot `o` of the
 //! zone's line). Zone blocks are write-once: a block written since its zone got its line is
-//! refused until the zone is reclaimed (device GC or every block discarded). Any order is
+//! refused until the zone is reclaimed (device GC, or every written block discarded, sealed
+//! or not; never the open GC destination). Any order is
 //! accepted, so a host whose I/O threads reorder the writes of a section works; slots never
 //! written count as invalid. A zone's line is sealed (a GC candidate) when all its slots or
 //! its last slot are written.
@@ -38,7 +39,8 @@
 //! Invariants:
 //! - a valid page at slot `o` of zone `z`'s line holds logical block `base(z) + o`;
 //! - every outstanding record's old address is unmapped or was rewritten by the host since
-//!   (redirect is used only when unmapped); `by_old` names the newest record per old address;
+//!   (redirect is used only when unmapped); `by_old` names the newest record per old address,
+//!   none once a discard redirected through the record killed its page;
 //! - a GC-region zone is chosen as a destination only when it has no line and no outstanding
 //!   record has its old address in it (else a redirected read could find new data);
 //! - `regular_lined` is the number of regular zones that have a line;
@@ -731,11 +733,31 @@ impl Ftl for CoupledFtl {
             flash.dropped.push(at);
             self.stats.discards_redirected += 1;
             for (old, loc) in walked {
-                if let Loc::Buffered(seq) = loc {
-                    self.drop_buffered(old, seq);
+                match loc {
+                    Loc::Buffered(seq) => self.drop_buffered(old, seq),
+                    // The record stays until acknowledged, but no longer redirects: its page
+                    // is gone, and once the GC zone of `new` is reused a later discard of
+                    // `old` (the host's section discard) would kill another block's page.
+                    Loc::InFlight(_) => {
+                        if self.by_old.get(&old) == Some(&loc) {
+                            self.by_old.remove(&old);
+                        }
+                    }
                 }
             }
             self.release_if_empty(flash, flash.line_of(p), t);
+        }
+        // Zones of the range whose written pages are all dead now, sealed or not (a section
+        // the host wrote part of before a power cut and discards before writing it again).
+        let first = lpn.max(self.conv_blocks());
+        if first < lpn + n {
+            let (z0, _) = self.zone_of(first);
+            let (z1, _) = self.zone_of(lpn + n - 1);
+            for zone in z0..=z1.min(self.zone_line.len() - 1) {
+                if self.zone_line[zone] != NO_LINE {
+                    self.release_if_empty(flash, LineId(self.zone_line[zone]), t);
+                }
+            }
         }
         self.note_records();
         Ok(())
@@ -935,12 +957,17 @@ impl Ftl for CoupledFtl {
 }
 
 impl CoupledFtl {
-    /// A sealed zone line whose every page is dead is reset at once (no copy needed).
+    /// A zone line whose every page is dead is reset at once (no copy needed): sealed, or
+    /// still open (a zone the host stopped writing, e.g. at a power cut, whose written blocks
+    /// it then discarded: without the reset its written slots stayed write-once and the host
+    /// could never write the section again). Not the open GC destination.
     fn release_if_empty(&mut self, flash: &mut Flash, line: LineId, t: u64) {
         let zone = self.line_zone[line.0 as usize];
+        let gc_dst = self.gc_dst.map(|g| self.regular_zones as usize + g);
         if zone == NO_ZONE
             || flash.lines.vpc(line) != 0
-            || flash.lines.state(line) != LineState::Sealed
+            || Some(zone as usize) == gc_dst
+            || !matches!(flash.lines.state(line), LineState::Sealed | LineState::Open)
         {
             return;
         }
