@@ -48,6 +48,28 @@ fn fsck_clean(dev: &dyn BlockDevice) {
     assert!(r.is_clean(), "fsck: {:?}", r.findings);
 }
 
+/// Files `/f0..` hold `model`, before and after a clean remount; fsck is clean after each
+/// unmount.
+fn files_match_before_and_after_a_remount(fs: Fs, dev: &Arc<dyn BlockDevice>, model: &[Vec<u8>]) {
+    for (i, m) in model.iter().enumerate() {
+        assert!(
+            fs.read_file(&format!("/f{i}")).unwrap() == *m,
+            "file {i} differs"
+        );
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&**dev);
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    for (i, m) in model.iter().enumerate() {
+        assert!(
+            fs.read_file(&format!("/f{i}")).unwrap() == *m,
+            "file {i} differs after remount"
+        );
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&**dev);
+}
+
 #[test]
 fn device_gc_needs_a_coupled_device_and_a_coupled_device_needs_device_gc() {
     let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(1 << 16));
@@ -113,23 +135,7 @@ fn random_overwrites_with_device_gc_match_the_model() {
         "the device never migrated a live block"
     );
     assert_eq!(c.space_overcommit_blocks, 0);
-    for (i, m) in model.iter().enumerate() {
-        assert!(
-            fs.read_file(&format!("/f{i}")).unwrap() == *m,
-            "file {i} differs"
-        );
-    }
-    fs.unmount().unwrap();
-    fsck_clean(&*dev);
-    let fs = Fs::mount(dev.clone(), opts()).unwrap();
-    for (i, m) in model.iter().enumerate() {
-        assert!(
-            fs.read_file(&format!("/f{i}")).unwrap() == *m,
-            "file {i} differs after remount"
-        );
-    }
-    fs.unmount().unwrap();
-    fsck_clean(&*dev);
+    files_match_before_and_after_a_remount(fs, &dev, &model);
 }
 
 /// The emulated SSD behind a switch: once `cut` is set every request fails as after a power
@@ -469,23 +475,7 @@ fn degree_1_0_freezes_until_the_device_collects_and_never_runs_out() {
     );
     assert!(f.regular_gc_runs > 0, "the watermark never fired: {f:?}");
     assert_eq!(c.space_overcommit_blocks, 0);
-    for (i, m) in model.iter().enumerate() {
-        assert!(
-            fs.read_file(&format!("/f{i}")).unwrap() == *m,
-            "file {i} differs"
-        );
-    }
-    fs.unmount().unwrap();
-    fsck_clean(&*dev);
-    let fs = Fs::mount(dev.clone(), opts()).unwrap();
-    for (i, m) in model.iter().enumerate() {
-        assert!(
-            fs.read_file(&format!("/f{i}")).unwrap() == *m,
-            "file {i} differs after remount"
-        );
-    }
-    fs.unmount().unwrap();
-    fsck_clean(&*dev);
+    files_match_before_and_after_a_remount(fs, &dev, &model);
 }
 
 /// ρ_regular 1.0, live data filled past what the device can hold: a clean ENOSPC (no
