@@ -29,7 +29,7 @@
 //! averaged in); device numbers are per device GC run of the window. Lock order: the block
 //! layer's trace lock (`device::Counted`) is a leaf, taken after each request completes.
 
-use super::sustained::{fill_files, random_phase, RAND_BS};
+use super::sustained::{age_until_cleaning, fill_files, random_phase, RAND_BS};
 use super::{Ops, Volume};
 use crate::device::{mark_caller, IoEvent, IoKind};
 use crate::metrics::Lat;
@@ -38,10 +38,9 @@ use crate::policy::PolicySpec;
 use crate::report::{num, Report, Table};
 use crate::Ctx;
 use anyhow::{anyhow, bail, Result};
-use flashlog_core::{Counters, GcPolicy, Ino};
-use flashlog_dev::BlockDevice;
+use flashlog_core::{GcPolicy, Ino};
 use parking_lot::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Host GC, per section freed (milliseconds and blocks).
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -117,10 +116,6 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
     build_report(ctx, results)
 }
 
-fn cleaning_count(c: &Counters, ssd_gc: u64) -> u64 {
-    c.gc_fg_runs + c.gc_bg_runs + c.upcalls_applied + ssd_gc
-}
-
 fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<GcCostResult> {
     let threads = ctx.args.threads;
     let vol = Volume::open(ctx, p)?;
@@ -143,27 +138,17 @@ fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<GcCostResult> {
     let inos = fill_files(&vol.fs, threads, per_file, ctx.args.seed, &ops, &fail);
     bar.inc(1);
     bar.set_message("aging");
-    let ssd = vol.bd.ssd.clone();
-    let ssd_gc = || ssd.as_ref().map_or(0, |s| s.counters().gc_runs);
-    let base = cleaning_count(&vol.fs.stats(), ssd_gc());
-    let started = || cleaning_count(&vol.fs.stats(), ssd_gc()) > base;
-    let t = Instant::now();
-    let cap = (vol.bd.dev.capabilities().capacity_blocks as f64 * 3.0) as u64 / threads as u64;
     if err.lock().is_none() {
-        random_phase(
-            &vol.fs,
+        (_, res.aging_s, res.aging_cleaning_started) = age_until_cleaning(
+            ctx,
+            &vol,
             &inos,
             per_file,
-            cap,
-            t + Duration::from_secs_f64(ctx.args.aging_max),
-            Some(&started),
             ctx.args.seed ^ 0x6CC,
             &fail,
             &ops,
         );
     }
-    res.aging_s = t.elapsed().as_secs_f64();
-    res.aging_cleaning_started = started();
     bar.inc(1);
     if err.lock().is_none() {
         vol.fs

@@ -210,37 +210,19 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
     let fill_s = t_fill.elapsed().as_secs_f64();
 
     // --aged: the same overwrites, unmeasured, until cleaning has started.
-    let ssd = vol.bd.ssd.clone();
-    let cleaning_count = || {
-        let c = vol.fs.stats();
-        c.gc_fg_runs
-            + c.gc_bg_runs
-            + c.upcalls_applied
-            + ssd.as_ref().map_or(0, |s| s.counters().gc_runs)
-    };
     let (mut aging_bytes, mut aging_s, mut aging_started) = (0, 0.0, false);
     if ctx.args.aged && err.lock().is_none() {
-        let base = cleaning_count();
-        let t = Instant::now();
-        let cap = (vol.bd.dev.capabilities().capacity_blocks as f64 * 4096.0 * AGING_MAX_FACTOR)
-            as u64
-            / threads as u64
-            / RAND_BS;
-        let started = || cleaning_count() > base;
-        let (_, b) = random_phase(
-            &vol.fs,
+        let b;
+        (b, aging_s, aging_started) = age_until_cleaning(
+            ctx,
+            &vol,
             &inos,
             per_file,
-            cap,
-            t + Duration::from_secs_f64(ctx.args.aging_max),
-            Some(&started),
             ctx.args.seed ^ 0xA6E,
             &fail,
             &ops,
         );
         aging_bytes = b;
-        aging_s = t.elapsed().as_secs_f64();
-        aging_started = started();
         if !aging_started {
             ctx.say(&format!(
                 "{}: cleaning had not started after {aging_s:.1} s of aging ({} MiB of random writes); measuring anyway",
@@ -400,6 +382,47 @@ pub(crate) fn random_phase(
         bytes += b;
     }
     (lat, bytes)
+}
+
+/// Random overwrites of the filled files (unmeasured), until cleaning of any kind has
+/// started (host GC, an applied D2FS upcall, or the SSD's own GC), at most
+/// [`AGING_MAX_FACTOR`] device capacities or `--aging-max` seconds. Returns the bytes
+/// written, the seconds taken and whether cleaning started.
+pub(crate) fn age_until_cleaning(
+    ctx: &Ctx,
+    vol: &Volume,
+    inos: &[Option<Ino>],
+    per_file: u64,
+    seed: u64,
+    fail: &(dyn Fn(String) + Sync),
+    ops: &Ops,
+) -> (u64, f64, bool) {
+    let ssd = vol.bd.ssd.clone();
+    let cleaning_count = || {
+        let c = vol.fs.stats();
+        c.gc_fg_runs
+            + c.gc_bg_runs
+            + c.upcalls_applied
+            + ssd.as_ref().map_or(0, |s| s.counters().gc_runs)
+    };
+    let base = cleaning_count();
+    let started = || cleaning_count() > base;
+    let t = Instant::now();
+    let cap = (vol.bd.dev.capabilities().capacity_blocks as f64 * 4096.0 * AGING_MAX_FACTOR) as u64
+        / ctx.args.threads as u64
+        / RAND_BS;
+    let (_, bytes) = random_phase(
+        &vol.fs,
+        inos,
+        per_file,
+        cap,
+        t + Duration::from_secs_f64(ctx.args.aging_max),
+        Some(&started),
+        seed,
+        fail,
+        ops,
+    );
+    (bytes, t.elapsed().as_secs_f64(), started())
 }
 
 /// Fill one file per thread ([`fill_file`]) on `threads` threads; a thread that fails
