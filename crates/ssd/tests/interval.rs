@@ -234,10 +234,13 @@ fn compaction_stalls_requests() {
     let iv = st.ftl.interval.unwrap();
     assert_eq!(iv.compaction_runs, 1);
     assert_eq!(iv.nodes_examined, 1);
-    // Examining the node: 1 µs + 64 entries x 100 µs; copying its one 16-entry region
-    // (blocks 0..10 live, 50..64 live: regions 0 and 3 of 16) adds 2 x 16 x 100 µs.
+    // Examining the node: 1 µs + 64 entries x 100 µs; copying its 24 live entries (blocks
+    // 0..10 and 50..64) into a bitmap node (16 + 8 + 2 + 4 x 24 = 122 B; two 16-entry regions
+    // would need 16 + 8 + 128 = 152 B) adds 24 x 100 µs.
     let cost = iv.compaction_busy_ns;
-    assert_eq!(cost, 1_000 + (64 + 32) * 100_000);
+    assert_eq!(iv.layouts.bitmap, 1);
+    assert_eq!(iv.memory.map_node_bytes, 16 + 8 + 2 + 4 * 24);
+    assert_eq!(cost, 1_000 + (64 + 24) * 100_000);
     assert!(st.ftl.background_ns > 0);
     assert!(
         stalled >= plain + cost - 1,

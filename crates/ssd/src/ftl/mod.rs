@@ -34,7 +34,9 @@ use crate::flash::Flash;
 use flashlog_dev::DeviceEvent;
 
 pub use coupled::{CoupledConfig, CoupledFtl};
-pub use interval::{IntervalConfig, IntervalMap, IntervalMemory, IntervalStats, LiveInterval};
+pub use interval::{
+    IntervalConfig, IntervalMap, IntervalMemory, IntervalStats, LiveInterval, MapNodeLayouts,
+};
 pub use page::{Mapping, PageFtl, PageMap};
 pub use zoned::{ZonedConfig, ZonedFtl};
 
