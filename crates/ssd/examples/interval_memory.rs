@@ -4,7 +4,8 @@
 //! Workload (what an IPLFS volume sends the device): fill `util` of the logical capacity
 //! sequentially, then for `passes` x capacity steps append one block at the log head and
 //! discard one live block chosen uniformly (a 4 KiB random overwrite of a file: the new copy
-//! is appended, the old one discarded). Live data stays constant; the interval slides.
+//! is appended, the old one discarded). Live data stays constant; the interval slides. The
+//! last column counts the map nodes in each layout.
 //!
 //! `cargo run --release -p flashlog-ssd --example interval_memory -- [capacity] [util]
 //! [passes] [period] [preset]` (defaults: 1GiB 0.9 3 1s 970pro-like).
@@ -28,7 +29,7 @@ fn main() -> anyhow::Result<()> {
     println!(
         "# {preset} {capacity} B, util {util}, {passes} passes; page-mapping FTL map: {page_map_bytes} B"
     );
-    println!("compaction\tpass\tdevice_s\tlive_blocks\ttree_bytes\tmap_node_bytes\tx_page_map_live\tx_page_ftl\tflat_touched_x\tnodes_compacted\tstall_ms\tgc_runs");
+    println!("compaction\tpass\tdevice_s\tlive_blocks\ttree_bytes\tmap_node_bytes\tx_page_map_live\tx_page_ftl\tflat_touched_x\tnodes_compacted\tstall_ms\tgc_runs\tdense/regions/bitmap/list");
     for with in [true, false] {
         let mut cfg = page_cfg.clone();
         cfg.store = StoreKind::None;
@@ -63,7 +64,7 @@ fn main() -> anyhow::Result<()> {
                 let st = dev.stats();
                 let iv = st.ftl.interval.clone().unwrap_or_default();
                 println!(
-                    "{}\t{:.2}\t{:.2}\t{}\t{}\t{}\t{:.3}\t{:.3}\t{:.1}\t{}\t{:.1}\t{}",
+                    "{}\t{:.2}\t{:.2}\t{}\t{}\t{}\t{:.3}\t{:.3}\t{:.1}\t{}\t{:.1}\t{}\t{}/{}/{}/{}",
                     if with { "on" } else { "off" },
                     step as f64 / cap as f64,
                     dev.now_ns() as f64 / 1e9,
@@ -76,6 +77,10 @@ fn main() -> anyhow::Result<()> {
                     iv.nodes_compacted,
                     iv.compaction_busy_ns as f64 / 1e6,
                     st.gc_runs,
+                    iv.layouts.dense,
+                    iv.layouts.regions,
+                    iv.layouts.bitmap,
+                    iv.layouts.list,
                 );
             }
         }
