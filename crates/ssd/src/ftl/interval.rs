@@ -166,7 +166,8 @@ enum Repr {
     /// A validity bitmap (`E / 64` words), a rank directory (`rank[b]`: valid entries before
     /// entry `b * RANK_BLOCK_ENTRIES`) and the valid entries packed in offset order: entry
     /// `off` is `packed[rank of off]` when its bit is set. A node with scattered holes that
-    /// still holds more than ~1/16 of its entries (random invalidations leave no empty region).
+    /// still holds more than 6.4 % of its entries (264 of 4096; random invalidations leave no
+    /// empty region).
     Bitmap {
         bits: Box<[u64]>,
         rank: Box<[u32]>,
@@ -371,7 +372,7 @@ impl MapNode {
     /// Whether compaction should examine this dirty node: its valid entries over held
     /// entries fell below `threshold` (dense and region nodes hold unmapped entries), or it
     /// is compacted and a layout sized from its valid count alone (dense, bitmap, list) is now
-    /// smaller (writes into dropped slots grew it; or a bitmap node decayed below ~1/16 valid,
+    /// smaller (writes into dropped slots grew it; or a bitmap node decayed below 6.4 % valid,
     /// where a list is smaller). O(1), as the firmware's walk over the nodes would be.
     fn eligible(&self, e: u64, threshold: f64) -> bool {
         let valid = u64::from(self.valid);
@@ -1582,9 +1583,9 @@ mod tests {
         }
     }
 
-    /// A node with scattered holes compacts into the bitmap layout between ~1/16 and ~97 %
+    /// A node with scattered holes compacts into the bitmap layout between 6.4 % and 96.8 %
     /// valid (below the threshold), and its modelled bytes are exactly header + E/8 bitmap +
-    /// 2 B per 512-entry rank block + 4 B per valid entry; below ~1/16 the list is smaller.
+    /// 2 B per 512-entry rank block + 4 B per valid entry; at 6.4 % (264 of 4096) and below the list is no bigger.
     #[test]
     fn scattered_holes_compact_into_a_bitmap_of_exact_size() {
         for (e, valid, want) in [
@@ -1650,7 +1651,7 @@ mod tests {
         m.compact_all();
         assert_eq!(layout(&m), Layout::Bitmap);
         assert_eq!(m.stats().nodes_examined, examined, "not eligible yet");
-        // Below 1/16: a list (16 + 6 * 200 B) is smaller, so the node is examined and becomes one.
+        // Below 265: a list (16 + 6 * 200 B) is smaller, so the node is examined and becomes one.
         kill_to(&mut m, 200, &mut valid);
         m.compact_all();
         assert_eq!(layout(&m), Layout::List);
