@@ -3,7 +3,8 @@
 //! changes a page's logical address during GC must call [`Store::relocate`].
 //!
 //! Owns: the content of every written logical block. The RAM store keeps it in 64 shards
-//! (`lpn % 64`), each an arena of fixed 4 KiB slots allocated in 1 MiB chunks, a free list
+//! (runs of 64 blocks: `(lpn / 64) % 64`, so a request locks a shard once per run it
+//! touches, not once per block), each an arena of fixed 4 KiB slots allocated in 1 MiB chunks, a free list
 //! of slot numbers and a map `lpn -> slot` (a multiplicative hash of the `u64` key, not
 //! SipHash). A write copies into the block's slot (its old slot when it has one, else a
 //! free one: no allocation, no zeroing per block); a discard returns the slot to the free
@@ -36,6 +37,11 @@ use crate::locks::{LockMeter, LockSummary, Metered};
 
 /// Shards of the RAM store: enough that two to a few dozen threads rarely collide.
 const RAM_SHARDS: usize = 64;
+/// Consecutive blocks per shard: block `lpn` is in shard `(lpn / RAM_SHARD_RUN) % RAM_SHARDS`,
+/// so a request takes one shard lock per 64 blocks (256 KiB) it touches, not one per block
+/// (the file systems' writes and discards are mostly runs of dozens of blocks), while 4 KiB
+/// random I/O still spreads over all shards.
+const RAM_SHARD_RUN: u64 = 64;
 /// Discards up to this many blocks remove them one by one; longer ones scan the stored blocks.
 const RAM_DISCARD_PER_BLOCK: u64 = 1 << 20;
 /// Slots per arena chunk: 256 x 4 KiB = 1 MiB, so a chunk comes zeroed from `mmap` (untouched
@@ -51,6 +57,7 @@ const RAM_CHUNK_SLOTS: usize = if cfg!(test) { 16 } else { 256 };
 const RAM_COMPACT_FREE_MIN: usize = 2 * RAM_CHUNK_SLOTS;
 
 const _: () = assert!(RAM_CHUNK_SLOTS.is_power_of_two());
+const _: () = assert!(RAM_SHARD_RUN.is_power_of_two());
 const _: () = assert!(RAM_COMPACT_FREE_MIN >= RAM_CHUNK_SLOTS);
 
 /// `RAM_CHUNK_SLOTS` slots of `BLOCK_SIZE` bytes. Bytes, not `[[u8; BLOCK_SIZE]]`: a
@@ -244,6 +251,22 @@ fn new_chunk() -> Chunk {
     chunk.into_boxed_slice()
 }
 
+/// `count` blocks from `addr` (up to the last address) as runs `(first, n)` that each lie in
+/// one shard: split at multiples of `RAM_SHARD_RUN`.
+fn runs(addr: u64, count: u64) -> impl Iterator<Item = (u64, u64)> {
+    let end = addr.saturating_add(count);
+    let mut at = addr;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let next = (at | (RAM_SHARD_RUN - 1)).saturating_add(1).min(end);
+        let run = (at, next - at);
+        at = next;
+        Some(run)
+    })
+}
+
 /// The chunk of slot `n` and its bytes there.
 fn slot_at(n: SlotNo) -> (usize, std::ops::Range<usize>) {
     let n = n as usize;
@@ -256,7 +279,8 @@ type Shard = Mutex<RamShard>;
 /// Where page contents live.
 pub enum Store {
     None,
-    /// Shards keyed by `lpn % RAM_SHARDS`, and one meter for all of their locks.
+    /// Shards keyed by `(lpn / RAM_SHARD_RUN) % RAM_SHARDS`, and one meter for all of their
+    /// locks.
     Ram(Box<[Shard]>, LockMeter),
     File(File),
 }
@@ -295,7 +319,7 @@ impl Store {
     }
 
     fn shard_no(lpn: u64) -> usize {
-        (lpn % RAM_SHARDS as u64) as usize
+        ((lpn / RAM_SHARD_RUN) % RAM_SHARDS as u64) as usize
     }
 
     fn shard<'a>(shards: &'a [Shard], meter: &'a LockMeter, lpn: u64) -> Metered<'a, RamShard> {
@@ -320,19 +344,21 @@ impl Store {
         match self {
             Store::None => Ok(()),
             Store::Ram(shards, meter) => {
-                for (i, chunk) in buf.chunks_exact(BLOCK_SIZE).enumerate() {
-                    let lpn = addr + i as u64;
-                    // Straight into the block's slot: no allocation, no zeroing, one copy
+                let mut blocks = buf.chunks_exact(BLOCK_SIZE);
+                for (first, n) in runs(addr, (buf.len() / BLOCK_SIZE) as u64) {
+                    // Straight into each block's slot: no allocation, no zeroing, one copy
                     // (under the engine lock on remapping FTLs, where the store op runs
                     // inside it). A new chunk is made with the shard lock released.
-                    let mut s = Self::shard(shards, meter, lpn);
-                    if s.needs_chunk(lpn) {
-                        drop(s);
-                        let c = new_chunk();
-                        s = Self::shard(shards, meter, lpn);
-                        s.add_chunk(c);
+                    let mut s = Self::shard(shards, meter, first);
+                    for (lpn, block) in (first..first + n).zip(blocks.by_ref()) {
+                        if s.needs_chunk(lpn) {
+                            drop(s);
+                            let c = new_chunk();
+                            s = Self::shard(shards, meter, lpn);
+                            s.add_chunk(c);
+                        }
+                        s.slot_for_write(lpn).copy_from_slice(block);
                     }
-                    s.slot_for_write(lpn).copy_from_slice(chunk);
                 }
                 Ok(())
             }
@@ -347,11 +373,15 @@ impl Store {
                 Ok(())
             }
             Store::Ram(shards, meter) => {
-                for (i, chunk) in buf.chunks_exact_mut(BLOCK_SIZE).enumerate() {
-                    let lpn = addr + i as u64;
-                    match Self::shard(shards, meter, lpn).get(lpn) {
-                        Some(b) => chunk.copy_from_slice(b),
-                        None => chunk.fill(0),
+                let count = (buf.len() / BLOCK_SIZE) as u64;
+                let mut blocks = buf.chunks_exact_mut(BLOCK_SIZE);
+                for (first, n) in runs(addr, count) {
+                    let s = Self::shard(shards, meter, first);
+                    for (lpn, block) in (first..first + n).zip(blocks.by_ref()) {
+                        match s.get(lpn) {
+                            Some(b) => block.copy_from_slice(b),
+                            None => block.fill(0),
+                        }
                     }
                 }
                 Ok(())
@@ -366,8 +396,11 @@ impl Store {
             Store::Ram(shards, meter) => {
                 let end = addr.saturating_add(count);
                 if count <= RAM_DISCARD_PER_BLOCK {
-                    for lpn in addr..end {
-                        Self::shard(shards, meter, lpn).remove(lpn);
+                    for (first, n) in runs(addr, count) {
+                        let mut s = Self::shard(shards, meter, first);
+                        for lpn in first..first + n {
+                            s.remove(lpn);
+                        }
                     }
                 } else {
                     // A huge range (an infinite logical space makes these cheap to ask for):
@@ -500,6 +533,11 @@ mod tests {
             .collect()
     }
 
+    /// Address `off` (0..64, more runs into the next shard) of the `k`-th run of `shard`.
+    fn in_shard(shard: u64, k: u64, off: u64) -> u64 {
+        RAM_SHARD_RUN * (RAM_SHARDS as u64 * k + shard) + off
+    }
+
     fn rng(x: &mut u64) -> u64 {
         // xorshift64*
         *x ^= *x >> 12;
@@ -518,6 +556,24 @@ mod tests {
                 b.iter().all(|&x| x == 0),
                 "{what}: lpn {lpn} should read zeros"
             ),
+        }
+    }
+
+    /// Requests split into per-shard runs at multiples of `RAM_SHARD_RUN`, up to the last
+    /// address of the infinite logical space.
+    #[test]
+    fn runs_split_at_shard_boundaries() {
+        let r = |a, n| runs(a, n).collect::<Vec<_>>();
+        assert_eq!(r(60, 10), [(60, 4), (64, 6)]);
+        assert_eq!(r(0, 130), [(0, 64), (64, 64), (128, 2)]);
+        assert_eq!(r(5, 0), []);
+        assert_eq!(r(u64::MAX - 3, 3), [(u64::MAX - 3, 3)]);
+        assert_eq!(
+            r(u64::MAX - 70, 10),
+            [(u64::MAX - 70, 7), (u64::MAX - 63, 3)]
+        );
+        for (a, n) in r(100, 1000) {
+            assert_eq!(Store::shard_no(a), Store::shard_no(a + n - 1));
         }
     }
 
@@ -559,8 +615,10 @@ mod tests {
             let addr = |x: &mut u64| {
                 let r = rng(x);
                 let base = if r % 16 == 0 { 1 << 63 } else { 0 };
-                // 4 shards x 600 blocks, then +0..3 for multi-block requests.
-                base + (r >> 8) % 4 + 64 * ((r >> 16) % 600)
+                // 4 shards x 300 runs x 8 blocks; 1 in 4 at the end of a run, so that
+                // multi-block requests (+0..3) cross into the next shard.
+                let off = (r >> 24) % 8 + if (r >> 40) % 4 == 0 { 58 } else { 0 };
+                base + in_shard((r >> 8) % 4, (r >> 16) % 300, off)
             };
             for step in 0..40_000u32 {
                 let what = format!("seed {seed} step {step}");
@@ -590,7 +648,8 @@ mod tests {
                         let (from, to) = if rng(&mut x) % 2 == 0 {
                             // Same shard: the slot number moves.
                             let f = addr(&mut x);
-                            (f, f % 64 + 64 * (rng(&mut x) % 600))
+                            let shard = Store::shard_no(f) as u64;
+                            (f, in_shard(shard, rng(&mut x) % 300, rng(&mut x) % 8))
                         } else {
                             (addr(&mut x), addr(&mut x))
                         };
@@ -619,11 +678,11 @@ mod tests {
                     99 if rng(&mut x) % 2 == 0 => {
                         // Thin out one shard block by block (3 of 4 go): its free slots pass
                         // its live ones, so it compacts with live blocks to move.
-                        let shard = rng(&mut x) % 4;
+                        let shard = (rng(&mut x) % 4) as usize;
                         let mut gone: Vec<u64> = model
                             .keys()
                             .copied()
-                            .filter(|lpn| lpn % 64 == shard)
+                            .filter(|&lpn| Store::shard_no(lpn) == shard)
                             .collect();
                         gone.sort_unstable();
                         for lpn in gone.into_iter().filter(|_| rng(&mut x) % 4 != 0) {
@@ -660,7 +719,8 @@ mod tests {
     #[test]
     fn freed_slots_are_reused_and_memory_stays_bounded() {
         let s = Store::ram();
-        let n = 3 * RAM_SHARDS as u64 * RAM_CHUNK_SLOTS as u64 / 2;
+        // Every shard gets the same number of blocks each round (a whole number of runs).
+        let n = RAM_SHARDS as u64 * RAM_SHARD_RUN;
         let mut first = None;
         for round in 0..6u64 {
             let base = round * 10 * n;
@@ -678,8 +738,8 @@ mod tests {
             s.check().unwrap();
         }
         assert_eq!(s.ram_slots().0, 0);
-        // Each shard held 1.5 chunks of blocks; freeing them all does not pass the
-        // compaction minimum, so the chunks stay for reuse.
+        // Each shard held one run of blocks; freeing them all does not pass the compaction
+        // minimum (in tests: 2 chunks of 16), so the chunks stay for reuse.
         assert!(s.ram_slots().1 <= RAM_SHARDS * RAM_COMPACT_FREE_MIN);
     }
 
@@ -689,7 +749,9 @@ mod tests {
     fn compaction_keeps_content_and_returns_chunks() {
         let s = Store::ram();
         // 3000 blocks of shard 5.
-        let lpns: Vec<u64> = (0..3000u64).map(|i| 5 + 64 * i).collect();
+        let lpns: Vec<u64> = (0..3000u64)
+            .map(|i| in_shard(5, i / RAM_SHARD_RUN, i % RAM_SHARD_RUN))
+            .collect();
         for &lpn in &lpns {
             s.write(lpn, &block(lpn, 1)).unwrap();
         }
