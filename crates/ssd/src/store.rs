@@ -69,7 +69,8 @@ type SlotNo = u32;
 
 /// Hash of an `lpn` key: one 64x64->128 multiply folded to 64 bits, so both the low bits
 /// (the bucket) and the high bits (the control byte) depend on every key bit. The keys of
-/// one shard share their low 6 bits (`lpn % 64`), so the identity hash would not do.
+/// one shard share bits 6-11 (`(lpn / 64) % 64`) and most have their top bits all zero, so
+/// the identity hash would crowd the buckets and give every key the same control byte.
 #[derive(Default)]
 struct LpnHasher(u64);
 
