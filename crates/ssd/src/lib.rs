@@ -19,8 +19,9 @@
 //! - `device`: the `BlockDevice`; `workload`, `cli`: the synthetic workload command.
 //!
 //! Lock order (whole crate): `SsdDevice.engine` → released → a `SsdDevice.recs` shard; store
-//! shard locks are leaves. No lock is held while sleeping on the wall clock. `locks` meters
-//! every one of them (docs/EMULATOR.md §2.8).
+//! shard locks are leaves (two at once only for a relocation across shards, in ascending
+//! shard order). No lock is held while sleeping on the wall clock. `locks` meters every one
+//! of them (docs/EMULATOR.md §2.8).
 
 pub mod analytic;
 pub mod calendar;
