@@ -170,37 +170,15 @@ impl Report {
     }
 }
 
-/// `git rev-parse HEAD` of the source tree (+ "-dirty" with uncommitted changes), or
-/// "unknown". GIT_OPTIONAL_LOCKS=0 keeps `git status` from rewriting the index.
+/// The git revision the binary was built from (`git rev-parse HEAD`, + "-dirty" with
+/// uncommitted changes to tracked files; recorded by `build.rs`), so that a report names the
+/// code that ran even when the binary was copied elsewhere or the checkout moved on since the
+/// build; "unknown" when it was not built in a git checkout.
 pub fn git_revision() -> String {
-    static REV: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    REV.get_or_init(|| {
-        let dir = env!("CARGO_MANIFEST_DIR");
-        let git = |args: &[&str]| {
-            std::process::Command::new("git")
-                .arg("-C")
-                .arg(dir)
-                .args(args)
-                .env("GIT_OPTIONAL_LOCKS", "0")
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        };
-        match git(&["rev-parse", "--short=12", "HEAD"]) {
-            Some(h) => {
-                let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                    .is_some_and(|s| !s.is_empty());
-                if dirty {
-                    format!("{h}-dirty")
-                } else {
-                    h
-                }
-            }
-            None => "unknown".into(),
-        }
-    })
-    .clone()
+    match env!("FLASHLOG_BUILD_REV") {
+        "" => "unknown".into(),
+        rev => rev.into(),
+    }
 }
 
 /// CPU count, model, kernel and memory.
