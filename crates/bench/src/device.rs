@@ -10,7 +10,9 @@
 //! a RAM page store (the file system reads its metadata back).
 
 use anyhow::{anyhow, bail, Context, Result};
-use flashlog_dev::{BlockDevice, Capabilities, Completion, DevResult, FileDevice, RamDevice};
+use flashlog_dev::{
+    BlockDevice, Capabilities, Completion, DevResult, FileDevice, RamDevice, WriteHint,
+};
 use flashlog_ssd::{parse_size, ClockKind, SsdConfig, SsdDevice, SsdStats, StoreKind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -354,8 +356,13 @@ impl BlockDevice for Counted {
         Ok(r)
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        self.write_hinted(addr, buf, WriteHint::None)
+    }
+    fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
         let n = buf.len() as u64 / 4096;
-        let r = self.traced(IoKind::Write, n, || self.inner.write(addr, buf))?;
+        let r = self.traced(IoKind::Write, n, || {
+            self.inner.write_hinted(addr, buf, hint)
+        })?;
         self.write_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(r)

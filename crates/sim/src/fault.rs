@@ -24,7 +24,7 @@ use crate::model::Model;
 use crate::workload::{apply, Outcome, Workload};
 use flashlog_core::{Error, Fs, GcPolicy, MountOptions, ROOT_INO};
 use flashlog_dev::{
-    BlockDevice, Capabilities, Completion, CrashMode, DevError, DevResult, SimDevice,
+    BlockDevice, Capabilities, Completion, CrashMode, DevError, DevResult, SimDevice, WriteHint,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -163,11 +163,14 @@ impl BlockDevice for FaultDevice {
         self.inner.read(addr, buf)
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        self.write_hinted(addr, buf, WriteHint::None)
+    }
+    fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
         self.refuse_after_fault()?;
         if self.hit(&self.writes, FaultKind::Write) {
             return Err(self.fail("write"));
         }
-        self.inner.write(addr, buf)
+        self.inner.write_hinted(addr, buf, hint)
     }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.refuse_after_fault()?;
