@@ -110,6 +110,9 @@ pub struct CoupledConfig {
     pub regular_free_zones: u32,
     /// A flush also sends a partly filled batch (else only full batches are sent).
     pub send_on_flush: bool,
+    /// One GC destination per block type (`vop_streams`, default on; [`gc_stream`]); off:
+    /// every moved page goes to one destination whatever its hint (the ablation).
+    pub block_type_streams: bool,
 }
 
 impl Default for CoupledConfig {
@@ -121,6 +124,7 @@ impl Default for CoupledConfig {
             gc_threshold_lines: 5,
             regular_free_zones: 0,
             send_on_flush: true,
+            block_type_streams: true,
         }
     }
 }
@@ -612,7 +616,7 @@ impl CoupledFtl {
         for off in 0..flash.slots_per_line() {
             let p = flash.ppn(victim, off);
             if flash.owner(p).is_some() {
-                pages[gc_stream(self.page_hint[p.0 as usize])] += 1;
+                pages[self.stream_of(self.page_hint[p.0 as usize])] += 1;
             }
         }
         let mut zones = 0;
@@ -626,6 +630,16 @@ impl CoupledFtl {
         zones <= open && zones < u64::from(flash.lines.free_count())
     }
 
+    /// The GC destination stream of a page written with `hint` ([`gc_stream`]; 0 for all
+    /// with `block_type_streams` off).
+    fn stream_of(&self, hint: WriteHint) -> usize {
+        if self.cfg.block_type_streams {
+            gc_stream(hint)
+        } else {
+            0
+        }
+    }
+
     /// Collect `victim` (a sealed zone line): move its valid pages to the GC destination.
     fn collect(&mut self, flash: &mut Flash, victim: LineId, t: u64) -> Result<u64, FtlError> {
         let zone = self.line_zone[victim.0 as usize];
@@ -636,10 +650,10 @@ impl CoupledFtl {
                 continue;
             };
             let hint = self.page_hint[p as usize];
-            let s = gc_stream(hint);
+            let s = self.stream_of(hint);
             let (new_ppn, new) = self.alloc_gc(flash, s)?;
             self.page_hint[new_ppn.0 as usize] = hint;
-            if s != 0 {
+            if hint == WriteHint::Node {
                 self.stats.gc_node_pages_moved += 1;
             }
             flash.gc_place(&run, p, new_ppn, new);
@@ -1039,7 +1053,7 @@ impl CoupledFtl {
             for off in 0..flash.slots_per_line() {
                 let p = flash.ppn(LineId(l), off);
                 let hint = self.page_hint[p.0 as usize];
-                if flash.owner(p).is_some() && gc_stream(hint) != want {
+                if flash.owner(p).is_some() && self.stream_of(hint) != want {
                     return Err(format!(
                         "GC zone {g} (stream {want}) line {l} offset {off} holds a {} page",
                         hint.name()
@@ -1048,14 +1062,6 @@ impl CoupledFtl {
             }
         }
         Ok(())
-    }
-
-    /// Stream of the GC-region zone holding logical block `lpn`, if it lies in the GC region
-    /// and its zone has a line (tests: which destination a moved page went to).
-    pub fn gc_zone_stream_of(&self, lpn: u64) -> Option<usize> {
-        let g = self.gc_zone_of(lpn)?;
-        (self.zone_line[self.regular_zones as usize + g] != NO_LINE)
-            .then(|| usize::from(self.gc_zone_stream[g]))
     }
 
     /// A zone line whose every page is dead is reset at once (no copy needed): sealed, or
