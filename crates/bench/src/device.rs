@@ -455,6 +455,24 @@ fn raw_write_with(spec: &DeviceSpec, bytes: u64, threads: usize, chunk: u64) -> 
 mod tests {
     use super::*;
 
+    /// `Counted` passes each write's hint on unchanged (the D2FS block type reaches the
+    /// emulated device) and still counts the bytes.
+    #[test]
+    fn counted_forwards_write_hints() {
+        let log = Arc::new(flashlog_dev::HintLog::new(RamDevice::new(16)));
+        let dev = Counted::new(log.clone());
+        let b = vec![0u8; 4096];
+        for (i, h) in WriteHint::ALL.into_iter().enumerate() {
+            dev.write_hinted(i as u64, &b, h).unwrap();
+        }
+        dev.write(8, &b).unwrap();
+        let got: Vec<WriteHint> = log.writes().iter().map(|w| w.hint).collect();
+        let mut want = WriteHint::ALL.to_vec();
+        want.push(WriteHint::None);
+        assert_eq!(got, want);
+        assert_eq!(dev.bytes().1, 5 * 4096);
+    }
+
     #[test]
     fn specs() {
         let s = DeviceSpec::from_args("sata-like:1GiB", None, None, &[], "wall").unwrap();

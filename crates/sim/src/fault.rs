@@ -422,3 +422,27 @@ pub fn run_background_panic(policy: GcPolicy) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashlog_dev::{HintLog, RamDevice};
+
+    /// `FaultDevice` passes each write's hint on unchanged, and a write fault still fires on
+    /// a hinted write (then nothing more reaches the device).
+    #[test]
+    fn fault_device_forwards_write_hints() {
+        let log = Arc::new(HintLog::new(RamDevice::new(16)));
+        let dev = FaultDevice::new(log.clone(), FaultKind::Write, 4);
+        let b = vec![0u8; 4096];
+        for (i, h) in WriteHint::ALL.into_iter().enumerate() {
+            dev.write_hinted(i as u64, &b, h).unwrap();
+        }
+        let got: Vec<WriteHint> = log.writes().iter().map(|w| w.hint).collect();
+        assert_eq!(got, WriteHint::ALL);
+        assert!(dev.write_hinted(9, &b, WriteHint::Node).is_err());
+        assert!(dev.fired());
+        assert!(dev.write(10, &b).is_err());
+        assert_eq!(log.writes().len(), WriteHint::ALL.len());
+    }
+}
