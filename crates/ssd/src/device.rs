@@ -12,6 +12,9 @@
 //!   the current time, and the calling thread sleeps until the modelled completion. The
 //!   achieved latency (and how late the wake-up was) is what the statistics record.
 //!
+//! Writes carry the host's block type ([`WriteHint`], `BlockDevice::write_hinted`; a plain
+//! `write` is `WriteHint::None`) to the FTL with every page.
+//!
 //! Invariants: the engine sees requests in the order they take its lock; every completion
 //! carries all device events queued before it finished; requests are checked (range,
 //! alignment) before touching any state.
