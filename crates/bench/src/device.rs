@@ -10,7 +10,9 @@
 //! a RAM page store (the file system reads its metadata back).
 
 use anyhow::{anyhow, bail, Context, Result};
-use flashlog_dev::{BlockDevice, Capabilities, Completion, DevResult, FileDevice, RamDevice};
+use flashlog_dev::{
+    BlockDevice, Capabilities, Completion, DevResult, FileDevice, RamDevice, WriteHint,
+};
 use flashlog_ssd::{parse_size, ClockKind, SsdConfig, SsdDevice, SsdStats, StoreKind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -354,8 +356,13 @@ impl BlockDevice for Counted {
         Ok(r)
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        self.write_hinted(addr, buf, WriteHint::None)
+    }
+    fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
         let n = buf.len() as u64 / 4096;
-        let r = self.traced(IoKind::Write, n, || self.inner.write(addr, buf))?;
+        let r = self.traced(IoKind::Write, n, || {
+            self.inner.write_hinted(addr, buf, hint)
+        })?;
         self.write_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(r)
@@ -447,6 +454,24 @@ fn raw_write_with(spec: &DeviceSpec, bytes: u64, threads: usize, chunk: u64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Counted` passes each write's hint on unchanged (the D2FS block type reaches the
+    /// emulated device) and still counts the bytes.
+    #[test]
+    fn counted_forwards_write_hints() {
+        let log = Arc::new(flashlog_dev::HintLog::new(RamDevice::new(16)));
+        let dev = Counted::new(log.clone());
+        let b = vec![0u8; 4096];
+        for (i, h) in WriteHint::ALL.into_iter().enumerate() {
+            dev.write_hinted(i as u64, &b, h).unwrap();
+        }
+        dev.write(8, &b).unwrap();
+        let got: Vec<WriteHint> = log.writes().iter().map(|w| w.hint).collect();
+        let mut want = WriteHint::ALL.to_vec();
+        want.push(WriteHint::None);
+        assert_eq!(got, want);
+        assert_eq!(dev.bytes().1, 5 * 4096);
+    }
 
     #[test]
     fn specs() {

@@ -36,8 +36,11 @@ pub struct Gauge {
     pub upcalls_acked: u64,
     /// Valid 4 KiB blocks on flash (the live data the mapping has to cover).
     pub valid_blocks: u64,
-    /// Device GC runs so far (victim lines collected by the device).
+    /// Device GC runs so far (victim lines collected by the device), pages they moved, and of
+    /// those the pages the host wrote as node blocks (D2FS: the coupled FTL's node stream).
     pub device_gc_runs: u64,
+    pub device_gc_pages_moved: u64,
+    pub device_gc_node_pages_moved: u64,
     /// D2FS regions: valid blocks / region blocks, and zones holding a line / zones.
     pub regular_fill: f64,
     pub regular_zones_used: f64,
@@ -66,6 +69,8 @@ impl Gauge {
             upcalls_acked: ftl.upcalls_acked,
             valid_blocks: ssd.valid_blocks(),
             device_gc_runs: counters.gc_runs,
+            device_gc_pages_moved: counters.gc_pages_moved,
+            device_gc_node_pages_moved: ftl.gc_node_pages_moved,
             ..Gauge::default()
         };
         let frac = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };

@@ -2,7 +2,9 @@
 //! writers go on filling the next ones, so that copying and device time overlap.
 //!
 //! Owns: the queue of submitted buffers and the list of buffers not yet written (queued or
-//! being written), from which reads of those blocks are served.
+//! being written), from which reads of those blocks are served. Each buffer carries the
+//! block type of the log head that filled it ([`WriteHint`]: node heads `Node`, data heads
+//! `Data`), sent with its write (D2FS: the coupled FTL's GC keeps node and data apart).
 //!
 //! Invariants: a buffer stays readable through `read_inflight` until the device accepted
 //! it; `wait_idle` returns only when every submitted buffer is on the device (so a flush
@@ -26,7 +28,7 @@
 
 use crate::config::WRITE_BATCH_BLOCKS;
 use crate::error::{Error, Result};
-use flashlog_dev::{BlockDevice, BLOCK_SIZE};
+use flashlog_dev::{BlockDevice, WriteHint, BLOCK_SIZE};
 use flashlog_format::BlkAddr;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -41,6 +43,7 @@ struct Buf {
     id: u64,
     addr: BlkAddr,
     data: Arc<Vec<u8>>,
+    hint: WriteHint,
 }
 
 #[derive(Default)]
@@ -114,11 +117,12 @@ impl IoPool {
         }
     }
 
-    /// Write `data` at `addr`, now (no threads) or soon (queued). Never waits for room in
-    /// the queue (callers hold a log head): `throttle` does, once the head is released.
-    pub fn submit(&self, addr: BlkAddr, data: Vec<u8>) -> Result<()> {
+    /// Write `data` at `addr` with `hint` (the block type of the head that filled it), now
+    /// (no threads) or soon (queued). Never waits for room in the queue (callers hold a log
+    /// head): `throttle` does, once the head is released.
+    pub fn submit(&self, addr: BlkAddr, data: Vec<u8>, hint: WriteHint) -> Result<()> {
         if self.threads == 0 {
-            let r = self.dev.write(addr, &data).map(|_| ());
+            let r = self.dev.write_hinted(addr, &data, hint).map(|_| ());
             self.recycle(data);
             return Ok(r?);
         }
@@ -132,6 +136,7 @@ impl IoPool {
             id,
             addr,
             data: Arc::new(data),
+            hint,
         });
         st.queue.push_back(id);
         self.inflight.store(st.bufs.len(), Ordering::Release);
@@ -211,7 +216,7 @@ impl IoPool {
 
     fn worker(&self) {
         loop {
-            let (id, addr, data, skip) = {
+            let (id, addr, data, hint, skip) = {
                 let mut st = self.state.lock();
                 loop {
                     if let Some(id) = self.pick(&mut st) {
@@ -220,7 +225,7 @@ impl IoPool {
                             .iter()
                             .find(|b| b.id == id)
                             .expect("queued buffer is listed");
-                        break (id, b.addr, b.data.clone(), st.error.is_some());
+                        break (id, b.addr, b.data.clone(), b.hint, st.error.is_some());
                     }
                     if st.stop {
                         return;
@@ -231,7 +236,7 @@ impl IoPool {
             let r = if skip {
                 Ok(())
             } else {
-                self.dev.write(addr, &data).map(|_| ())
+                self.dev.write_hinted(addr, &data, hint).map(|_| ())
             };
             let mut st = self.state.lock();
             if let Err(e) = r {
@@ -281,7 +286,7 @@ mod tests {
         let dev = Arc::new(RamDevice::new(1024));
         let pool = IoPool::new(dev.clone(), 2);
         for i in 0..32u64 {
-            pool.submit(i * 4, vec![i as u8 + 1; 4 * BLOCK_SIZE])
+            pool.submit(i * 4, vec![i as u8 + 1; 4 * BLOCK_SIZE], WriteHint::Data)
                 .unwrap();
             let mut b = vec![0u8; BLOCK_SIZE];
             // Either still in flight or already written: the value is the same.
@@ -312,12 +317,20 @@ mod tests {
             self.inner.read(a, b)
         }
         fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+            self.write_hinted(a, b, WriteHint::None)
+        }
+        fn write_hinted(
+            &self,
+            a: u64,
+            b: &[u8],
+            hint: WriteHint,
+        ) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
             let mut o = self.open.lock();
             while !*o {
                 self.cv.wait(&mut o);
             }
             drop(o);
-            self.inner.write(a, b)
+            self.inner.write_hinted(a, b, hint)
         }
         fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
             self.inner.discard(a, n)
@@ -339,7 +352,8 @@ mod tests {
         });
         let pool = IoPool::new(dev.clone(), 1);
         for i in 0..MAX_INFLIGHT as u64 + 8 {
-            pool.submit(i, vec![i as u8; BLOCK_SIZE]).unwrap();
+            pool.submit(i, vec![i as u8; BLOCK_SIZE], WriteHint::Data)
+                .unwrap();
         }
         assert_eq!(pool.inflight.load(Ordering::Acquire), MAX_INFLIGHT + 8);
         let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -412,7 +426,7 @@ mod tests {
         // Two zones, eight 8-block buffers each, interleaved as two log heads would.
         for i in 0..8u64 {
             for zone in [0u64, 5] {
-                pool.submit(zone * 64 + i * 8, vec![1; 8 * BLOCK_SIZE])
+                pool.submit(zone * 64 + i * 8, vec![1; 8 * BLOCK_SIZE], WriteHint::Data)
                     .unwrap();
             }
         }
@@ -443,7 +457,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..500u64 {
                         let addr = t * 1024 + i % 1024;
-                        pool.submit(addr, vec![(i % 251) as u8; BLOCK_SIZE])
+                        pool.submit(addr, vec![(i % 251) as u8; BLOCK_SIZE], WriteHint::Data)
                             .unwrap();
                         pool.throttle();
                         if i % 50 == 49 {
@@ -473,9 +487,12 @@ mod tests {
     fn a_failed_write_is_reported_and_stops_later_writes() {
         let dev = Arc::new(RamDevice::new(8));
         let pool = IoPool::new(dev.clone(), 1);
-        pool.submit(100, vec![1; BLOCK_SIZE]).unwrap(); // past the end: fails
+        pool.submit(100, vec![1; BLOCK_SIZE], WriteHint::Data)
+            .unwrap(); // past the end: fails
         assert!(matches!(pool.wait_idle(), Err(Error::Poisoned(_))));
-        assert!(pool.submit(0, vec![2; BLOCK_SIZE]).is_err());
+        assert!(pool
+            .submit(0, vec![2; BLOCK_SIZE], WriteHint::Data)
+            .is_err());
         pool.stop();
     }
 }

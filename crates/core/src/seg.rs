@@ -11,7 +11,10 @@
 //!   durable checkpoint and no log head owns it: sections that become empty are *prefree*
 //!   until the next checkpoint is durable;
 //! - each log head writes its segment strictly in order; node heads know their next segment
-//!   in advance so that a node footer can name the next block of the roll-forward chain.
+//!   in advance so that a node footer can name the next block of the roll-forward chain;
+//! - every device write says what it carries ([`head_hint`]): a node head's buffers go with
+//!   `WriteHint::Node`, a data head's (collector streams included) with `Data`, SIT and SSA
+//!   blocks with `Meta` (D2FS §6: the coupled FTL's GC keeps node and data pages apart).
 //!
 //! - space: every change of the free-section count and of a head's room before its next
 //!   claim is reported to the space budget (`space.rs`), exactly, so that its headroom stays
@@ -34,7 +37,7 @@ use crate::bitmap::AtomicBitmap;
 use crate::config::WRITE_BATCH_BLOCKS;
 use crate::error::{Error, Result};
 use crossbeam_utils::CachePadded;
-use flashlog_dev::BlockDevice;
+use flashlog_dev::{BlockDevice, WriteHint};
 use flashlog_format::codec::{test_bit, Block};
 use flashlog_format::cp::{LogHeadRecord, LogKind, Temp};
 use flashlog_format::meta::{
@@ -103,6 +106,14 @@ impl SegEntry {
 /// Index of a log head in the table: 6 per mlog, then GC streams.
 pub fn head_index(mlog: u16, kind: LogKind, temp: Temp) -> usize {
     mlog as usize * 6 + kind as usize * 3 + temp as usize
+}
+
+/// The block type a head of `kind` sends with its writes.
+pub fn head_hint(kind: LogKind) -> WriteHint {
+    match kind {
+        LogKind::Data => WriteHint::Data,
+        LogKind::Node => WriteHint::Node,
+    }
 }
 
 /// Log kind of the head at table index `class` (a segment's class in the SIT; 0xff: none),
@@ -928,7 +939,8 @@ impl SegManager {
             self.pending.truncate(base + streams);
             for mut h in retired {
                 if !h.buf.is_empty() {
-                    self.dev.write(h.buf_start, &h.buf)?;
+                    self.dev
+                        .write_hinted(h.buf_start, &h.buf, head_hint(h.kind))?;
                     h.buf.clear();
                 }
                 self.ssa_dirty_of(h.seg).lock().insert(h.seg, h.ssa);
@@ -1280,7 +1292,7 @@ impl SegManager {
         }
         let n = (h.buf.len() / BLOCK_SIZE) as u64;
         let data = std::mem::replace(&mut h.buf, self.io.buffer());
-        if let Err(e) = self.io.submit(h.buf_start, data) {
+        if let Err(e) = self.io.submit(h.buf_start, data, head_hint(h.kind)) {
             self.poisoned.store(true, Ordering::Release);
             return Err(e);
         }
@@ -1468,10 +1480,12 @@ impl SegManager {
     }
 
     fn write_meta(&self, addr: BlkAddr, b: &Block) -> Result<()> {
-        self.dev.write(addr, b).map_err(|e| {
-            self.poisoned.store(true, Ordering::Release);
-            Error::from(e)
-        })?;
+        self.dev
+            .write_hinted(addr, b, WriteHint::Meta)
+            .map_err(|e| {
+                self.poisoned.store(true, Ordering::Release);
+                Error::from(e)
+            })?;
         self.blocks_written.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -88,6 +88,86 @@ fn device_gc_needs_a_coupled_device_and_a_coupled_device_needs_device_gc() {
     assert!(err.contains("gc=device"), "{err}");
 }
 
+/// D2FS §6, block type in the I/O command: on a `gc=device` volume every log write says what
+/// it carries. Node heads write with `WriteHint::Node` and what they wrote reads back as node
+/// blocks; data heads write with `Data` and what they wrote is file data; nothing in the main
+/// area goes unhinted or as metadata, nothing below it as node or data, and no section
+/// (zone) takes writes of two kinds. A `HintLog` between the file system and the coupled
+/// SSD lists the writes.
+#[test]
+fn device_gc_log_heads_send_their_block_type() {
+    use flashlog_dev::{HintLog, WriteHint};
+    let ssd = coupled();
+    let (z, main) = {
+        let caps = ssd.capabilities();
+        (caps.zone_blocks, caps.conventional_blocks)
+    };
+    let log = Arc::new(HintLog::new(ssd.clone()));
+    let dev: Arc<dyn BlockDevice> = log.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let pattern = |i: usize| -> Vec<u8> {
+        (0..FILE / 8)
+            .map(|k| (k as usize * 13 + i) as u8 | 1)
+            .collect()
+    };
+    for i in 0..24 {
+        fs.write_file(&format!("/f{i}"), &pattern(i)).unwrap();
+    }
+    fs.sync().unwrap();
+    let writes = log.writes();
+    let mut zone_hint = std::collections::HashMap::new();
+    let (mut nodes, mut data) = (0u64, 0u64);
+    let mut b = vec![0u8; 4096];
+    for w in &writes {
+        if w.addr < main {
+            assert!(
+                matches!(w.hint, WriteHint::None | WriteHint::Meta),
+                "a {:?} write at {} in the metadata area",
+                w.hint,
+                w.addr
+            );
+            continue;
+        }
+        assert!(
+            matches!(w.hint, WriteHint::Node | WriteHint::Data),
+            "a main-area write at {} went as {:?}",
+            w.addr,
+            w.hint
+        );
+        for a in w.addr..w.addr + w.blocks {
+            let first = *zone_hint.entry((a - main) / z).or_insert(w.hint);
+            assert_eq!(
+                first, w.hint,
+                "zone of block {a} took {first:?} and {:?}",
+                w.hint
+            );
+            ssd.read(a, &mut b).unwrap();
+            let block: &flashlog_format::Block = b.as_slice().try_into().unwrap();
+            let is_node = flashlog_format::node::check_node(block, None).is_ok();
+            if b.iter().all(|&x| x == 0) {
+                continue; // discarded since (a superseded copy)
+            }
+            match w.hint {
+                WriteHint::Node => {
+                    assert!(is_node, "node-hinted block {a} is not a node");
+                    nodes += 1;
+                }
+                _ => {
+                    assert!(!is_node, "data-hinted block {a} is a node");
+                    data += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        nodes >= 24 && data >= 24 * FILE / 8 / 4096,
+        "{nodes} node and {data} data blocks"
+    );
+    fs.unmount().unwrap();
+    fsck_clean(&*dev);
+}
+
 /// Random 4 KiB overwrites of files filling ~60 % of what statfs reports, for three device
 /// capacities of writes: the device's GC must run (upcalls applied), every byte must read
 /// back as the model says before and after a remount, fsck clean, no budget overcommit.
@@ -166,6 +246,15 @@ impl BlockDevice for Cut {
     fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
         self.check()?;
         self.inner.write(a, b)
+    }
+    fn write_hinted(
+        &self,
+        a: u64,
+        b: &[u8],
+        hint: flashlog_dev::WriteHint,
+    ) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.write_hinted(a, b, hint)
     }
     fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
         self.check()?;
@@ -597,6 +686,14 @@ impl BlockDevice for Reorder {
     }
     fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
         self.inner.write(a, b).map(|c| self.hook(c))
+    }
+    fn write_hinted(
+        &self,
+        a: u64,
+        b: &[u8],
+        hint: flashlog_dev::WriteHint,
+    ) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.inner.write_hinted(a, b, hint).map(|c| self.hook(c))
     }
     fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
         self.inner.discard(a, n).map(|c| self.hook(c))

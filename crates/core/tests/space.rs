@@ -71,9 +71,17 @@ impl BlockDevice for YieldDevice {
         Ok(Completion::empty())
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        self.write_hinted(addr, buf, flashlog_dev::WriteHint::None)
+    }
+    fn write_hinted(
+        &self,
+        addr: u64,
+        buf: &[u8],
+        hint: flashlog_dev::WriteHint,
+    ) -> DevResult<Completion> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         std::thread::yield_now();
-        self.inner.write(addr, buf)
+        self.inner.write_hinted(addr, buf, hint)
     }
     fn flush(&self) -> DevResult<Completion> {
         std::thread::yield_now();

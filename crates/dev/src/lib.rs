@@ -1,9 +1,15 @@
 //! Block devices for Flashlog.
 //!
 //! Owns: the [`BlockDevice`] trait every layer above talks to, the simple backends
-//! (RAM, image file / block device, power-cut simulation), and [`UpcallTap`], the host end of
-//! D2FS migration upcalls. The flash SSD emulator lives in
-//! `flashlog-ssd` and implements the same trait.
+//! (RAM, image file / block device, power-cut simulation), [`HintLog`] (lists each write's
+//! hint, for tests) and [`UpcallTap`], the host end of D2FS migration upcalls. The flash SSD
+//! emulator lives in `flashlog-ssd` and implements the same trait.
+//!
+//! Write hints: [`BlockDevice::write_hinted`] carries a [`WriteHint`] (the kind of block
+//! written: file-system metadata, data, node), D2FS's "block type in the I/O command" (FAST '25
+//! §6). Hints are advisory: a device may ignore them and must return the same contents either
+//! way. A wrapper device forwards `write_hinted` to its inner device with the hint unchanged
+//! (the default implementation drops the hint, which is right only for a backend).
 //!
 //! Invariants: all I/O is in whole 4 KiB blocks ([`BLOCK_SIZE`]) at 64-bit block addresses;
 //! a buffer whose length is not a multiple of the block size is refused with
@@ -14,11 +20,13 @@
 //! holding a lock).
 
 mod file;
+mod hint;
 mod ram;
 mod sim;
 mod upcall;
 
 pub use file::FileDevice;
+pub use hint::{HintLog, HintedWrite};
 pub use ram::RamDevice;
 pub use sim::{CrashMode, SimDevice, SimOp};
 pub use upcall::{Upcall, UpcallTap, MAX_QUEUED_UPCALLS};
@@ -29,6 +37,56 @@ use std::sync::Arc;
 pub const BLOCK_SIZE: usize = 4096;
 /// `BLOCK_SIZE` as u64, for address arithmetic.
 pub const BLOCK_SIZE_U64: u64 = BLOCK_SIZE as u64;
+
+/// The kind of block a write carries, sent with the write (an NVMe stream id in the paper's
+/// artifact). Advisory: it never changes what a read returns. A device that separates
+/// streams (the D2FS coupled FTL keeps one GC destination per block type) places blocks of
+/// different kinds apart; every other device ignores it.
+///
+/// One value per stream id; more kinds (e.g. hot/warm/cold data) would be new variants with
+/// new ids.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WriteHint {
+    /// No hint (a plain [`BlockDevice::write`]).
+    #[default]
+    None,
+    /// File-system metadata rewritten in place (checkpoint, NAT, SIT, SSA).
+    Meta,
+    /// File data (the paper's "data block").
+    Data,
+    /// Node blocks: inodes and the file map (the paper's "filemap block").
+    Node,
+}
+
+impl WriteHint {
+    /// Every hint, in stream-id order.
+    pub const ALL: [WriteHint; 4] = [
+        WriteHint::None,
+        WriteHint::Meta,
+        WriteHint::Data,
+        WriteHint::Node,
+    ];
+
+    /// The stream id the hint travels as (0 = none), dense from 0.
+    pub const fn stream_id(self) -> u8 {
+        self as u8
+    }
+
+    /// The hint of a stream id; None for an id no hint has.
+    pub fn from_stream_id(id: u8) -> Option<WriteHint> {
+        WriteHint::ALL.get(usize::from(id)).copied()
+    }
+
+    /// Short name, for reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            WriteHint::None => "none",
+            WriteHint::Meta => "meta",
+            WriteHint::Data => "data",
+            WriteHint::Node => "node",
+        }
+    }
+}
 
 /// What a device declares about itself. The file system adapts to these, never to the
 /// backend's concrete type.
@@ -167,6 +225,13 @@ pub trait BlockDevice: Send + Sync {
     fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<Completion>;
     /// Write `buf.len() / 4096` blocks starting at `addr`. Not durable until `flush`.
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion>;
+    /// `write` with the kind of block written ([`WriteHint`], advisory). The default drops
+    /// the hint and calls `write`: right for a backend that does not separate streams, wrong
+    /// for a wrapper, which must forward the hint to its inner device's `write_hinted`.
+    fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
+        let _ = hint;
+        self.write(addr, buf)
+    }
     /// Tell the device `count` blocks from `addr` no longer hold data.
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion>;
     /// Make every completed write durable.
@@ -219,6 +284,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
         (**self).write(addr, buf)
+    }
+    fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
+        (**self).write_hinted(addr, buf, hint)
     }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         (**self).discard(addr, count)

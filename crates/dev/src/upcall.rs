@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::{BlockDevice, Capabilities, Completion, DevResult, DeviceEvent, MigrationPair};
+use crate::{
+    BlockDevice, Capabilities, Completion, DevResult, DeviceEvent, MigrationPair, WriteHint,
+};
 
 /// One migration upcall as the host received it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +139,11 @@ impl<D: BlockDevice> BlockDevice for UpcallTap<D> {
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
         self.inner.write(addr, buf).map(|c| self.tap(c))
+    }
+    fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
+        self.inner
+            .write_hinted(addr, buf, hint)
+            .map(|c| self.tap(c))
     }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.inner.discard(addr, count).map(|c| self.tap(c))

@@ -31,7 +31,9 @@
 
 use crate::image::sim_mount_options;
 use flashlog_core::{fsck, Fs, GcPolicy, MkfsOptions};
-use flashlog_dev::{BlockDevice, Capabilities, Completion, DevError, DevResult, DeviceEvent};
+use flashlog_dev::{
+    BlockDevice, Capabilities, Completion, DevError, DevResult, DeviceEvent, WriteHint,
+};
 use flashlog_ssd::{SsdConfig, SsdDevice, StoreKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -191,9 +193,12 @@ impl BlockDevice for CutSsd {
         self.inner.read_many(reqs)
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        self.write_hinted(addr, buf, WriteHint::None)
+    }
+    fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
         let count = (buf.len() / 4096) as u64;
         self.counted(Request::Write { addr, count }, || {
-            self.inner.write(addr, buf)
+            self.inner.write_hinted(addr, buf, hint)
         })
     }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {

@@ -24,7 +24,7 @@ use crate::model::Model;
 use crate::workload::{apply, Outcome, Workload};
 use flashlog_core::{Error, Fs, GcPolicy, MountOptions, ROOT_INO};
 use flashlog_dev::{
-    BlockDevice, Capabilities, Completion, CrashMode, DevError, DevResult, SimDevice,
+    BlockDevice, Capabilities, Completion, CrashMode, DevError, DevResult, SimDevice, WriteHint,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -163,11 +163,14 @@ impl BlockDevice for FaultDevice {
         self.inner.read(addr, buf)
     }
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        self.write_hinted(addr, buf, WriteHint::None)
+    }
+    fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
         self.refuse_after_fault()?;
         if self.hit(&self.writes, FaultKind::Write) {
             return Err(self.fail("write"));
         }
-        self.inner.write(addr, buf)
+        self.inner.write_hinted(addr, buf, hint)
     }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.refuse_after_fault()?;
@@ -418,4 +421,28 @@ pub fn run_background_panic(policy: GcPolicy) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashlog_dev::{HintLog, RamDevice};
+
+    /// `FaultDevice` passes each write's hint on unchanged, and a write fault still fires on
+    /// a hinted write (then nothing more reaches the device).
+    #[test]
+    fn fault_device_forwards_write_hints() {
+        let log = Arc::new(HintLog::new(RamDevice::new(16)));
+        let dev = FaultDevice::new(log.clone(), FaultKind::Write, 4);
+        let b = vec![0u8; 4096];
+        for (i, h) in WriteHint::ALL.into_iter().enumerate() {
+            dev.write_hinted(i as u64, &b, h).unwrap();
+        }
+        let got: Vec<WriteHint> = log.writes().iter().map(|w| w.hint).collect();
+        assert_eq!(got, WriteHint::ALL);
+        assert!(dev.write_hinted(9, &b, WriteHint::Node).is_err());
+        assert!(dev.fired());
+        assert!(dev.write(10, &b).is_err());
+        assert_eq!(log.writes().len(), WriteHint::ALL.len());
+    }
 }

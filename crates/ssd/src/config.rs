@@ -614,7 +614,7 @@ impl SsdConfig {
     }
 
     /// Names of the parameters [`SsdConfig::set`] accepts.
-    pub const KEYS: [&'static str; 47] = [
+    pub const KEYS: [&'static str; 48] = [
         "channels",
         "dies_per_channel",
         "planes_per_die",
@@ -653,6 +653,7 @@ impl SsdConfig {
         "conventional_bytes",
         "upcall_pairs",
         "vop_free_zones",
+        "vop_streams",
         "map_node_blocks",
         "zone_map_nodes",
         "root_region_bits",
@@ -755,6 +756,10 @@ impl SsdConfig {
             },
             "vop_free_zones" => match &mut self.ftl {
                 FtlKind::Coupled(c) => c.regular_free_zones = u32v()?,
+                _ => return Err(bad("set ftl=coupled first")),
+            },
+            "vop_streams" => match &mut self.ftl {
+                FtlKind::Coupled(c) => c.block_type_streams = boolv()?,
                 _ => return Err(bad("set ftl=coupled first")),
             },
             "map_node_blocks"

@@ -12,6 +12,9 @@
 //!   the current time, and the calling thread sleeps until the modelled completion. The
 //!   achieved latency (and how late the wake-up was) is what the statistics record.
 //!
+//! Writes carry the host's block type ([`WriteHint`], `BlockDevice::write_hinted`; a plain
+//! `write` is `WriteHint::None`) to the FTL with every page.
+//!
 //! Invariants: the engine sees requests in the order they take its lock; every completion
 //! carries all device events queued before it finished; requests are checked (range,
 //! alignment) before touching any state.
@@ -26,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use flashlog_dev::{
     check_range, check_request, BlockDevice, Capabilities, Completion, DevError, DevResult,
-    DeviceEvent, BLOCK_SIZE, BLOCK_SIZE_U64,
+    DeviceEvent, WriteHint, BLOCK_SIZE, BLOCK_SIZE_U64,
 };
 use parking_lot::Mutex;
 
@@ -478,11 +481,11 @@ impl SsdDevice {
         )
     }
 
-    fn do_write(&self, at: u64, addr: u64, buf: &[u8]) -> DevResult<Timed> {
+    fn do_write(&self, at: u64, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Timed> {
         let n = check_request(&self.caps, addr, buf.len())?;
         self.exec(
             at,
-            |e| e.write(addr, n, at).map(|d| (d, ())),
+            |e| e.write(addr, n, at, hint).map(|d| (d, ())),
             |st, ()| st.write(addr, buf),
         )
     }
@@ -537,7 +540,19 @@ impl SsdDevice {
 
     /// Write at an explicit submission time.
     pub fn write_at(&self, at: u64, addr: u64, buf: &[u8]) -> DevResult<Timed> {
-        let timed = self.do_write(at, addr, buf)?;
+        self.write_hinted_at(at, addr, buf, WriteHint::None)
+    }
+
+    /// Write with a block-type hint ([`BlockDevice::write_hinted`]) at an explicit submission
+    /// time.
+    pub fn write_hinted_at(
+        &self,
+        at: u64,
+        addr: u64,
+        buf: &[u8],
+        hint: WriteHint,
+    ) -> DevResult<Timed> {
+        let timed = self.do_write(at, addr, buf, hint)?;
         self.record(OpKind::Write, &timed, buf.len() as u64);
         self.advance_to(at);
         Ok(timed)
@@ -621,11 +636,21 @@ impl BlockDevice for SsdDevice {
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+        self.write_hinted(addr, buf, WriteHint::None)
+    }
+
+    /// The hint reaches the FTL with every page (the coupled FTL's GC keeps one destination
+    /// per block type; the others ignore it).
+    fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
         let bytes = buf.len() as u64;
         if self.is_virtual() {
-            return self.on_clock(OpKind::Write, bytes, |d, at| d.write_at(at, addr, buf));
+            return self.on_clock(OpKind::Write, bytes, |d, at| {
+                d.write_hinted_at(at, addr, buf, hint)
+            });
         }
-        self.on_clock(OpKind::Write, bytes, |d, at| d.do_write(at, addr, buf))
+        self.on_clock(OpKind::Write, bytes, |d, at| {
+            d.do_write(at, addr, buf, hint)
+        })
     }
 
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {

@@ -18,7 +18,7 @@ use crate::config::{SsdConfig, MAP_UNIT};
 use crate::flash::Flash;
 use crate::ftl::{EventQueue, Ftl, FtlError, FtlMemory, FtlStats, LineTable, Lpn};
 use crate::timing::{BusyStats, Work};
-use flashlog_dev::DeviceEvent;
+use flashlog_dev::{DeviceEvent, WriteHint};
 
 /// Engine errors are the FTL's.
 pub type EngineError = FtlError;
@@ -142,8 +142,9 @@ impl Engine {
         )
     }
 
-    /// Host write of `n` blocks at `lpn` submitted at `t`; returns the completion time.
-    pub fn write(&mut self, lpn: u64, n: u64, t: u64) -> Result<u64, EngineError> {
+    /// Host write of `n` blocks at `lpn` submitted at `t`, with the block type the host sent
+    /// (`hint`, passed to the FTL per page); returns the completion time.
+    pub fn write(&mut self, lpn: u64, n: u64, t: u64, hint: WriteHint) -> Result<u64, EngineError> {
         self.ftl.check_write(lpn, n)?;
         self.ftl.background(&mut self.flash, t)?;
         // Requests wait while the firmware is busy (IPLFS compaction stalls I/O).
@@ -160,9 +161,9 @@ impl Engine {
             seg_t = start;
             done = done.max(tx);
             for k in i..i + seg {
-                if let Some(end) = self
-                    .ftl
-                    .write_page(&mut self.flash, Lpn(lpn + k), start, tx)?
+                if let Some(end) =
+                    self.ftl
+                        .write_page(&mut self.flash, Lpn(lpn + k), start, tx, hint)?
                 {
                     last_prog = last_prog.max(end);
                 }

@@ -52,8 +52,11 @@ pub struct Flash {
     pub events: EventQueue,
     /// Host-write sequence number: the age clock of cost-benefit.
     pub seq: u64,
-    /// When the data of the GC destination's open program unit is all in the controller.
-    gc_unit_ready: u64,
+    /// Per GC destination line with a partly programmed unit: when the data of that open
+    /// program unit is all in the controller. One entry per destination line an FTL fills
+    /// (the coupled FTL keeps one per block-type stream), so the streams' units wait only for
+    /// the reads that fed them; an entry goes when its unit is programmed.
+    gc_unit_ready: Vec<(LineId, u64)>,
     gc_ready_scratch: Vec<u64>,
     /// Logical-address changes made by GC moves since the device last drained them.
     pub relocations: Vec<(u64, u64)>,
@@ -80,7 +83,7 @@ impl Flash {
             counters: Counters::default(),
             events: EventQueue::default(),
             seq: 0,
-            gc_unit_ready: 0,
+            gc_unit_ready: Vec::new(),
             gc_ready_scratch: Vec::new(),
             relocations: Vec::new(),
             dropped: Vec::new(),
@@ -234,11 +237,19 @@ impl Flash {
         self.counters.gc_pages_moved += 1;
         self.counters.nand_written_blocks += 1;
         let ru = ((from - run.base) / u64::from(self.sru)) as usize;
-        self.gc_unit_ready = self.gc_unit_ready.max(run.ready[ru]);
+        let dst = self.line_of(to);
+        let i = match self.gc_unit_ready.iter().position(|e| e.0 == dst) {
+            Some(i) => i,
+            None => {
+                self.gc_unit_ready.push((dst, 0));
+                self.gc_unit_ready.len() - 1
+            }
+        };
+        self.gc_unit_ready[i].1 = self.gc_unit_ready[i].1.max(run.ready[ru]);
         if self.closes_unit(u64::from(to.0)) {
+            let (_, ready) = self.gc_unit_ready.swap_remove(i);
             let (d, _) = self.place(u64::from(to.0));
-            self.timing.program(d, self.gc_unit_ready, Work::Gc);
-            self.gc_unit_ready = 0;
+            self.timing.program(d, ready, Work::Gc);
             self.counters.nand_program_ops += 1;
         }
     }

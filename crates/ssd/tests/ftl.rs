@@ -183,8 +183,10 @@ struct Host {
     owner: HashMap<u64, u64>,
     /// Live objects per regular zone (host view).
     live: Vec<u32>,
-    cur: usize,
-    off: u64,
+    /// Per log (the host's log heads: `alloc` uses log 0): its zone and the next offset.
+    /// Log 1 has no zone (`usize::MAX`) until it first allocates.
+    cur: [usize; 2],
+    off: [u64; 2],
     z: u64,
     c: u64,
     gc_start: u64,
@@ -204,8 +206,8 @@ impl Host {
             loc: HashMap::new(),
             owner: HashMap::new(),
             live: vec![0; zones],
-            cur: 0,
-            off: 0,
+            cur: [0, usize::MAX],
+            off: [0, z],
             z,
             c,
             gc_start,
@@ -237,22 +239,34 @@ impl Host {
     /// Next regular-region address: fill the current zone, then take a zone the host holds
     /// nothing in (the device reclaimed it or every block was discarded).
     fn alloc(&mut self) -> u64 {
-        if self.off == self.z {
+        self.alloc_in(0)
+    }
+
+    /// `alloc` for log `log` (0 or 1): each log fills its own zones, as F2FS's data and node
+    /// heads fill their own sections.
+    fn alloc_in(&mut self, log: usize) -> u64 {
+        if self.off[log] == self.z {
             let n = self.live.len();
-            let next = (1..n)
-                .map(|i| (self.cur + i) % n)
-                .find(|&zn| self.live[zn] == 0)
+            let other = self.cur[1 - log];
+            // A log without a zone yet starts at zone 0; one with a zone moves past it.
+            let (from, first) = match self.cur[log] {
+                usize::MAX => (0, 0),
+                c => (c, 1),
+            };
+            let next = (first..n)
+                .map(|i| (from + i) % n)
+                .find(|&zn| self.live[zn] == 0 && zn != other)
                 .unwrap_or_else(|| {
                     panic!(
                         "no free section: device GC did not keep up; live per zone {:?}",
                         self.live
                     )
                 });
-            self.cur = next;
-            self.off = 0;
+            self.cur[log] = next;
+            self.off[log] = 0;
         }
-        let a = self.c + self.cur as u64 * self.z + self.off;
-        self.off += 1;
+        let a = self.c + self.cur[log] as u64 * self.z + self.off[log];
+        self.off[log] += 1;
         a
     }
 
@@ -410,6 +424,119 @@ fn coupled_gc_keeps_the_mapping_under_random_writes_and_discards() {
     );
     assert_eq!(dev.counters().gc_runs, dev.stats().gc_runs);
     dev.check_invariants().unwrap();
+}
+
+/// FAST '25 §6, block type in the I/O command: the host writes node objects and data objects
+/// to sections of their own, each write with its hint (`write_hinted`), node objects
+/// overwritten far more often (as F2FS rewrites its node blocks), discards every invalidated
+/// block at once, and applies pairs and acknowledges at each checkpoint (every 40 writes).
+/// After every checkpoint (all records delivered and applied, so the host's view is the
+/// device's) it counts the GC-region zones holding live blocks of both kinds; every probed
+/// object reads back from the address the host knows (through redirects between
+/// checkpoints), the FTL invariants hold, and at the end every object reads back and no block
+/// leaked. Returns (mixed zones seen, checkpoints that saw at least two GC zones in use).
+fn node_and_data_objects(streams: bool) -> (u64, u64) {
+    use flashlog_dev::WriteHint;
+    let degree = 1.4;
+    let mut cfg = coupled_cfg(degree);
+    if !streams {
+        cfg.set("vop_streams", "off").unwrap();
+    }
+    let dev = SsdDevice::new(cfg).unwrap();
+    let gs = gc_start(&dev, degree);
+    let caps = dev.capabilities().clone();
+    let (z, end) = (caps.zone_blocks, caps.block_count);
+    let mut host = Host::new(&dev, gs);
+    let cap = capacity();
+    // Objects below `nodes` are node blocks, written 8 times as often each as data objects.
+    let (nodes, objects) = (cap * 5 / 100, cap * 45 / 100);
+    let kind = |obj: u64| usize::from(obj < nodes);
+    let hint = |k: usize| [WriteHint::Data, WriteHint::Node][k];
+    let mut rng = Rng(23);
+    let mut version = 0u64;
+    let (mut mixed, mut checks) = (0, 0);
+    for i in 0..(cap * 40) {
+        let obj = if rng.below(2) == 0 {
+            rng.below(nodes)
+        } else {
+            nodes + rng.below(objects - nodes)
+        };
+        version += 1;
+        let a = host.alloc_in(kind(obj));
+        let c = dev
+            .write_hinted(a, &block(version), hint(kind(obj)))
+            .unwrap();
+        host.apply(&c);
+        if let Some((old, _)) = host.loc.insert(obj, (a, version)) {
+            host.forget(old);
+            let c = dev.discard(old, 1).unwrap();
+            host.apply(&c);
+        }
+        host.adopt(a, obj);
+        if i % 7 == 0 {
+            let probe = rng.below(objects);
+            if let Some(&(a, tag)) = host.loc.get(&probe) {
+                let mut b = vec![0u8; BLOCK_SIZE];
+                let c = dev.read(a, &mut b).unwrap();
+                assert_eq!(b, block(tag), "object {probe} at {a} (op {i})");
+                host.apply(&c);
+            }
+        }
+        if i % 40 == 0 {
+            let c = dev.flush().unwrap();
+            host.apply(&c);
+            if host.last_upcall > 0 {
+                dev.ack_migrations(host.last_upcall).unwrap();
+            }
+            // Every record is delivered and applied: the kinds of each GC zone's blocks.
+            let mut zone_kinds: HashMap<u64, [u32; 2]> = HashMap::new();
+            for (&obj, &(a, _)) in &host.loc {
+                if a >= gs && a < end {
+                    zone_kinds.entry((a - gs) / z).or_default()[kind(obj)] += 1;
+                }
+            }
+            mixed += zone_kinds.values().filter(|k| k[0] > 0 && k[1] > 0).count() as u64;
+            checks += u64::from(zone_kinds.len() > 1);
+        }
+        if i % 500 == 0 {
+            dev.check_invariants().unwrap();
+        }
+    }
+    let s = dev.stats();
+    let f = dev.ftl_stats();
+    assert!(s.gc_runs > 50, "device GC ran {} times", s.gc_runs);
+    // Node pages moved are counted apart, with or without streams.
+    assert!(
+        f.gc_node_pages_moved > 0 && f.gc_node_pages_moved < s.gc_pages_moved,
+        "{} node pages of {} moved",
+        f.gc_node_pages_moved,
+        s.gc_pages_moved
+    );
+    let c = dev.flush().unwrap();
+    host.apply(&c);
+    dev.ack_migrations(host.last_upcall).unwrap();
+    for (obj, &(a, tag)) in &host.loc {
+        assert_eq!(read(&dev, a), block(tag), "object {obj} at {a}");
+    }
+    assert_eq!(dev.valid_blocks(), host.loc.len() as u64);
+    dev.check_invariants().unwrap();
+    (mixed, checks)
+}
+
+/// With one GC destination per block type (the default), no GC-region zone ever holds node
+/// and data blocks together, and the FTL's own check (`check_invariants`: every valid page of
+/// a GC zone's line has the zone's stream) agrees. With `vop_streams=off` (one destination,
+/// the code before the streams) the same workload mixes them: the check can see it.
+#[test]
+fn coupled_gc_keeps_node_and_data_pages_in_separate_destinations() {
+    let (mixed, checks) = node_and_data_objects(true);
+    assert!(checks > 10, "GC zones were checked {checks} times");
+    assert_eq!(mixed, 0, "GC zones held node and data blocks together");
+    let (mixed, checks) = node_and_data_objects(false);
+    assert!(
+        checks > 10 && mixed > 10,
+        "one stream: {mixed} mixed zones in {checks} checks"
+    );
 }
 
 /// FAST '25 §8.2, ρ_regular 1.0: the regular region has exactly as many zones as the device

@@ -174,6 +174,8 @@ impl Volume {
                 host_read_bytes: s.host_read_bytes,
                 nand_write_bytes: s.nand_write_bytes,
                 device_gc_runs: s.gc_runs,
+                device_gc_pages_moved: s.gc_pages_moved,
+                device_gc_node_pages_moved: s.ftl.gc_node_pages_moved,
                 write_p99_us: s.latency.write.p99_us,
                 read_p99_us: s.latency.read.p99_us,
                 wall_lateness_p50_us: s.latency.wall_lateness.p50_us,
@@ -210,6 +212,10 @@ pub struct SsdSummary {
     pub host_read_bytes: u64,
     pub nand_write_bytes: u64,
     pub device_gc_runs: u64,
+    /// Pages device GC moved, and of those the pages written as node blocks (D2FS: the
+    /// coupled FTL's node stream; 0 on other FTLs).
+    pub device_gc_pages_moved: u64,
+    pub device_gc_node_pages_moved: u64,
     pub write_p99_us: f64,
     pub read_p99_us: f64,
     /// How late wall-clock sleeps woke up (timer overshoot of the host).

@@ -11,7 +11,8 @@
 //! ```
 //!
 //! Owns: the conventional region; per zone its line (or none) and its write pointer; per line
-//! its zone; the GC destination zone; the migration records (buffered, then in flight in
+//! its zone; per physical page the block type the host wrote it with; one GC destination zone
+//! per block-type stream and the stream of each GC-region zone's line; the migration records (buffered, then in flight in
 //! upcalls until acknowledged); per GC-region zone the number of outstanding records whose
 //! old address lies in it.
 //!
@@ -24,10 +25,19 @@
 //! its last slot are written.
 //!
 //! Coupled GC: greedy victim among sealed zone lines; each valid page goes to the next slot of
-//! the GC destination zone (block-associative migration: its offset changes), gets the new
-//! logical address of that slot (remap), and a record (old, new) is buffered. A buffered
+//! the GC destination zone of its block type's stream (block-associative migration: its
+//! offset changes), gets the new logical address of that slot (remap), and a record (old,
+//! new) is buffered. A buffered
 //! record whose page moves again is rewritten in place (merge); records in flight are never
 //! changed. The victim's zone loses its line (its old addresses are served by redirect).
+//!
+//! Block-type streams (FAST '25 §6, "Specifying Block Type in IO Command"): the host sends a
+//! [`WriteHint`] with each write; node pages form one GC stream, everything else (data,
+//! unhinted) the other ([`gc_stream`], [`GC_STREAMS`]). The type is kept per physical page,
+//! as firmware keeps it in the page's out-of-band area next to its logical address (no
+//! modelled DRAM), and moves with the page, so a host zone written with mixed hints is still
+//! split by type when collected. The streams share the GC region's zones: a zone becomes the
+//! destination of whichever stream needs one next, and keeps that stream until reclaimed.
 //!
 //! Regular-region watermark (FAST '25 §8.2, below degree 1.4): while fewer than
 //! `regular_watermark` regular zones have no line, a host write or a flush also collects one
@@ -43,6 +53,9 @@
 //!   none once a discard redirected through the record killed its page;
 //! - a GC-region zone is chosen as a destination only when it has no line and no outstanding
 //!   record has its old address in it (else a redirected read could find new data);
+//! - every valid page of a GC-region zone's line has the block type of that zone's stream
+//!   (no GC destination mixes node and data pages); `gc_dst[s]`, when set, is a zone of
+//!   stream `s` that has a line;
 //! - `regular_lined` is the number of regular zones that have a line;
 //! - records are sent in creation order (merges keep their place); upcall ids and record ids
 //!   increase by one; an upcall stays in flight until acknowledged, across power cuts.
@@ -60,7 +73,21 @@ use crate::ftl::zoned::conventional_zones;
 use crate::ftl::{
     Ftl, FtlError, FtlMemory, FtlStats, LineId, LineState, Lpn, Ppn, RegionUsage, VictimPolicy,
 };
-use flashlog_dev::{DeviceEvent, MigrationPair, MAX_UPCALL_PAIRS};
+use flashlog_dev::{DeviceEvent, MigrationPair, WriteHint, MAX_UPCALL_PAIRS};
+
+/// GC destination streams: one per block type the coupled FTL separates (FAST '25 §6).
+pub const GC_STREAMS: usize = 2;
+
+/// The GC destination stream of a page the host wrote with `hint`: node pages (stream 1)
+/// apart from everything else (stream 0: data, and unhinted writes), as the artifact sends
+/// data to its partition 3 and nodes to its partition 7. Metadata lives in the conventional
+/// region, which coupled GC never collects.
+pub fn gc_stream(hint: WriteHint) -> usize {
+    match hint {
+        WriteHint::Node => 1,
+        WriteHint::None | WriteHint::Meta | WriteHint::Data => 0,
+    }
+}
 
 /// Coupled-FTL parameters.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -83,6 +110,9 @@ pub struct CoupledConfig {
     pub regular_free_zones: u32,
     /// A flush also sends a partly filled batch (else only full batches are sent).
     pub send_on_flush: bool,
+    /// One GC destination per block type (`vop_streams`, default on; [`gc_stream`]); off:
+    /// every moved page goes to one destination whatever its hint (the ablation).
+    pub block_type_streams: bool,
 }
 
 impl Default for CoupledConfig {
@@ -94,6 +124,7 @@ impl Default for CoupledConfig {
             gc_threshold_lines: 5,
             regular_free_zones: 0,
             send_on_flush: true,
+            block_type_streams: true,
         }
     }
 }
@@ -155,8 +186,13 @@ pub struct CoupledFtl {
     line_zone: Vec<u32>,
     /// Outstanding records whose old address lies in each GC-region zone.
     pending_old: Vec<u32>,
-    /// Current GC destination zone (index into the GC region), if any.
-    gc_dst: Option<usize>,
+    /// Per physical page (`line * z + offset`): the block type the host wrote it with (moved
+    /// with the page by GC). Meaningful for valid pages of zone lines only.
+    page_hint: Vec<WriteHint>,
+    /// Current GC destination zone per stream (index into the GC region), if any.
+    gc_dst: [Option<usize>; GC_STREAMS],
+    /// Per GC-region zone: the stream its line was opened for (meaningful while it has one).
+    gc_zone_stream: Vec<u8>,
     /// Next GC-region zone to consider (first fit, wrapping).
     gc_cursor: usize,
     policy: Box<dyn VictimPolicy>,
@@ -203,7 +239,9 @@ impl CoupledFtl {
         let lines = cfg.geometry.lines();
         let cap = cfg.logical_blocks();
         let cz = conventional_zones(cc.conventional_bytes, cap, z);
-        let threshold = cc.gc_threshold_lines.max(2);
+        // A collection may open a destination line per stream before its victim's line is
+        // free again: keep that many free lines plus one.
+        let threshold = cc.gc_threshold_lines.max(GC_STREAMS as u32 + 1);
         if lines < conv::max_lines(cz) + u64::from(threshold) + 4 {
             return Err(format!(
                 "{lines} lines are too few for {cz} conventional zones and a GC threshold of \
@@ -234,7 +272,9 @@ impl CoupledFtl {
             zone_written: vec![0; zones],
             line_zone: vec![NO_ZONE; lines as usize],
             pending_old: vec![0; gc_zones as usize],
-            gc_dst: None,
+            page_hint: vec![WriteHint::None; (lines * z) as usize],
+            gc_dst: [None; GC_STREAMS],
+            gc_zone_stream: vec![0; gc_zones as usize],
             gc_cursor: 0,
             policy,
             threshold,
@@ -350,14 +390,14 @@ impl CoupledFtl {
         u64::from(self.zone_written[zone]) == self.z || u64::from(off) + 1 == self.z
     }
 
-    /// Next slot of the GC destination: (physical page, new logical address).
-    fn alloc_gc(&mut self, flash: &mut Flash) -> Result<(Ppn, u64), FtlError> {
-        let full = match self.gc_dst {
+    /// Next slot of stream `s`'s GC destination: (physical page, new logical address).
+    fn alloc_gc(&mut self, flash: &mut Flash, s: usize) -> Result<(Ppn, u64), FtlError> {
+        let full = match self.gc_dst[s] {
             None => true,
             Some(g) => u64::from(self.zone_wp[self.regular_zones as usize + g]) == self.z,
         };
         if full {
-            if let Some(g) = self.gc_dst.take() {
+            if let Some(g) = self.gc_dst[s].take() {
                 let zone = self.regular_zones as usize + g;
                 flash.lines.seal(LineId(self.zone_line[zone]), flash.seq);
             }
@@ -373,9 +413,10 @@ impl CoupledFtl {
             };
             self.gc_cursor = (g + 1) % n;
             self.open_zone(flash, self.regular_zones as usize + g)?;
-            self.gc_dst = Some(g);
+            self.gc_dst[s] = Some(g);
+            self.gc_zone_stream[g] = s as u8;
         }
-        let g = self.gc_dst.unwrap_or(0);
+        let g = self.gc_dst[s].unwrap_or(0);
         let zone = self.regular_zones as usize + g;
         let off = self.zone_wp[zone];
         self.mark_written(zone, off);
@@ -552,8 +593,7 @@ impl CoupledFtl {
         }
         let victim = self.regular_victim(flash).filter(|&v| {
             // A fully valid line frees no flash (`gc_begin` refuses it).
-            let vpc = u64::from(flash.lines.vpc(v));
-            vpc < self.z && vpc <= self.gc_room()
+            u64::from(flash.lines.vpc(v)) < self.z && self.gc_fits(flash, v)
         });
         let Some(victim) = victim else {
             // Nothing to collect (or no room in the GC region): look again after a zone's
@@ -566,17 +606,38 @@ impl CoupledFtl {
         Ok(true)
     }
 
-    /// Slots the GC region can take now: the rest of the destination zone plus every zone
-    /// `alloc_gc` may open (no line, no outstanding record with its old address there).
-    fn gc_room(&self) -> u64 {
+    /// Whether the GC region can take `victim`'s valid pages now: per stream, what does not
+    /// fit in the rest of its destination zone needs new zones, and the zones `alloc_gc` may
+    /// open (no line, no outstanding record with its old address there) and the free lines
+    /// (one kept back) must cover them. O(z) over the victim.
+    fn gc_fits(&self, flash: &Flash, victim: LineId) -> bool {
         let rz = self.regular_zones as usize;
-        let dst = self
-            .gc_dst
-            .map_or(0, |g| self.z - u64::from(self.zone_wp[rz + g]));
+        let mut pages = [0u64; GC_STREAMS];
+        for off in 0..flash.slots_per_line() {
+            let p = flash.ppn(victim, off);
+            if flash.owner(p).is_some() {
+                pages[self.stream_of(self.page_hint[p.0 as usize])] += 1;
+            }
+        }
+        let mut zones = 0;
+        for (s, &n) in pages.iter().enumerate() {
+            let rest = self.gc_dst[s].map_or(0, |g| self.z - u64::from(self.zone_wp[rz + g]));
+            zones += n.saturating_sub(rest).div_ceil(self.z);
+        }
         let open = (0..self.gc_zones as usize)
             .filter(|&g| self.zone_line[rz + g] == NO_LINE && self.pending_old[g] == 0)
             .count() as u64;
-        dst + open * self.z
+        zones <= open && zones < u64::from(flash.lines.free_count())
+    }
+
+    /// The GC destination stream of a page written with `hint` ([`gc_stream`]; 0 for all
+    /// with `block_type_streams` off).
+    fn stream_of(&self, hint: WriteHint) -> usize {
+        if self.cfg.block_type_streams {
+            gc_stream(hint)
+        } else {
+            0
+        }
     }
 
     /// Collect `victim` (a sealed zone line): move its valid pages to the GC destination.
@@ -588,7 +649,13 @@ impl CoupledFtl {
             let Some(old) = flash.gc_take(&run, p) else {
                 continue;
             };
-            let (new_ppn, new) = self.alloc_gc(flash)?;
+            let hint = self.page_hint[p as usize];
+            let s = self.stream_of(hint);
+            let (new_ppn, new) = self.alloc_gc(flash, s)?;
+            self.page_hint[new_ppn.0 as usize] = hint;
+            if hint == WriteHint::Node {
+                self.stats.gc_node_pages_moved += 1;
+            }
             flash.gc_place(&run, p, new_ppn, new);
             flash.relocations.push((old, new));
             self.record(old, new);
@@ -671,6 +738,7 @@ impl Ftl for CoupledFtl {
         lpn: Lpn,
         t: u64,
         tx: u64,
+        hint: WriteHint,
     ) -> Result<Option<u64>, FtlError> {
         self.maybe_gc(flash, t)?;
         let spare = self.spare_units(flash);
@@ -681,8 +749,8 @@ impl Ftl for CoupledFtl {
         let (zone, off) = self.zone_of(lpn.0);
         let line = match self.zone_line[zone] {
             NO_LINE => {
-                // Keep one free line for the GC destination.
-                if flash.lines.free_count() <= 1 {
+                // Keep a free line for each stream's GC destination.
+                if flash.lines.free_count() <= GC_STREAMS as u32 {
                     self.gc_one(flash, t)?;
                     self.send(flash, false);
                 }
@@ -692,6 +760,7 @@ impl Ftl for CoupledFtl {
         };
         debug_assert!(!self.slot_written(zone, off));
         let ppn = flash.ppn(line, off);
+        self.page_hint[ppn.0 as usize] = hint;
         let complete = self.mark_written(zone, off);
         let end = flash.program_host(ppn, lpn.0, tx);
         if complete && flash.lines.state(line) == LineState::Open {
@@ -923,6 +992,7 @@ impl Ftl for CoupledFtl {
                 return Err(format!("p2l[{}] = {lpn} but the zone map disagrees", p.0));
             }
         }
+        self.check_streams(flash)?;
         // Pending counts match the outstanding records.
         let mut pending = vec![0u32; self.gc_zones as usize];
         let olds = self
@@ -957,16 +1027,58 @@ impl Ftl for CoupledFtl {
 }
 
 impl CoupledFtl {
+    /// Block-type streams: each stream's destination is a lined GC zone of that stream (no
+    /// two streams share one), and every valid page of a GC-region zone's line has the type
+    /// of the zone's stream.
+    fn check_streams(&self, flash: &Flash) -> Result<(), String> {
+        let rz = self.regular_zones as usize;
+        for (s, dst) in self.gc_dst.iter().enumerate() {
+            let Some(g) = *dst else { continue };
+            if self.zone_line[rz + g] == NO_LINE || usize::from(self.gc_zone_stream[g]) != s {
+                return Err(format!(
+                    "stream {s}'s GC destination zone {g} has no line or stream {}",
+                    self.gc_zone_stream[g]
+                ));
+            }
+            if self.gc_dst[..s].contains(&Some(g)) {
+                return Err(format!("GC zone {g} is the destination of two streams"));
+            }
+        }
+        for g in 0..self.gc_zones as usize {
+            let l = self.zone_line[rz + g];
+            if l == NO_LINE {
+                continue;
+            }
+            let want = usize::from(self.gc_zone_stream[g]);
+            for off in 0..flash.slots_per_line() {
+                let p = flash.ppn(LineId(l), off);
+                let hint = self.page_hint[p.0 as usize];
+                if flash.owner(p).is_some() && self.stream_of(hint) != want {
+                    return Err(format!(
+                        "GC zone {g} (stream {want}) line {l} offset {off} holds a {} page",
+                        hint.name()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A zone line whose every page is dead is reset at once (no copy needed): sealed, or
     /// still open (a zone the host stopped writing, e.g. at a power cut, whose written blocks
     /// it then discarded: without the reset its written slots stayed write-once and the host
     /// could never write the section again). Not the open GC destination.
     fn release_if_empty(&mut self, flash: &mut Flash, line: LineId, t: u64) {
         let zone = self.line_zone[line.0 as usize];
-        let gc_dst = self.gc_dst.map(|g| self.regular_zones as usize + g);
+        let rz = self.regular_zones as usize;
+        let is_gc_dst = self
+            .gc_dst
+            .iter()
+            .flatten()
+            .any(|&g| rz + g == zone as usize);
         if zone == NO_ZONE
             || flash.lines.vpc(line) != 0
-            || Some(zone as usize) == gc_dst
+            || is_gc_dst
             || !matches!(flash.lines.state(line), LineState::Sealed | LineState::Open)
         {
             return;

@@ -31,7 +31,7 @@ use std::collections::VecDeque;
 use serde::Serialize;
 
 use crate::flash::Flash;
-use flashlog_dev::DeviceEvent;
+use flashlog_dev::{DeviceEvent, WriteHint};
 
 pub use coupled::{CoupledConfig, CoupledFtl};
 pub use interval::{
@@ -151,6 +151,9 @@ pub struct FtlStats {
     /// Coupled GC: regular-region victims collected because the region's free zones fell
     /// below its watermark (`regular_free_zones`), not for free lines.
     pub regular_gc_runs: u64,
+    /// Coupled GC: pages moved that the host wrote with the node hint (they went to the node
+    /// stream's destinations; the rest of `Counters::gc_pages_moved` to the data stream's).
+    pub gc_node_pages_moved: u64,
     /// Background work (e.g. IPLFS map compaction): runs and device time charged.
     pub background_runs: u64,
     pub background_ns: u64,
@@ -198,13 +201,15 @@ pub trait Ftl: Send {
         Ok(())
     }
     /// Place and program one host page whose data is in the device at `tx` (buffer claimed at
-    /// `t`); returns the program end if this page closed a program unit.
+    /// `t`); returns the program end if this page closed a program unit. `hint` is the block
+    /// type the host sent with the write (advisory; an FTL without streams ignores it).
     fn write_page(
         &mut self,
         flash: &mut Flash,
         lpn: Lpn,
         t: u64,
         tx: u64,
+        hint: WriteHint,
     ) -> Result<Option<u64>, FtlError>;
     /// Where `lpn`'s live data sits (the mapping alone, no redirects).
     fn lookup(&self, flash: &Flash, lpn: Lpn) -> Option<Ppn>;

@@ -18,6 +18,7 @@
 use crate::config::SsdConfig;
 use crate::flash::Flash;
 use crate::ftl::{Ftl, FtlError, FtlMemory, FtlStats, Lpn, Ppn, VictimPolicy, WritePointer};
+use flashlog_dev::WriteHint;
 
 /// Logical-to-physical map of a page-mapping FTL.
 pub trait Mapping: Send {
@@ -271,6 +272,7 @@ impl Ftl for PageFtl {
         lpn: Lpn,
         t: u64,
         tx: u64,
+        _hint: WriteHint,
     ) -> Result<Option<u64>, FtlError> {
         self.maybe_gc(flash, t)?;
         let spare = self.spare_units(flash);

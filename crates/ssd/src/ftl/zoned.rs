@@ -27,6 +27,7 @@ use crate::config::SsdConfig;
 use crate::flash::Flash;
 use crate::ftl::conv::{self, ConvRegion};
 use crate::ftl::{Ftl, FtlError, FtlMemory, FtlStats, LineId, Lpn, Ppn};
+use flashlog_dev::WriteHint;
 
 /// Zoned-FTL parameters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -155,6 +156,7 @@ impl Ftl for ZonedFtl {
         lpn: Lpn,
         t: u64,
         tx: u64,
+        _hint: WriteHint,
     ) -> Result<Option<u64>, FtlError> {
         let spare = self.spare_units(flash);
         flash.sample_free(spare);
