@@ -47,11 +47,14 @@ pub const FILE: u64 = 4 << 20;
 /// Random writes between two fsyncs of every file.
 pub const FSYNC_EVERY: u64 = 2048;
 /// The protocol steps the core marks with test points (checkpoint.rs).
-pub const POINTS: [&str; 4] = [
+pub const POINTS: [&str; 7] = [
     "checkpoint:before-apply",
     "checkpoint:applied",
     "checkpoint:durable",
     "checkpoint:acked",
+    "checkpoint:released",
+    "discards:batch",
+    "checkpoint:discarded",
 ];
 
 /// One crash case of `gc=device`.
