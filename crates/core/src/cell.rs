@@ -19,7 +19,7 @@ use flashlog_format::node::InodeHdr;
 use flashlog_format::{Ino, Nid};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A cached node block of a file (not its inode).
@@ -158,6 +158,10 @@ type CellShard = Mutex<HashMap<Ino, Arc<InodeCell>>>;
 
 pub struct CellTable {
     shards: Box<[CellShard]>,
+    /// Cells in all shards, kept under each shard's lock as entries come and go, so that
+    /// `len` is one load: `Fs::balance` asks on every write, and summing the shards took
+    /// every shard's lock (10 % of the CPU of a 2-thread random-write run, perf).
+    count: AtomicUsize,
 }
 
 impl Default for CellTable {
@@ -166,6 +170,7 @@ impl Default for CellTable {
             shards: (0..CELL_SHARDS)
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
+            count: AtomicUsize::new(0),
         }
     }
 }
@@ -179,17 +184,23 @@ impl CellTable {
     }
     /// Insert unless present; returns the cell that is in the table.
     pub fn insert(&self, cell: Arc<InodeCell>) -> Arc<InodeCell> {
-        self.shard(cell.ino)
-            .lock()
-            .entry(cell.ino)
-            .or_insert(cell)
-            .clone()
+        let mut m = self.shard(cell.ino).lock();
+        match m.entry(cell.ino) {
+            std::collections::hash_map::Entry::Occupied(e) => e.get().clone(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                self.count.fetch_add(1, Ordering::Relaxed);
+                e.insert(cell).clone()
+            }
+        }
     }
     pub fn remove(&self, ino: Ino) {
-        self.shard(ino).lock().remove(&ino);
+        if self.shard(ino).lock().remove(&ino).is_some() {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
     }
+    /// Cells in the table (exact when no insert or remove runs at the same time).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.count.load(Ordering::Relaxed)
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -212,6 +223,7 @@ impl CellTable {
                 return;
             }
             let mut m = s.lock();
+            let before = m.len();
             m.retain(|_, c| {
                 if len <= keep || Arc::strong_count(c) > 1 || c.open.load(Ordering::Acquire) > 0 {
                     return true;
@@ -224,6 +236,41 @@ impl CellTable {
                     _ => true,
                 }
             });
+            self.count.fetch_sub(before - m.len(), Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(ino: Ino, dirty: bool) -> Arc<InodeCell> {
+        let blk =
+            flashlog_format::node::new_node(flashlog_format::node::NodeKind::Inode, ino, ino, 0);
+        InodeCell::new(InodeState::new(ino, blk, InodeHdr::default(), dirty), false)
+    }
+
+    /// `len` is a counter now (one load instead of every shard's lock): it must follow
+    /// inserts (a second insert of the same inode adds nothing), removes (of absent inodes
+    /// too) and evictions, and equal the entries really there.
+    #[test]
+    fn len_counts_what_the_shards_hold() {
+        let t = CellTable::default();
+        let real = |t: &CellTable| t.shards.iter().map(|s| s.lock().len()).sum::<usize>();
+        for ino in 2..202 {
+            t.insert(cell(ino, ino % 2 == 0));
+        }
+        t.insert(cell(7, false));
+        assert_eq!((t.len(), real(&t)), (200, 200));
+        t.remove(3);
+        t.remove(3);
+        t.remove(9999);
+        assert_eq!((t.len(), real(&t)), (199, 199));
+        // Only clean cells nobody else holds go: the 99 odd ones left.
+        t.evict(10);
+        assert_eq!(t.len(), real(&t));
+        assert_eq!(t.len(), 100, "the dirty (even) cells stay");
+        assert!(!t.is_empty());
     }
 }
