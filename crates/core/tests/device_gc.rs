@@ -306,12 +306,31 @@ fn power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing() {
         }
         let point = points[round];
         let (d, s2) = (dev.clone(), ssd.clone());
+        let inner = Arc::downgrade(fs.inner());
+        let pre = Arc::new(std::sync::atomic::AtomicU64::new(0));
         fs.set_test_hook(Some(Arc::new(move |what| {
-            if what == point {
-                let st = s2.ftl_stats();
-                if st.upcalls_sent > st.upcalls_acked {
-                    d.cut.store(true, Ordering::Release);
-                }
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let last = inner.collector.last_upcall();
+            if what == "checkpoint:before-apply" {
+                pre.store(last, Ordering::Relaxed);
+            }
+            if what != point {
+                return;
+            }
+            // Since the acknowledgement trails the pack by a checkpoint, the device always
+            // has upcalls outstanding; the first two points want ones the host has not
+            // applied yet (sent after the last applied id), and applied in memory only
+            // (applied by this checkpoint).
+            let st = s2.ftl_stats();
+            let armed = match point {
+                "checkpoint:before-apply" => st.upcalls_sent > last,
+                "checkpoint:applied" => last > pre.load(Ordering::Relaxed),
+                _ => st.upcalls_sent > st.upcalls_acked,
+            };
+            if armed {
+                d.cut.store(true, Ordering::Release);
             }
         })));
         let mut current = durable.clone();

@@ -346,12 +346,29 @@ pub fn trace(seed: u64) -> Result<DeviceTrace, String> {
     ));
     {
         let (seen, dev, ssd) = (seen.clone(), dev.clone(), ssd.clone());
+        let inner = Arc::downgrade(fs.inner());
+        let pre = Arc::new(AtomicU64::new(0));
         fs.set_test_hook(Some(Arc::new(move |what| {
             let Some(k) = POINTS.iter().position(|p| *p == what) else {
                 return;
             };
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let last = inner.collector.last_upcall();
+            if what == "checkpoint:before-apply" {
+                pre.store(last, Ordering::Relaxed);
+            }
+            // The acknowledgement trails the pack by a checkpoint, so upcalls are nearly
+            // always outstanding; before the apply, want some the host has not applied
+            // (sent past its last applied id), after it, some applied in memory only.
             let st = ssd.ftl_stats();
-            if st.upcalls_sent > st.upcalls_acked {
+            let wanted = match what {
+                "checkpoint:before-apply" => st.upcalls_sent > last,
+                "checkpoint:applied" => last > pre.load(Ordering::Relaxed),
+                _ => st.upcalls_sent > st.upcalls_acked,
+            };
+            if wanted {
                 let mut s = seen.lock().expect("trace points");
                 if s[k].1.len() < 8 {
                     s[k].1.push(dev.ops());
