@@ -14,13 +14,18 @@
 //! SSD (there is no crash image to cut: the device keeps its state).
 //!
 //! Cut points (what `run_seed` picks from a trace of the uncut workload): the request right
-//! after each step of the protocol while the device has upcalls the host has not
-//! acknowledged (`checkpoint:before-apply`: received, not applied; `checkpoint:applied`:
-//! applied in memory only; `checkpoint:durable`: in a durable checkpoint, not acknowledged;
-//! `checkpoint:acked`: acknowledged, emptied sections not freed yet); a request whose
+//! after each step of the protocol (docs/DESIGN.md "D2FS host side", its case table):
+//! `checkpoint:before-apply` with upcalls sent past the last applied id (received or in
+//! transit, not applied); `discards:batch`, after each request by which a checkpoint
+//! finishes the previous pack's discards; `checkpoint:discarded`, all of them issued;
+//! `checkpoint:applied` with upcalls this checkpoint applied (in memory only); and, while the
+//! device has upcalls outstanding, `checkpoint:durable` (pack durable, the previous one not
+//! yet acknowledged), `checkpoint:acked` (acknowledged, the sections emptied before the
+//! previous pack not freed yet), `checkpoint:released` (freed; this pack's discards not yet
+//! issued, which a mount without threads leaves to the next checkpoint); a request whose
 //! completion carried an upcall, cut so that the device ran it (the migration happened) but
 //! the completion never reached the host (the upcall is lost in transit); and random
-//! requests after the setup.
+//! requests after the setup, the unmount included (a cut there is a cut).
 //!
 //! Invariants: a case is a pure function of its fields (virtual clock, `io_threads` 0, no
 //! timer or handler thread: `ensure_space` applies batches of upcalls); after the cut every
