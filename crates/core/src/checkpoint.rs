@@ -541,6 +541,11 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
             seg.lfs_mode.store(true, Ordering::Relaxed);
             d.set_loaded(cpk.last_upcall);
             if !opts.read_only {
+                // First the discards the pack logged and may not have issued (a cut before
+                // the discard thread or the next checkpoint got to them): a record of a
+                // dead block the device moved must still redirect its discard to the moved
+                // copy, and the acknowledgement below makes the device forget it.
+                crate::gc_device::issue_pack_log(&*dev, &geo, &seg, &cpk)?;
                 // What the durable pack covers may be acknowledged now (a cut between the
                 // pack and its acknowledgement left it outstanding). Until then the device
                 // would redirect a discard of such a pair's old address, which lies in a

@@ -33,15 +33,15 @@
 //!    mount without background threads (`gc_interval` None) leaves them to step 1 of the
 //!    next checkpoint. An unmount's checkpoint does steps 1-3 at once (issue, acknowledge
 //!    `L(N)`, free everything held);
-//! 4. at mount, ids up to the checkpoint's `last_upcall` are acknowledged first (the pack
+//! 4. at mount, the pack's discard log is issued (`issue_pack_log`: its records must still
+//!    redirect), then ids up to the checkpoint's `last_upcall` are acknowledged (the pack
 //!    covers them; before that a discard of a section the pack freed was redirected onto a
 //!    pair's live new block), then `resend_migrations` re-delivers every unacknowledged
 //!    upcall; ids up to `last_upcall` are skipped (applying them again could move a block
 //!    of a later owner of a reused address), later ones are applied, in id order: the tap
 //!    queues them as completions return, which two I/O threads can cross, so a hole in the
-//!    ids makes the host ask for a re-send before applying (`ordered_upcalls`). The pack's
-//!    discard log (every discard of step 3 not yet issued) is issued again after
-//!    roll-forward (`gc_none::after_roll_forward`).
+//!    ids makes the host ask for a re-send before applying (`ordered_upcalls`). The log is
+//!    issued once more after roll-forward (`gc_none::after_roll_forward`, harmless).
 //!
 //! The handler thread checkpoints per batch of upcalls (`ack_batch_upcalls`, or a partial
 //! batch after `MAX_UPCALL_WAIT`); without it (`gc_interval` None) `ensure_space` does
@@ -97,6 +97,43 @@ pub fn live_limit(caps: &flashlog_dev::Capabilities, mlogs: u32) -> u64 {
     let cap = caps.gc_region_blocks;
     let raw = cap.saturating_sub(caps.conventional_blocks + (logs + 8) * z);
     raw / 100 * 95
+}
+
+/// Mount, before the pack's upcalls are acknowledged (`ack_loaded`): issue the pack's
+/// discard log (every dead block whose discard was not yet issued when the pack was
+/// written). Without it a cut between a durable pack and its discards left, after the
+/// remount, the moved copies of those blocks on flash for good: the mount acknowledged the
+/// records first, and the discards that `gc_none::after_roll_forward` issues again then
+/// found the old addresses unmapped (60 blocks in
+/// `a_cut_before_the_discards_of_a_durable_pack_leaves_no_dead_block_on_flash`). Safe
+/// before roll-forward: no block of the log was written again after the pack (its section
+/// is freed only after the next pack, `after_checkpoint`), and blocks the pack shows valid
+/// are left out. Returns the blocks issued.
+pub fn issue_pack_log(
+    dev: &dyn BlockDevice,
+    geo: &flashlog_format::sb::Geometry,
+    seg: &crate::seg::SegManager,
+    ck: &flashlog_format::cp::Checkpoint,
+) -> Result<u64> {
+    if ck.discard_log.is_empty() {
+        return Ok(0);
+    }
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for c in crate::discard::decode_log(&ck.discard_log, geo.block_count)? {
+        for b in c.addr..c.addr + c.len {
+            if seg.is_valid(b) {
+                continue;
+            }
+            match ranges.last_mut() {
+                Some(r) if r.0 + r.1 == b => r.1 += 1,
+                _ => ranges.push((b, 1)),
+            }
+        }
+    }
+    for chunk in ranges.chunks(flashlog_dev::MAX_DISCARD_RANGES) {
+        dev.discard_many(chunk)?;
+    }
+    Ok(ranges.iter().map(|r| r.1).sum())
 }
 
 /// `gc=device` at mount: check the device and put the upcall tap in front of it.

@@ -808,3 +808,68 @@ fn a_remount_after_a_cut_never_rewrites_blocks_the_device_got_after_the_checkpoi
 fn a_remount_after_a_cut_with_fsync_never_rewrites_blocks_the_device_got_after_it() {
     write_after_a_cut_with_post_checkpoint_blocks(true);
 }
+
+/// A cut right after a checkpoint freed its sections (`checkpoint:released`: pack N durable,
+/// its dead blocks' discards not issued yet, the dead map empty): the remount acknowledges
+/// pack N's upcalls and issues pack N's discard log. A record of a dead block the device had
+/// moved must still redirect that discard to the moved copy, so after a clean unmount the
+/// device holds exactly the live blocks.
+#[test]
+fn a_cut_before_the_discards_of_a_durable_pack_leaves_no_dead_block_on_flash() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ssd = coupled();
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let dev = Arc::new(Cut {
+        inner: ssd.clone(),
+        cut: AtomicBool::new(false),
+    });
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let nfiles = (fs.statfs().blocks * 4096 * 6 / 10 / FILE) as usize;
+    let mut inos = Vec::new();
+    for i in 0..nfiles {
+        let data: Vec<u8> = (0..FILE).map(|k| (k as usize * 5 + i) as u8).collect();
+        inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
+    }
+    fs.sync().unwrap();
+    let (d, s2) = (dev.clone(), ssd.clone());
+    let armed = Arc::new(AtomicBool::new(false));
+    let a2 = armed.clone();
+    fs.set_test_hook(Some(Arc::new(move |what| {
+        // After device GC has run for a while, cut at the first release with dead blocks
+        // the device moved waiting for their discard.
+        if what == "checkpoint:released" && a2.load(Ordering::Acquire) {
+            let st = s2.ftl_stats();
+            if st.upcalls_sent > st.upcalls_acked {
+                d.cut.store(true, Ordering::Release);
+            }
+        }
+    })));
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    for n in 0..3 * CAP / 4096 {
+        if n == 2 * CAP / 4096 {
+            armed.store(true, Ordering::Release);
+        }
+        let f = rng.random_range(0..inos.len());
+        let blk = rng.random_range(0..FILE / 4096);
+        if fs
+            .write(inos[f], blk * 4096, &[rng.random::<u8>(); 4096])
+            .is_err()
+        {
+            break;
+        }
+    }
+    assert!(
+        dev.cut.load(Ordering::Acquire),
+        "the cut point was never reached"
+    );
+    fs.abandon();
+    ssd.power_cycle();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    eprintln!(
+        "after the cut: discard log re-issued {} blocks",
+        fs.stats().discard_log_reissued_blocks
+    );
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
+    device_holds_only_live_blocks(&ssd, &*ssd);
+}
