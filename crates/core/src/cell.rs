@@ -1,6 +1,7 @@
 //! File cells (Max): the in-memory state of each inode, sharded by inode number.
 //!
-//! Owns: `InodeCell` (one per cached inode) and the `CellTable` that finds them. An inode's
+//! Owns: `InodeCell` (one per cached inode) and the `CellTable` that finds them (with a
+//! count of its cells kept under the shard locks, so `len` takes none). An inode's
 //! cell holds everything that belongs to that file alone: its inode block, its other node
 //! blocks (direct, indirect, xattr), and its page cache. All of it is guarded by the cell's
 //! one mutex, so node contents never need a lock of their own (every node belongs to exactly

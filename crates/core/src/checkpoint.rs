@@ -625,8 +625,8 @@ impl FsInner {
             c.fetch_add((now - phase).as_nanos() as u64, Ordering::Relaxed);
             phase = now;
         };
-        // 0. gc=device: apply the migration upcalls received so far (their remaps go into
-        //    this checkpoint).
+        // 0. gc=device: issue what is left of the previous pack's discards, then apply the
+        //    migration upcalls received so far (their remaps go into this checkpoint).
         self.test_point("checkpoint:before-apply");
         self.collector.before_checkpoint(self)?;
         self.test_point("checkpoint:applied");

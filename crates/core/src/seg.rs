@@ -9,7 +9,9 @@
 //!   lock: ScaleLFS LSU);
 //! - a section is free (its `used` bit clear) only if it held no valid block at the last
 //!   durable checkpoint and no log head owns it: sections that become empty are *prefree*
-//!   until the next checkpoint is durable;
+//!   until the next checkpoint is durable (`gc=device`: *held* one checkpoint longer,
+//!   `hold_sections`, until the discards of their dead blocks are issued and the records
+//!   that moved their live blocks are acknowledged; counted free in the pack);
 //! - each log head writes its segment strictly in order; node heads know their next segment
 //!   in advance so that a node footer can name the next block of the roll-forward chain.
 //!
@@ -210,7 +212,8 @@ pub struct SegManager {
     /// it is durable (`gc_device.rs`). None on other policies.
     pub dead: Mutex<Option<crate::discard::DiscardMap>>,
     /// Discard commands a durable checkpoint logged and that still wait to be issued
-    /// (`gc_none.rs` dispatches them; `gc=device` issues them right after its checkpoint).
+    /// (`gc_none.rs` dispatches them; `gc=device`'s discard thread issues them after the
+    /// checkpoint, and the next checkpoint issues what it left first).
     pub discards: Mutex<crate::discard::DiscardQueue>,
     /// `gc=device`: sections emptied before the last durable pack whose release waits for
     /// the next checkpoint (their dead blocks' discards are issued off the op lock in
