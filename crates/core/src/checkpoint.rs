@@ -3,7 +3,13 @@
 //! Checkpoint protocol (docs/DESIGN.md "Checkpoint"), with every operation excluded:
 //! 1. write back all dirty data and nodes to the logs; submit the log buffers;
 //! 2. write dirty NAT, SIT and SSA blocks to their *other* copies (flipping bits in memory);
-//! 3. flush; write the pack header and payload to pack (v % 2); flush; write the footer; flush.
+//! 3. flush; write the pack header and payload to pack (v % 2); flush; write the footer; flush;
+//! 4. durable: the collector's `after_checkpoint` says which of the sections emptied before
+//!    the pack to discard and free now (all, except `gc=device`, which frees them one
+//!    checkpoint later, after its discards and acknowledgement: `gc_device.rs`).
+//!
+//! Per-phase time goes to the `cp_*_ns` counters (apply, writeback, metadata and pack, after
+//! the pack), so a benchmark reports where checkpoint time goes.
 //!
 //! Until the footer is durable the previous pack still describes a complete, consistent
 //! volume, since nothing it references was overwritten: main-area blocks freed since it are
@@ -535,6 +541,11 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
             seg.lfs_mode.store(true, Ordering::Relaxed);
             d.set_loaded(cpk.last_upcall);
             if !opts.read_only {
+                // First the discards the pack logged and may not have issued (a cut before
+                // the discard thread or the next checkpoint got to them): a record of a
+                // dead block the device moved must still redirect its discard to the moved
+                // copy, and the acknowledgement below makes the device forget it.
+                crate::gc_device::issue_pack_log(&*dev, &geo, &seg, &cpk)?;
                 // What the durable pack covers may be acknowledged now (a cut between the
                 // pack and its acknowledgement left it outstanding). Until then the device
                 // would redirect a discard of such a pair's old address, which lies in a
@@ -608,12 +619,19 @@ impl FsInner {
             ));
         }
         self.tick_clock();
-        // 0. gc=device: apply the migration upcalls received so far (their remaps go into
-        //    this checkpoint).
+        let mut phase = std::time::Instant::now();
+        let mut lap = |c: &AtomicU64| {
+            let now = std::time::Instant::now();
+            c.fetch_add((now - phase).as_nanos() as u64, Ordering::Relaxed);
+            phase = now;
+        };
+        // 0. gc=device: issue what is left of the previous pack's discards, then apply the
+        //    migration upcalls received so far (their remaps go into this checkpoint).
         self.test_point("checkpoint:before-apply");
         self.collector.before_checkpoint(self)?;
         self.test_point("checkpoint:applied");
         let last_upcall = self.collector.last_upcall();
+        lap(&self.stats.cp_apply_ns);
         // 1. Data, then nodes, of every cached inode.
         let cells = self.cells.all();
         for c in &cells {
@@ -632,6 +650,7 @@ impl FsInner {
             st.needs_cp = false;
         }
         self.seg.submit_all()?;
+        lap(&self.stats.cp_writeback_ns);
         // 2. Metadata to the other copies.
         let mut cp = self.cp.lock();
         let mut nat_bm = cp.nat_bm.clone();
@@ -706,6 +725,7 @@ impl FsInner {
         cp.ssa_bm = ssa_bm;
         drop(cp);
         self.cp_version.store(version, Ordering::Release);
+        lap(&self.stats.cp_meta_ns);
         crate::gc_none::after_durable(self, discards)?;
         // Under the exclusive op lock: no node write is in flight, so every node written
         // from now on carries the new checkpoint's tag and a sequence that starts over.
@@ -716,9 +736,13 @@ impl FsInner {
         self.nat.release_prefree();
         let secs = self.seg.take_prefree();
         self.test_point("checkpoint:durable");
-        self.collector.after_checkpoint(self, last_upcall)?;
+        let secs = self
+            .collector
+            .after_checkpoint(self, last_upcall, secs, umount)?;
         self.test_point("checkpoint:acked");
         self.seg.release_sections(secs);
+        self.test_point("checkpoint:released");
+        lap(&self.stats.cp_after_pack_ns);
         for c in &cells {
             c.is_new.store(false, Ordering::Release);
         }

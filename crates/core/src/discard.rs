@@ -222,6 +222,13 @@ impl DiscardQueue {
         self.cmds.drain(..).collect()
     }
 
+    /// Take up to `n` commands from the front (issued by the caller; on failure
+    /// [`DiscardQueue::requeue`] them).
+    pub fn take_front(&mut self, n: usize) -> Vec<DiscardCmd> {
+        let n = n.min(self.cmds.len());
+        self.cmds.drain(..n).collect()
+    }
+
     /// Blocks the queued commands cover.
     pub fn blocks(&self) -> u64 {
         self.cmds.iter().map(|c| c.len).sum()

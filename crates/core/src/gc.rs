@@ -127,10 +127,18 @@ pub trait Collector: Send + Sync {
     fn last_upcall(&self) -> u64 {
         0
     }
-    /// The checkpoint covering upcalls up to `in_pack` is durable; prefree sections are not
-    /// freed yet.
-    fn after_checkpoint(&self, _fs: &FsInner, _in_pack: u64) -> Result<()> {
-        Ok(())
+    /// The checkpoint covering upcalls up to `in_pack` is durable; `emptied` are the prefree
+    /// sections it may free (not freed yet). Returns the sections to discard and free now:
+    /// all of `emptied` by default; `gc=device` holds them for the next checkpoint and
+    /// returns the ones it held before (`umount`: everything, the volume is closing).
+    fn after_checkpoint(
+        &self,
+        _fs: &FsInner,
+        _in_pack: u64,
+        emptied: Vec<u64>,
+        _umount: bool,
+    ) -> Result<Vec<u64>> {
+        Ok(emptied)
     }
 }
 

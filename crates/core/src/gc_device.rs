@@ -3,7 +3,9 @@
 //! Owns: the host end of migration upcalls. The device (`Capabilities::migration_upcalls`,
 //! the emulator's `ftl=coupled`) moves valid blocks of its victims into its GC region and
 //! sends (old, new) pairs on ordinary completions; an [`UpcallTap`] around the device queues
-//! them and wakes the handler thread (no polling). The host never cleans.
+//! them and wakes the handler thread (no polling). The host never cleans. Also owned here:
+//! the discard thread, which issues the per-block discards a durable checkpoint logged
+//! without the op lock, and the order of acknowledgement and section release around it.
 //!
 //! Applying a pair (the node-lock rule): the owner of `old` per the SSA still points at
 //! `old` (NAT entry for a node block; the direct node's slot, under the file's cell lock,
@@ -14,35 +16,50 @@
 //! applied), a queued discard of `old` is withdrawn, since the device would redirect it to
 //! the live block at `new`.
 //!
-//! Protocol with the checkpoint (docs/DESIGN.md "D2FS host side"):
-//! 1. every checkpoint first applies every queued upcall, and records the last applied
-//!    upcall id in the pack (`Checkpoint::last_upcall`);
-//! 2. once the pack is durable: discard every block invalidated before it (batched, 256
-//!    ranges a request, each block redirected on its own by the device: the device learns
-//!    what is dead; while its records are outstanding a discard of a moved block is
-//!    redirected, which is what kills a dead block the device moved), apply what
-//!    arrived meanwhile (so no pair for an address of a section about to be freed is left
-//!    unapplied), acknowledge up to the pack's id, and only then discard and free the
-//!    sections emptied before the pack;
-//! 3. at mount, ids up to the checkpoint's `last_upcall` are acknowledged first (the pack
+//! Protocol with the checkpoint (docs/DESIGN.md "D2FS host side", its case table); pack N
+//! is checkpoint N's, `L(N)` the last upcall id it records:
+//! 1. checkpoint N first issues whatever the discard thread left of the discards pack N-1
+//!    logged (`finish_discards`), then applies every queued upcall, in id order, and records
+//!    the last applied id in the pack (`Checkpoint::last_upcall`);
+//! 2. once pack N is durable, still under the op lock: acknowledge `L(N-1)` (every discard
+//!    pack N-1 logged is issued, so none still needs a record of those upcalls to redirect
+//!    it to the block's moved copy), then discard and free the sections emptied before
+//!    pack N-1 (the pairs that moved their live blocks are acknowledged, so a whole-section
+//!    discard is no longer redirected to a live copy; one in which a queued, unapplied
+//!    upcall has an old address waits one more checkpoint), and hold those emptied before
+//!    pack N for checkpoint N+1 (`SegManager::hold_sections`);
+//! 3. after the op lock is released, the discard thread issues the discards pack N logged
+//!    (every block invalidated before it), 256 ranges a request, beside the writers; a
+//!    mount without background threads (`gc_interval` None) leaves them to step 1 of the
+//!    next checkpoint. An unmount's checkpoint does steps 1-3 at once (issue, acknowledge
+//!    `L(N)`, free everything held);
+//! 4. at mount, the pack's discard log is issued (`issue_pack_log`: its records must still
+//!    redirect), then ids up to the checkpoint's `last_upcall` are acknowledged (the pack
 //!    covers them; before that a discard of a section the pack freed was redirected onto a
 //!    pair's live new block), then `resend_migrations` re-delivers every unacknowledged
 //!    upcall; ids up to `last_upcall` are skipped (applying them again could move a block
 //!    of a later owner of a reused address), later ones are applied, in id order: the tap
 //!    queues them as completions return, which two I/O threads can cross, so a hole in the
-//!    ids makes the host ask for a re-send before applying (`ordered_upcalls`).
+//!    ids makes the host ask for a re-send before applying (`ordered_upcalls`). The log is
+//!    issued once more after roll-forward (`gc_none::after_roll_forward`, harmless).
 //!
 //! The handler thread checkpoints per batch of upcalls (`ack_batch_upcalls`, or a partial
 //! batch after `MAX_UPCALL_WAIT`); without it (`gc_interval` None) `ensure_space` does
 //! (`upcalls_due`). Other checkpoints apply whatever waits.
 //!
 //! Invariants: upcalls are applied in id order, each at most once per mount (`last`);
-//! `acked <= last in a durable checkpoint`; sections of the GC region are never allocated
-//! or freed by the host (`SegManager::reserve_device_region`).
+//! `acked <= pack_last`, the id of a durable pack, and an id is acknowledged only after
+//! every discard logged by the packs up to it was issued; a discard is issued only after
+//! the pack that logged it is durable and before the section of its block is freed; a
+//! section is freed only after the pack that emptied it and the next one are durable;
+//! sections of the GC region are never allocated or freed by the host
+//! (`SegManager::reserve_device_region`).
 //!
 //! Lock order: applying runs under the exclusive side of the op lock (inside a checkpoint),
 //! then `state`, then one file cell at a time. The handler thread takes the op lock only
-//! through a checkpoint.
+//! through a checkpoint. `issuing` (held across one discard request) comes after the op
+//! lock; the discard thread takes `issuing`, then `SegManager::discards`, and never the op
+//! lock, so a checkpoint waiting for `issuing` waits for one request at most.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -80,6 +97,43 @@ pub fn live_limit(caps: &flashlog_dev::Capabilities, mlogs: u32) -> u64 {
     let cap = caps.gc_region_blocks;
     let raw = cap.saturating_sub(caps.conventional_blocks + (logs + 8) * z);
     raw / 100 * 95
+}
+
+/// Mount, before the pack's upcalls are acknowledged (`ack_loaded`): issue the pack's
+/// discard log (every dead block whose discard was not yet issued when the pack was
+/// written). Without it a cut between a durable pack and its discards left, after the
+/// remount, the moved copies of those blocks on flash for good: the mount acknowledged the
+/// records first, and the discards that `gc_none::after_roll_forward` issues again then
+/// found the old addresses unmapped (60 blocks in
+/// `a_cut_before_the_discards_of_a_durable_pack_leaves_no_dead_block_on_flash`). Safe
+/// before roll-forward: no block of the log was written again after the pack (its section
+/// is freed only after the next pack, `after_checkpoint`), and blocks the pack shows valid
+/// are left out. Returns the blocks issued.
+pub fn issue_pack_log(
+    dev: &dyn BlockDevice,
+    geo: &flashlog_format::sb::Geometry,
+    seg: &crate::seg::SegManager,
+    ck: &flashlog_format::cp::Checkpoint,
+) -> Result<u64> {
+    if ck.discard_log.is_empty() {
+        return Ok(0);
+    }
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for c in crate::discard::decode_log(&ck.discard_log, geo.block_count)? {
+        for b in c.addr..c.addr + c.len {
+            if seg.is_valid(b) {
+                continue;
+            }
+            match ranges.last_mut() {
+                Some(r) if r.0 + r.1 == b => r.1 += 1,
+                _ => ranges.push((b, 1)),
+            }
+        }
+    }
+    for chunk in ranges.chunks(flashlog_dev::MAX_DISCARD_RANGES) {
+        dev.discard_many(chunk)?;
+    }
+    Ok(ranges.iter().map(|r| r.1).sum())
 }
 
 /// `gc=device` at mount: check the device and put the upcall tap in front of it.
@@ -122,9 +176,19 @@ struct State {
     last: u64,
     /// Last upcall acknowledged to the device.
     acked: u64,
+    /// `last_upcall` of the newest durable pack: acknowledged at the next checkpoint, once
+    /// the discards that pack logged are all issued.
+    pack_last: u64,
 }
 
-/// The `device` collector: no cleaning, an upcall handler.
+/// Wakes the discard thread (`Kick::pending`) or stops it.
+#[derive(Default)]
+struct Kick {
+    pending: bool,
+    stop: bool,
+}
+
+/// The `device` collector: no cleaning, an upcall handler, a discard thread.
 pub struct DeviceCollector {
     tap: Arc<Tapped>,
     state: Mutex<State>,
@@ -134,6 +198,12 @@ pub struct DeviceCollector {
     inline: AtomicBool,
     /// Upcalls per handler checkpoint (`ack_batch_upcalls`).
     batch: std::sync::atomic::AtomicUsize,
+    /// Held while one discard request of the queue is issued (by the discard thread or a
+    /// checkpoint finishing the queue): a checkpoint that takes it knows no request of the
+    /// queue is still in flight.
+    issuing: Arc<Mutex<()>>,
+    kick: Arc<(Mutex<Kick>, parking_lot::Condvar)>,
+    discarder: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl DeviceCollector {
@@ -145,6 +215,9 @@ impl DeviceCollector {
             handle: Mutex::new(None),
             inline: AtomicBool::new(false),
             batch: std::sync::atomic::AtomicUsize::new(1),
+            issuing: Arc::new(Mutex::new(())),
+            kick: Arc::new((Mutex::new(Kick::default()), parking_lot::Condvar::new())),
+            discarder: Mutex::new(None),
         }
     }
 
@@ -153,6 +226,87 @@ impl DeviceCollector {
         let mut s = self.state.lock();
         s.last = last;
         s.acked = 0;
+        s.pack_last = last;
+    }
+
+    /// Issue every queued discard now, one request (`MAX_DISCARD_RANGES` ranges) at a
+    /// time, after any request the discard thread has in flight. A checkpoint calls it
+    /// first, under the exclusive op lock, so that the acknowledgement and the release
+    /// that follow never come before a discard the previous pack logged.
+    fn finish_discards(&self, fs: &FsInner) -> Result<()> {
+        loop {
+            let _issuing = self.issuing.lock();
+            if crate::gc_none::dispatch_some(fs, flashlog_dev::MAX_DISCARD_RANGES)? == 0 {
+                return Ok(());
+            }
+            fs.stats
+                .device_discards_in_checkpoint
+                .fetch_add(1, Ordering::Relaxed);
+            fs.test_point("discards:batch");
+        }
+    }
+
+    /// The discard thread: after each checkpoint (`after_checkpoint` kicks it) it issues
+    /// the queue that checkpoint's pack logged, one request at a time, without the op lock,
+    /// beside the writers (what the checkpoint's exclusive section used to do: ~60 % of
+    /// its time after the pack). A failed request is put back; the next checkpoint issues
+    /// it again and fails loudly if it fails again. It never takes the op lock.
+    fn start_discarder(&self, fs: &Arc<FsInner>) {
+        let weak: Weak<FsInner> = Arc::downgrade(fs);
+        let kick = self.kick.clone();
+        let issuing = self.issuing.clone();
+        let h = std::thread::Builder::new()
+            .name("flashlog-discard".into())
+            .spawn(move || loop {
+                {
+                    let mut k = kick.0.lock();
+                    while !k.pending && !k.stop {
+                        kick.1.wait(&mut k);
+                    }
+                    if k.stop {
+                        return;
+                    }
+                    k.pending = false;
+                }
+                let Some(fs) = weak.upgrade() else { return };
+                loop {
+                    if fs.poisoned.load(Ordering::Acquire) || kick.0.lock().stop {
+                        return;
+                    }
+                    let _issuing = issuing.lock();
+                    match crate::gc_none::dispatch_some(&fs, flashlog_dev::MAX_DISCARD_RANGES) {
+                        Ok(0) => break,
+                        Ok(_) => {
+                            fs.stats
+                                .device_discards_off_lock
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            tracing::warn!("gc=device discard (re-queued): {e}");
+                            break;
+                        }
+                    }
+                }
+            })
+            .expect("spawn discard thread");
+        *self.discarder.lock() = Some(h);
+    }
+
+    /// The sections of `secs` in which an upcall queued and not yet applied has a pair's
+    /// old address.
+    fn queued_pair_in(&self, fs: &FsInner, secs: &std::collections::HashSet<u64>) -> Vec<u64> {
+        let g = &fs.sb.geo;
+        let mut hit = std::collections::HashSet::new();
+        self.tap.any_queued_old(|old| {
+            if let Some(seg) = g.seg_of(old) {
+                let sec = seg / g.segs_per_sec as u64;
+                if secs.contains(&sec) {
+                    hit.insert(sec);
+                }
+            }
+            false
+        });
+        hit.into_iter().collect()
     }
 
     /// Mount: acknowledge the upcalls the mounted checkpoint covers (`last`), if the device
@@ -332,7 +486,7 @@ impl crate::gc::Collector for DeviceCollector {
     fn foreground(&self, fs: &FsInner, _target: u64) -> Result<u64> {
         let before = fs.seg.free_sections();
         fs.dev.flush()?;
-        if self.tap.pending() > 0 || fs.seg.prefree_sections() > 0 {
+        if self.tap.pending() > 0 || fs.seg.prefree_sections() > 0 || fs.seg.held_sections() > 0 {
             let _g = fs.oplock.checkpoint();
             fs.write_checkpoint(false)?;
         }
@@ -376,6 +530,7 @@ impl crate::gc::Collector for DeviceCollector {
             self.inline.store(true, Ordering::Release);
             return;
         }
+        self.start_discarder(fs);
         let weak: Weak<FsInner> = Arc::downgrade(fs);
         let tap = self.tap.clone();
         let stop = self.stop.clone();
@@ -414,6 +569,11 @@ impl crate::gc::Collector for DeviceCollector {
         if let Some(h) = self.handle.lock().take() {
             let _ = h.join();
         }
+        self.kick.0.lock().stop = true;
+        self.kick.1.notify_all();
+        if let Some(h) = self.discarder.lock().take() {
+            let _ = h.join();
+        }
     }
 
     fn upcalls_due(&self) -> bool {
@@ -422,6 +582,10 @@ impl crate::gc::Collector for DeviceCollector {
     }
 
     fn before_checkpoint(&self, fs: &FsInner) -> Result<()> {
+        // 1. What the previous pack logged and the discard thread has not issued yet.
+        self.finish_discards(fs)?;
+        fs.test_point("checkpoint:discarded");
+        // 2. The upcalls received so far.
         self.apply_queued(fs)
     }
 
@@ -429,21 +593,65 @@ impl crate::gc::Collector for DeviceCollector {
         self.state.lock().last
     }
 
-    fn after_checkpoint(&self, fs: &FsInner, in_pack: u64) -> Result<()> {
-        // 1. Per-block discards of what died before the pack (redirects still work: nothing
-        //    of this round is acknowledged yet).
-        //    The checkpoint drained them from the dead map into its discard log and the
-        //    queue (`gc_none::checkpoint_discards`); a cut before this re-issues the log.
-        //    Issued in batches of 256 ranges (`discard_many`, as NVMe DSM).
-        crate::gc_none::dispatch_all(fs)?;
-        // 2. What arrived during the checkpoint, before any section is freed.
-        self.apply_queued(fs)?;
-        // 3. Acknowledge what the durable pack covers.
-        let mut s = self.state.lock();
-        if in_pack > s.acked {
-            fs.dev.ack_migrations(in_pack)?;
-            s.acked = in_pack;
+    fn after_checkpoint(
+        &self,
+        fs: &FsInner,
+        in_pack: u64,
+        emptied: Vec<u64>,
+        umount: bool,
+    ) -> Result<Vec<u64>> {
+        if umount {
+            // The volume is closing: no later checkpoint will finish this pack's discards,
+            // acknowledge it or free its sections, so do all three now, in that order.
+            self.finish_discards(fs)?;
+            let mut s = self.state.lock();
+            s.pack_last = in_pack;
+            if in_pack > s.acked {
+                fs.dev.ack_migrations(in_pack)?;
+                s.acked = in_pack;
+            }
+            let mut all = fs.seg.take_held();
+            all.extend(emptied);
+            return Ok(all);
         }
-        Ok(())
+        // 1. Acknowledge what the previous pack covers: every discard it logged was issued
+        //    (`before_checkpoint`), so no record of its upcalls is still needed to redirect
+        //    one. This pack's upcalls stay outstanding until the next checkpoint: the
+        //    discards it logged are issued off the lock in between, and each must still be
+        //    redirected through the records of the blocks the device moved.
+        let mut s = self.state.lock();
+        let prev = std::mem::replace(&mut s.pack_last, in_pack);
+        if prev > s.acked {
+            fs.dev.ack_migrations(prev)?;
+            s.acked = prev;
+        }
+        drop(s);
+        // 2. Free the sections emptied before the previous pack: their dead blocks are
+        //    discarded and the pairs that moved their live blocks acknowledged, so a
+        //    discard of the whole section (now, or when a head claims it) can no longer be
+        //    redirected to a live block. A section in which a queued, unapplied upcall has
+        //    an old address waits once more: that stale pair must be applied (and skipped)
+        //    before the section's addresses are written again.
+        let held = fs.seg.take_held();
+        let set: std::collections::HashSet<u64> = held.iter().copied().collect();
+        let wait = if set.is_empty() {
+            Vec::new()
+        } else {
+            self.queued_pair_in(fs, &set)
+        };
+        let release: Vec<u64> = held.into_iter().filter(|s| !wait.contains(s)).collect();
+        fs.stats
+            .device_sections_held_back
+            .fetch_add(wait.len() as u64, Ordering::Relaxed);
+        fs.seg.hold_sections(wait);
+        // 3. Hold this pack's emptied sections for the next checkpoint, and let the discard
+        //    thread issue this pack's discards beside the writers (without the thread, the
+        //    next checkpoint issues them first).
+        fs.seg.hold_sections(emptied);
+        if !self.inline.load(Ordering::Acquire) {
+            self.kick.0.lock().pending = true;
+            self.kick.1.notify_one();
+        }
+        Ok(release)
     }
 }

@@ -191,6 +191,15 @@ pub fn dispatch_all(fs: &FsInner) -> Result<u64> {
     Ok(blocks)
 }
 
+/// Up to `max` queued commands from the front, now (`gc=device` issues its queue one
+/// request at a time off the op lock). Returns how many were issued.
+pub fn dispatch_some(fs: &FsInner, max: usize) -> Result<usize> {
+    let cmds = fs.seg.discards.lock().take_front(max);
+    let n = cmds.len();
+    issue_or_requeue(fs, cmds)?;
+    Ok(n)
+}
+
 fn issue_or_requeue(fs: &FsInner, cmds: Vec<DiscardCmd>) -> Result<()> {
     let per = flashlog_dev::MAX_DISCARD_RANGES;
     for (i, chunk) in cmds.chunks(per).enumerate() {

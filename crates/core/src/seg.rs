@@ -9,7 +9,9 @@
 //!   lock: ScaleLFS LSU);
 //! - a section is free (its `used` bit clear) only if it held no valid block at the last
 //!   durable checkpoint and no log head owns it: sections that become empty are *prefree*
-//!   until the next checkpoint is durable;
+//!   until the next checkpoint is durable (`gc=device`: *held* one checkpoint longer,
+//!   `hold_sections`, until the discards of their dead blocks are issued and the records
+//!   that moved their live blocks are acknowledged; counted free in the pack);
 //! - each log head writes its segment strictly in order; node heads know their next segment
 //!   in advance so that a node footer can name the next block of the roll-forward chain;
 //! - every device write says what it carries ([`head_hint`]): a node head's buffers go with
@@ -221,8 +223,14 @@ pub struct SegManager {
     /// it is durable (`gc_device.rs`). None on other policies.
     pub dead: Mutex<Option<crate::discard::DiscardMap>>,
     /// Discard commands a durable checkpoint logged and that still wait to be issued
-    /// (`gc_none.rs` dispatches them; `gc=device` issues them right after its checkpoint).
+    /// (`gc_none.rs` dispatches them; `gc=device`'s discard thread issues them after the
+    /// checkpoint, and the next checkpoint issues what it left first).
     pub discards: Mutex<crate::discard::DiscardQueue>,
+    /// `gc=device`: sections emptied before the last durable pack whose release waits for
+    /// the next checkpoint (their dead blocks' discards are issued off the op lock in
+    /// between, and the records that moved their blocks are acknowledged only then:
+    /// `gc_device.rs`). Empty, not owned by a head, still marked used.
+    held: Mutex<Vec<u64>>,
     /// IPLFS: an infinite volume's live count and capacity pool (`alloc_none.rs`); None on
     /// finite volumes.
     inf: Option<Infinite>,
@@ -490,6 +498,7 @@ impl SegManager {
             device_secs_from: AtomicU64::new(u64::MAX),
             dead: Mutex::new(None),
             discards: Mutex::new(crate::discard::DiscardQueue::new()),
+            held: Mutex::new(Vec::new()),
             inf: geo.infinite.then(Infinite::new),
         };
         if geo.infinite {
@@ -604,7 +613,8 @@ impl SegManager {
     /// Sections free once the checkpoint being written is durable (free + prefree ones
     /// that are still empty and not owned by a head).
     pub fn free_after_checkpoint(&self) -> u64 {
-        let mut n = self.free_sections();
+        // Held sections (gc=device) are empty in the SIT this checkpoint writes.
+        let mut n = self.free_sections() + self.held.lock().len() as u64;
         for p in self.prefree.iter() {
             n += p
                 .lock()
@@ -1508,6 +1518,21 @@ impl SegManager {
                     && !self.is_device_section(sec)
             })
             .collect()
+    }
+
+    /// `gc=device`: keep `secs` (emptied before a durable pack) for a later release.
+    pub fn hold_sections(&self, secs: Vec<u64>) {
+        self.held.lock().extend(secs);
+    }
+
+    /// `gc=device`: the held sections, taken out (the caller releases or holds them again).
+    pub fn take_held(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.held.lock())
+    }
+
+    /// `gc=device`: sections held for the next checkpoint's release.
+    pub fn held_sections(&self) -> u64 {
+        self.held.lock().len() as u64
     }
 
     /// Discard and free `secs` (from `take_prefree`).

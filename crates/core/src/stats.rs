@@ -94,6 +94,13 @@ pub struct Stats {
     pub upcall_pairs_applied: AtomicU64,
     pub upcall_pairs_skipped: AtomicU64,
     pub upcall_discards_withdrawn: AtomicU64,
+    pub device_discards_off_lock: AtomicU64,
+    pub device_discards_in_checkpoint: AtomicU64,
+    pub device_sections_held_back: AtomicU64,
+    pub cp_apply_ns: AtomicU64,
+    pub cp_writeback_ns: AtomicU64,
+    pub cp_meta_ns: AtomicU64,
+    pub cp_after_pack_ns: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
     pub gc_lost_copies: AtomicU64,
     pub gc_reservation_returned: AtomicU64,
@@ -139,6 +146,22 @@ pub struct Counters {
     /// gc=device: queued discards of a pair's old address taken back because the host
     /// already points at its new one (roll-forward after a cut; see gc_device.rs).
     pub upcall_discards_withdrawn: u64,
+    /// gc=device: discard requests (up to 256 ranges each) of dead blocks issued by the
+    /// discard thread beside the writers, and by a checkpoint that found some still queued
+    /// (it must issue them before it acknowledges and frees: gc_device.rs).
+    pub device_discards_off_lock: u64,
+    pub device_discards_in_checkpoint: u64,
+    /// gc=device: times a held section waited one more checkpoint because a queued,
+    /// unapplied upcall had a pair whose old address lies in it.
+    pub device_sections_held_back: u64,
+    /// Time in the phases of checkpoints, seconds: before the writeback (gc=device: the
+    /// discards still queued, the upcall applies), data and node writeback, metadata and
+    /// the pack (NAT, SIT, SSA, flushes), after the pack is durable (discards, gc=device's
+    /// acknowledgement, freeing sections).
+    pub cp_apply_s: f64,
+    pub cp_writeback_s: f64,
+    pub cp_meta_s: f64,
+    pub cp_after_pack_s: f64,
     /// Blocks a collector read but did not move because a newer write or a truncate won
     /// the race (node-lock rule).
     pub gc_skipped_blocks: u64,
@@ -211,6 +234,13 @@ impl Stats {
             upcall_pairs_applied: g(&self.upcall_pairs_applied),
             upcall_pairs_skipped: g(&self.upcall_pairs_skipped),
             upcall_discards_withdrawn: g(&self.upcall_discards_withdrawn),
+            device_discards_off_lock: g(&self.device_discards_off_lock),
+            device_discards_in_checkpoint: g(&self.device_discards_in_checkpoint),
+            device_sections_held_back: g(&self.device_sections_held_back),
+            cp_apply_s: g(&self.cp_apply_ns) as f64 / 1e9,
+            cp_writeback_s: g(&self.cp_writeback_ns) as f64 / 1e9,
+            cp_meta_s: g(&self.cp_meta_ns) as f64 / 1e9,
+            cp_after_pack_s: g(&self.cp_after_pack_ns) as f64 / 1e9,
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
             gc_lost_copies: g(&self.gc_lost_copies),
             gc_reservation_returned: g(&self.gc_reservation_returned),

@@ -48,6 +48,28 @@ fn fsck_clean(dev: &dyn BlockDevice) {
     assert!(r.is_clean(), "fsck: {:?}", r.findings);
 }
 
+/// After a clean unmount the device holds exactly the blocks the host's volume points at:
+/// every block the host invalidated was discarded, and the discard reached the block's
+/// current copy (a discard issued after the device forgot the record of a move finds the
+/// old address unmapped, and the moved copy stays on flash for good).
+fn device_holds_only_live_blocks(ssd: &SsdDevice, dev: &dyn BlockDevice) {
+    let r = flashlog_core::fsck::fsck(dev).unwrap();
+    let host = r.data_blocks + r.node_blocks;
+    let on_flash: u64 = ssd
+        .region_usage()
+        .iter()
+        .filter(|u| u.name != "conventional")
+        .map(|u| u.valid_blocks)
+        .sum();
+    eprintln!("host live blocks {host}, device valid blocks {on_flash}");
+    assert_eq!(
+        on_flash,
+        host,
+        "the device keeps {} dead blocks the host invalidated",
+        on_flash as i64 - host as i64
+    );
+}
+
 /// Files `/f0..` hold `model`, before and after a clean remount; fsck is clean after each
 /// unmount.
 fn files_match_before_and_after_a_remount(fs: Fs, dev: &Arc<dyn BlockDevice>, model: &[Vec<u8>]) {
@@ -216,6 +238,7 @@ fn random_overwrites_with_device_gc_match_the_model() {
     );
     assert_eq!(c.space_overcommit_blocks, 0);
     files_match_before_and_after_a_remount(fs, &dev, &model);
+    device_holds_only_live_blocks(&ssd, &*dev);
 }
 
 /// The emulated SSD behind a switch: once `cut` is set every request fails as after a power
@@ -301,6 +324,9 @@ fn power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing() {
         "checkpoint:applied",
         "checkpoint:durable",
         "checkpoint:acked",
+        "checkpoint:released",
+        "discards:batch",
+        "checkpoint:discarded",
     ];
     for round in 0..=points.len() {
         let dev = Arc::new(Cut {
@@ -369,12 +395,31 @@ fn power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing() {
         }
         let point = points[round];
         let (d, s2) = (dev.clone(), ssd.clone());
+        let inner = Arc::downgrade(fs.inner());
+        let pre = Arc::new(std::sync::atomic::AtomicU64::new(0));
         fs.set_test_hook(Some(Arc::new(move |what| {
-            if what == point {
-                let st = s2.ftl_stats();
-                if st.upcalls_sent > st.upcalls_acked {
-                    d.cut.store(true, Ordering::Release);
-                }
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let last = inner.collector.last_upcall();
+            if what == "checkpoint:before-apply" {
+                pre.store(last, Ordering::Relaxed);
+            }
+            if what != point {
+                return;
+            }
+            // Since the acknowledgement trails the pack by a checkpoint, the device always
+            // has upcalls outstanding; the first two points want ones the host has not
+            // applied yet (sent after the last applied id), and applied in memory only
+            // (applied by this checkpoint).
+            let st = s2.ftl_stats();
+            let armed = match point {
+                "checkpoint:before-apply" => st.upcalls_sent > last,
+                "checkpoint:applied" => last > pre.load(Ordering::Relaxed),
+                _ => st.upcalls_sent > st.upcalls_acked,
+            };
+            if armed {
+                d.cut.store(true, Ordering::Release);
             }
         })));
         let mut current = durable.clone();
@@ -859,4 +904,69 @@ fn a_remount_after_a_cut_never_rewrites_blocks_the_device_got_after_the_checkpoi
 #[test]
 fn a_remount_after_a_cut_with_fsync_never_rewrites_blocks_the_device_got_after_it() {
     write_after_a_cut_with_post_checkpoint_blocks(true);
+}
+
+/// A cut right after a checkpoint freed its sections (`checkpoint:released`: pack N durable,
+/// its dead blocks' discards not issued yet, the dead map empty): the remount acknowledges
+/// pack N's upcalls and issues pack N's discard log. A record of a dead block the device had
+/// moved must still redirect that discard to the moved copy, so after a clean unmount the
+/// device holds exactly the live blocks.
+#[test]
+fn a_cut_before_the_discards_of_a_durable_pack_leaves_no_dead_block_on_flash() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ssd = coupled();
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let dev = Arc::new(Cut {
+        inner: ssd.clone(),
+        cut: AtomicBool::new(false),
+    });
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let nfiles = (fs.statfs().blocks * 4096 * 6 / 10 / FILE) as usize;
+    let mut inos = Vec::new();
+    for i in 0..nfiles {
+        let data: Vec<u8> = (0..FILE).map(|k| (k as usize * 5 + i) as u8).collect();
+        inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
+    }
+    fs.sync().unwrap();
+    let (d, s2) = (dev.clone(), ssd.clone());
+    let armed = Arc::new(AtomicBool::new(false));
+    let a2 = armed.clone();
+    fs.set_test_hook(Some(Arc::new(move |what| {
+        // After device GC has run for a while, cut at the first release with dead blocks
+        // the device moved waiting for their discard.
+        if what == "checkpoint:released" && a2.load(Ordering::Acquire) {
+            let st = s2.ftl_stats();
+            if st.upcalls_sent > st.upcalls_acked {
+                d.cut.store(true, Ordering::Release);
+            }
+        }
+    })));
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    for n in 0..3 * CAP / 4096 {
+        if n == 2 * CAP / 4096 {
+            armed.store(true, Ordering::Release);
+        }
+        let f = rng.random_range(0..inos.len());
+        let blk = rng.random_range(0..FILE / 4096);
+        if fs
+            .write(inos[f], blk * 4096, &[rng.random::<u8>(); 4096])
+            .is_err()
+        {
+            break;
+        }
+    }
+    assert!(
+        dev.cut.load(Ordering::Acquire),
+        "the cut point was never reached"
+    );
+    fs.abandon();
+    ssd.power_cycle();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    eprintln!(
+        "after the cut: discard log re-issued {} blocks",
+        fs.stats().discard_log_reissued_blocks
+    );
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
+    device_holds_only_live_blocks(&ssd, &*ssd);
 }

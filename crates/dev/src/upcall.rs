@@ -60,6 +60,16 @@ impl<D: BlockDevice> UpcallTap<D> {
         self.queue.lock().len()
     }
 
+    /// Whether a queued (not yet taken) upcall has a pair whose old address satisfies `f`,
+    /// without taking any. `gc=device` keeps a section back while one does: the pair must
+    /// be applied (and found stale) before the section's addresses can be written again.
+    pub fn any_queued_old(&self, mut f: impl FnMut(u64) -> bool) -> bool {
+        self.queue
+            .lock()
+            .iter()
+            .any(|u| u.pairs.iter().any(|p| f(p.old)))
+    }
+
     /// Every queued upcall, oldest first, without waiting.
     pub fn take(&self) -> Vec<Upcall> {
         self.queue.lock().drain(..).collect()

@@ -14,13 +14,18 @@
 //! SSD (there is no crash image to cut: the device keeps its state).
 //!
 //! Cut points (what `run_seed` picks from a trace of the uncut workload): the request right
-//! after each step of the protocol while the device has upcalls the host has not
-//! acknowledged (`checkpoint:before-apply`: received, not applied; `checkpoint:applied`:
-//! applied in memory only; `checkpoint:durable`: in a durable checkpoint, not acknowledged;
-//! `checkpoint:acked`: acknowledged, emptied sections not freed yet); a request whose
+//! after each step of the protocol (docs/DESIGN.md "D2FS host side", its case table):
+//! `checkpoint:before-apply` with upcalls sent past the last applied id (received or in
+//! transit, not applied); `discards:batch`, after each request by which a checkpoint
+//! finishes the previous pack's discards; `checkpoint:discarded`, all of them issued;
+//! `checkpoint:applied` with upcalls this checkpoint applied (in memory only); and, while the
+//! device has upcalls outstanding, `checkpoint:durable` (pack durable, the previous one not
+//! yet acknowledged), `checkpoint:acked` (acknowledged, the sections emptied before the
+//! previous pack not freed yet), `checkpoint:released` (freed; this pack's discards not yet
+//! issued, which a mount without threads leaves to the next checkpoint); a request whose
 //! completion carried an upcall, cut so that the device ran it (the migration happened) but
 //! the completion never reached the host (the upcall is lost in transit); and random
-//! requests after the setup.
+//! requests after the setup, the unmount included (a cut there is a cut).
 //!
 //! Invariants: a case is a pure function of its fields (virtual clock, `io_threads` 0, no
 //! timer or handler thread: `ensure_space` applies batches of upcalls); after the cut every
@@ -49,11 +54,14 @@ pub const FILE: u64 = 4 << 20;
 /// Random writes between two fsyncs of every file.
 pub const FSYNC_EVERY: u64 = 2048;
 /// The protocol steps the core marks with test points (checkpoint.rs).
-pub const POINTS: [&str; 4] = [
+pub const POINTS: [&str; 7] = [
     "checkpoint:before-apply",
     "checkpoint:applied",
     "checkpoint:durable",
     "checkpoint:acked",
+    "checkpoint:released",
+    "discards:batch",
+    "checkpoint:discarded",
 ];
 
 /// One crash case of `gc=device`.
@@ -348,12 +356,29 @@ pub fn trace(seed: u64) -> Result<DeviceTrace, String> {
     ));
     {
         let (seen, dev, ssd) = (seen.clone(), dev.clone(), ssd.clone());
+        let inner = Arc::downgrade(fs.inner());
+        let pre = Arc::new(AtomicU64::new(0));
         fs.set_test_hook(Some(Arc::new(move |what| {
             let Some(k) = POINTS.iter().position(|p| *p == what) else {
                 return;
             };
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let last = inner.collector.last_upcall();
+            if what == "checkpoint:before-apply" {
+                pre.store(last, Ordering::Relaxed);
+            }
+            // The acknowledgement trails the pack by a checkpoint, so upcalls are nearly
+            // always outstanding; before the apply, want some the host has not applied
+            // (sent past its last applied id), after it, some applied in memory only.
             let st = ssd.ftl_stats();
-            if st.upcalls_sent > st.upcalls_acked {
+            let wanted = match what {
+                "checkpoint:before-apply" => st.upcalls_sent > last,
+                "checkpoint:applied" => last > pre.load(Ordering::Relaxed),
+                _ => st.upcalls_sent > st.upcalls_acked,
+            };
+            if wanted {
                 let mut s = seen.lock().expect("trace points");
                 if s[k].1.len() < 8 {
                     s[k].1.push(dev.ops());
@@ -383,12 +408,16 @@ pub fn run_case(case: &DeviceCase) -> Result<DeviceOutcome, String> {
     let (ssd, dev, fs) = fresh(case.seed, Some(case.cut), case.landed)?;
     let mut setup_ops = 0;
     let files = workload(&fs, case.seed, &dev, &mut setup_ops);
-    let cut = dev.is_cut();
-    if cut {
+    if dev.is_cut() {
         fs.abandon();
-    } else {
-        fs.unmount().map_err(|e| format!("unmount: {e}"))?;
+    } else if let Err(e) = fs.unmount() {
+        // A cut point of the trace can fall in the unmount (its checkpoint, the discards
+        // it finishes, its acknowledgement): that is a cut like any other.
+        if !dev.is_cut() {
+            return Err(format!("unmount: {e}"));
+        }
     }
+    let cut = dev.is_cut();
     ssd.power_cycle();
     let fs = Fs::mount(ssd.clone(), sim_mount_options(GcPolicy::Device))
         .map_err(|e| format!("remount after the cut: {e}"))?;
