@@ -53,6 +53,10 @@ pub struct Gauge {
     pub compaction_runs: u64,
     pub compaction_busy_ns: u64,
     pub flat_touched_bytes: u64,
+    /// IPLFS interval map as its last compaction run left it: tree bytes and a page map of
+    /// the live data then (0 before the first run).
+    pub after_compaction_bytes: u64,
+    pub after_compaction_page_map_bytes: u64,
 }
 
 impl Gauge {
@@ -93,6 +97,8 @@ impl Gauge {
             g.compaction_runs = iv.compaction_runs;
             g.compaction_busy_ns = iv.compaction_busy_ns;
             g.flat_touched_bytes = iv.flat_touched_bytes;
+            g.after_compaction_bytes = iv.after_compaction_bytes;
+            g.after_compaction_page_map_bytes = iv.after_compaction_page_map_bytes;
         }
         g
     }
@@ -166,13 +172,14 @@ pub fn summarize(ftl: &str, g: &[Gauge], capacity_blocks: u64) -> Option<MemoryS
     if gib > 0.0 {
         s.record_kib_per_gib_peak = s.record_bytes_peak as f64 / 1024.0 / gib;
     }
-    // The first sample that saw the last compaction run.
-    if last.compaction_runs > 0 {
-        if let Some(x) = g.iter().find(|x| x.compaction_runs == last.compaction_runs) {
-            s.mapping_bytes_after_compaction = Some(x.mapping_bytes);
-            s.after_compaction_vs_page_map_live =
-                Some(ratio(x.mapping_bytes, x.page_map_for_live()));
-        }
+    // The tree as the last compaction run left it (the FTL records it at the end of the run;
+    // the first sample after the run would also count the writes since).
+    if last.compaction_runs > 0 && last.after_compaction_bytes > 0 {
+        s.mapping_bytes_after_compaction = Some(last.after_compaction_bytes);
+        s.after_compaction_vs_page_map_live = Some(ratio(
+            last.after_compaction_bytes,
+            last.after_compaction_page_map_bytes,
+        ));
     }
     if s.flat_touched_bytes > 0 && s.mapping_bytes_end > 0 {
         s.flat_touched_over_mapping = Some(ratio(s.flat_touched_bytes, s.mapping_bytes_end));
@@ -185,7 +192,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn summary_finds_the_sample_after_the_last_compaction() {
+    fn summary_takes_the_tree_the_last_compaction_left() {
         let mk = |t: f64, map: u64, valid: u64, runs: u64| Gauge {
             t_s: t,
             mapping_bytes: map,
@@ -193,10 +200,14 @@ mod tests {
             compaction_runs: runs,
             flat_touched_bytes: 4_000_000,
             record_bytes: (t * 100.0) as u64,
+            // The run (between the samples at t=1 and t=2) left 940,000 B over a live page
+            // map of 800,000 B; the sample at t=2 already counts writes since.
+            after_compaction_bytes: if runs > 0 { 940_000 } else { 0 },
+            after_compaction_page_map_bytes: if runs > 0 { 800_000 } else { 0 },
             ..Gauge::default()
         };
-        // 1 GiB device (262,144 blocks); mapping grows, one compaction at t=2 shrinks it to
-        // 120 % of the live page map, then writes grow it again.
+        // 1 GiB device (262,144 blocks); mapping grows, one compaction shrinks it to 117.5 %
+        // of the live page map, then writes grow it again.
         let g = vec![
             mk(0.0, 100, 0, 0),
             mk(1.0, 900_000, 200_000, 0),
@@ -204,8 +215,8 @@ mod tests {
             mk(3.0, 1_000_000, 200_000, 1),
         ];
         let s = summarize("interval", &g, 262_144).unwrap();
-        assert_eq!(s.mapping_bytes_after_compaction, Some(960_000));
-        assert!((s.after_compaction_vs_page_map_live.unwrap() - 1.2).abs() < 1e-9);
+        assert_eq!(s.mapping_bytes_after_compaction, Some(940_000));
+        assert!((s.after_compaction_vs_page_map_live.unwrap() - 1.175).abs() < 1e-9);
         assert!((s.vs_page_map_live - 1.25).abs() < 1e-9);
         assert_eq!(s.mapping_bytes_peak, 1_000_000);
         assert!((s.flat_touched_over_mapping.unwrap() - 4.0).abs() < 1e-9);

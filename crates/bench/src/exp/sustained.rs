@@ -950,7 +950,7 @@ fn memory_section(ctx: &Ctx, rep: &mut Report, results: &[SustainedResult]) -> R
         "map: the FTL's modelled mapping DRAM (docs/EMULATOR.md); page map of live: 4 B per valid \
          block on flash at the end (what a page-mapping FTL needs for the same live data; the \
          page FTL allocates 4 B per block of the whole device: {} MiB here); x live: map / that; \
-         after compaction: at the first sample after the interval FTL's last compaction run; \
+         after compaction: the map as the interval FTL's last compaction run left it, over a page map of the live data then; \
          flat touched: a flat map (4 B per block) of the range each log ever wrote (IPLFS's \
          infinite space); records: outstanding D2FS migration records (24 B each).\n",
         num(cap as f64 / MIB)

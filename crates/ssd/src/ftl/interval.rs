@@ -660,6 +660,12 @@ pub struct IntervalStats {
     pub compaction_bytes_saved: u64,
     /// Modelled firmware time spent compacting (I/O waits behind it).
     pub compaction_busy_ns: u64,
+    /// The tree's modelled bytes (`memory.total_bytes`) and a page map of the live data (4 B
+    /// per valid entry) as the last compaction run left them (0 before the first run): the
+    /// exact "after compaction" point, which a sampler reading the tree later, after more
+    /// writes have dirtied dense nodes, overstates.
+    pub after_compaction_bytes: u64,
+    pub after_compaction_page_map_bytes: u64,
     pub intervals: Vec<LiveInterval>,
 }
 
@@ -1031,6 +1037,8 @@ impl IntervalMap {
         self.compacted_nodes = self.compacted_nodes.wrapping_add_signed(compacted_delta);
         self.stats.compaction_runs += 1;
         self.stats.compaction_busy_ns += cost;
+        self.stats.after_compaction_bytes = self.memory().total_bytes;
+        self.stats.after_compaction_page_map_bytes = self.valid_total * ENTRY_BYTES;
         cost
     }
 
@@ -1454,6 +1462,26 @@ mod tests {
             (16 + 4 * 4096) + (16 + 2 * 16 + 8 * 256 * 4) + bitmap_node
         );
         assert_eq!(after.compacted_map_nodes, 2);
+        // The run records the tree it left and a page map of the live data then; writes
+        // after it change the tree but not that record (the bench's "after compaction").
+        assert_eq!(before.after_compaction_bytes, 0);
+        assert_eq!(after.after_compaction_bytes, after.memory.total_bytes);
+        assert_eq!(
+            after.after_compaction_page_map_bytes,
+            4 * (3 * 4096 - 2048 - 1638)
+        );
+        {
+            let mut grown = IntervalMap::new(m.cfg.clone()).unwrap();
+            for (l, p) in m.iter_mapped() {
+                grown.map(l, p);
+            }
+            grown.compact_all();
+            let rec = grown.stats().after_compaction_bytes;
+            grown.map(Lpn(5 * 4096), Ppn(1));
+            let later = grown.stats();
+            assert!(later.memory.total_bytes > rec);
+            assert_eq!(later.after_compaction_bytes, rec);
+        }
         assert_eq!(
             after.layouts,
             MapNodeLayouts {
