@@ -290,6 +290,38 @@ pub fn encode_log<'a>(cmds: impl IntoIterator<Item = &'a DiscardCmd>) -> Vec<u8>
     out
 }
 
+/// [`decode_log`], with every command split around the blocks `keep` names (blocks that hold
+/// data again: roll-forward adopted them, or the pack shows them valid), which must not be
+/// discarded.
+pub fn decode_log_except(
+    bytes: &[u8],
+    limit: u64,
+    keep: impl Fn(u64) -> bool,
+) -> Result<Vec<DiscardCmd>> {
+    let mut out = Vec::new();
+    for c in decode_log(bytes, limit)? {
+        let mut a = c.addr;
+        for b in c.addr..c.addr + c.len {
+            if keep(b) {
+                if b > a {
+                    out.push(DiscardCmd {
+                        addr: a,
+                        len: b - a,
+                    });
+                }
+                a = b + 1;
+            }
+        }
+        if c.addr + c.len > a {
+            out.push(DiscardCmd {
+                addr: a,
+                len: c.addr + c.len - a,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// Decode a discard log, refusing anything malformed or naming a block at or past `limit`
 /// (the volume's address space). Returns the commands sorted and merged.
 pub fn decode_log(bytes: &[u8], limit: u64) -> Result<Vec<DiscardCmd>> {
@@ -359,6 +391,24 @@ pub fn decode_log(bytes: &[u8], limit: u64) -> Result<Vec<DiscardCmd>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_log_except_splits_around_kept_blocks() {
+        let cmds = [
+            DiscardCmd { addr: 10, len: 6 },
+            DiscardCmd {
+                addr: 100,
+                len: 600,
+            },
+        ];
+        let log = encode_log(&cmds);
+        let keep = |b: u64| b == 10 || b == 13 || b == 15 || (400..500).contains(&b);
+        let got = decode_log_except(&log, 1 << 20, keep).unwrap();
+        let want = [(11, 2), (14, 1), (100, 300), (500, 200)];
+        let got: Vec<(u64, u64)> = got.iter().map(|c| (c.addr, c.len)).collect();
+        assert_eq!(got, want);
+        assert!(decode_log_except(&log, 600, |_| false).is_err());
+    }
     use std::collections::BTreeSet;
 
     struct Rng(u64);

@@ -118,18 +118,11 @@ pub fn issue_pack_log(
     if ck.discard_log.is_empty() {
         return Ok(0);
     }
-    let mut ranges: Vec<(u64, u64)> = Vec::new();
-    for c in crate::discard::decode_log(&ck.discard_log, geo.block_count)? {
-        for b in c.addr..c.addr + c.len {
-            if seg.is_valid(b) {
-                continue;
-            }
-            match ranges.last_mut() {
-                Some(r) if r.0 + r.1 == b => r.1 += 1,
-                _ => ranges.push((b, 1)),
-            }
-        }
-    }
+    let ranges: Vec<(u64, u64)> =
+        crate::discard::decode_log_except(&ck.discard_log, geo.block_count, |b| seg.is_valid(b))?
+            .into_iter()
+            .map(|c| (c.addr, c.len))
+            .collect();
     for chunk in ranges.chunks(flashlog_dev::MAX_DISCARD_RANGES) {
         dev.discard_many(chunk)?;
     }

@@ -243,29 +243,10 @@ fn reissue_log(fs: &FsInner, ck: &Checkpoint) -> Result<()> {
     if ck.discard_log.is_empty() {
         return Ok(());
     }
-    let cmds = discard::decode_log(&ck.discard_log, fs.sb.geo.block_count)?;
-    let mut reissue = Vec::new();
-    for c in cmds {
-        // Split around blocks roll-forward made valid (finite volumes reuse addresses).
-        let mut a = c.addr;
-        for b in c.addr..c.addr + c.len {
-            if !fs.seg.is_infinite() && fs.seg.is_valid(b) {
-                if b > a {
-                    reissue.push(DiscardCmd {
-                        addr: a,
-                        len: b - a,
-                    });
-                }
-                a = b + 1;
-            }
-        }
-        if c.addr + c.len > a {
-            reissue.push(DiscardCmd {
-                addr: a,
-                len: c.addr + c.len - a,
-            });
-        }
-    }
+    // Split around blocks roll-forward made valid (finite volumes reuse addresses).
+    let reissue = discard::decode_log_except(&ck.discard_log, fs.sb.geo.block_count, |b| {
+        !fs.seg.is_infinite() && fs.seg.is_valid(b)
+    })?;
     fs.stats
         .discard_log_reissued
         .fetch_add(reissue.iter().map(|c| c.len).sum(), Ordering::Relaxed);
