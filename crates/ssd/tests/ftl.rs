@@ -197,6 +197,36 @@ struct Host {
 }
 
 impl Host {
+    /// Object `obj` now lives at `a` (its write's completion applied): the old copy is
+    /// discarded at once and the new address adopted.
+    fn placed(&mut self, dev: &SsdDevice, obj: u64, a: u64, version: u64) {
+        if let Some((old, _)) = self.loc.insert(obj, (a, version)) {
+            self.forget(old);
+            let c = dev.discard(old, 1).unwrap();
+            self.apply(&c);
+        }
+        self.adopt(a, obj);
+    }
+
+    /// Object `obj`, if live, reads back its last version from the address the host knows.
+    fn probe(&mut self, dev: &SsdDevice, obj: u64, op: u64) {
+        if let Some(&(a, tag)) = self.loc.get(&obj) {
+            let mut b = vec![0u8; BLOCK_SIZE];
+            let c = dev.read(a, &mut b).unwrap();
+            assert_eq!(b, block(tag), "object {obj} at {a} (op {op})");
+            self.apply(&c);
+        }
+    }
+
+    /// Checkpoint (the flush also sends the partial batch), then acknowledge.
+    fn checkpoint(&mut self, dev: &SsdDevice) {
+        let c = dev.flush().unwrap();
+        self.apply(&c);
+        if self.last_upcall > 0 {
+            dev.ack_migrations(self.last_upcall).unwrap();
+        }
+    }
+
     fn new(dev: &SsdDevice, gc_start: u64) -> Self {
         let caps = dev.capabilities();
         let z = caps.zone_blocks;
@@ -354,29 +384,13 @@ fn coupled_gc_keeps_the_mapping_under_random_writes_and_discards() {
             let a = host.alloc();
             let c = dev.write(a, &block(version)).unwrap();
             host.apply(&c);
-            if let Some((old, _)) = host.loc.insert(obj, (a, version)) {
-                host.forget(old);
-                let c = dev.discard(old, 1).unwrap();
-                host.apply(&c);
-            }
-            host.adopt(a, obj);
+            host.placed(&dev, obj, a, version);
         }
         if i % 7 == 0 {
-            let probe = rng.below(objects);
-            if let Some(&(a, tag)) = host.loc.get(&probe) {
-                let mut b = vec![0u8; BLOCK_SIZE];
-                let c = dev.read(a, &mut b).unwrap();
-                assert_eq!(b, block(tag), "object {probe} at {a} (op {i})");
-                host.apply(&c);
-            }
+            host.probe(&dev, rng.below(objects), i);
         }
         if i % 40 == 0 {
-            // Checkpoint (the flush also sends the partial batch), then acknowledge.
-            let c = dev.flush().unwrap();
-            host.apply(&c);
-            if host.last_upcall > 0 {
-                dev.ack_migrations(host.last_upcall).unwrap();
-            }
+            host.checkpoint(&dev);
         }
         if i % 500 == 0 {
             dev.check_invariants().unwrap();
@@ -467,27 +481,12 @@ fn node_and_data_objects(streams: bool) -> (u64, u64) {
             .write_hinted(a, &block(version), hint(kind(obj)))
             .unwrap();
         host.apply(&c);
-        if let Some((old, _)) = host.loc.insert(obj, (a, version)) {
-            host.forget(old);
-            let c = dev.discard(old, 1).unwrap();
-            host.apply(&c);
-        }
-        host.adopt(a, obj);
+        host.placed(&dev, obj, a, version);
         if i % 7 == 0 {
-            let probe = rng.below(objects);
-            if let Some(&(a, tag)) = host.loc.get(&probe) {
-                let mut b = vec![0u8; BLOCK_SIZE];
-                let c = dev.read(a, &mut b).unwrap();
-                assert_eq!(b, block(tag), "object {probe} at {a} (op {i})");
-                host.apply(&c);
-            }
+            host.probe(&dev, rng.below(objects), i);
         }
         if i % 40 == 0 {
-            let c = dev.flush().unwrap();
-            host.apply(&c);
-            if host.last_upcall > 0 {
-                dev.ack_migrations(host.last_upcall).unwrap();
-            }
+            host.checkpoint(&dev);
             // Every record is delivered and applied: the kinds of each GC zone's blocks.
             let mut zone_kinds: HashMap<u64, [u32; 2]> = HashMap::new();
             for (&obj, &(a, _)) in &host.loc {
@@ -573,18 +572,9 @@ fn coupled_below_degree_1_4_collects_regular_zones_before_the_host_runs_out() {
         let a = host.alloc();
         let c = dev.write(a, &block(version)).unwrap();
         host.apply(&c);
-        if let Some((old, _)) = host.loc.insert(obj, (a, version)) {
-            host.forget(old);
-            let c = dev.discard(old, 1).unwrap();
-            host.apply(&c);
-        }
-        host.adopt(a, obj);
+        host.placed(&dev, obj, a, version);
         if i % 40 == 0 {
-            let c = dev.flush().unwrap();
-            host.apply(&c);
-            if host.last_upcall > 0 {
-                dev.ack_migrations(host.last_upcall).unwrap();
-            }
+            host.checkpoint(&dev);
             let free = host.live.iter().filter(|&&l| l == 0).count() as u64;
             min_free = min_free.min(free);
         }
