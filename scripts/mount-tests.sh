@@ -409,11 +409,15 @@ t_sigkill() {
 # FUSE's own 1 with bdi_max_ratio=1; HANDLE_KILLPRIV_V2 is negotiated unless nokillpriv.
 t_fuse_knobs() {
     local kmnt="$work/knob mnt" klog=$work/knob.log kpid=$work/knob.pid kimg=$work/knob.img
-    local opt o want kp got dev ratio pid rc=0
+    local opt o want kp io got dev ratio pid rc=0 direct=buffered
     mkdir -p "$kmnt"
     "$FL" mkfs --size 64M "$kimg" >/dev/null || return 1
-    for opt in "-:20:yes" "bdi_max_ratio=35:35:yes" "bdi_max_ratio=1,nokillpriv:1:no"; do
-        IFS=: read -r o want kp <<<"$opt"
+    # image_io=direct (the default) is direct where the file system under $work takes O_DIRECT.
+    dd if=/dev/zero of="$work/knob.odirect" bs=64k count=1 oflag=direct status=none 2>/dev/null && direct=direct
+    rm -f "$work/knob.odirect"
+    for opt in "-:20:yes:$direct" "bdi_max_ratio=35:35:yes:$direct" \
+        "bdi_max_ratio=1,nokillpriv,image_io=buffered:1:no:buffered"; do
+        IFS=: read -r o want kp io <<<"$opt"
         rm -f "$klog"
         if [[ $o == - ]]; then
             "$FL" mount --daemon --pid-file "$kpid" --log "$klog" "$kimg" "$kmnt" || return 1
@@ -426,10 +430,12 @@ t_fuse_knobs() {
         [[ $ratio == "$want" ]] || { echo "-o $o: bdi $dev max_ratio is '$ratio', not $want"; cat "$klog"; rc=1; }
         if grep -q "enabled .*HANDLE_KILLPRIV_V2" "$klog"; then got=yes; else got=no; fi
         [[ $got == "$kp" ]] || { echo "-o $o: HANDLE_KILLPRIV_V2 negotiated: $got, expected $kp"; cat "$klog"; rc=1; }
+        if grep -q "large log writes bypass the host's page cache" "$klog"; then got=direct; else got=buffered; fi
+        [[ $got == "$io" ]] || { echo "-o $o: image writes $got, expected $io"; cat "$klog"; rc=1; }
         umount "$kmnt" || return 1
         for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     done
-    [[ $rc == 0 ]] && result "bdi max_ratio 20 / 35 / 1 and KILLPRIV_V2 on / on / off as asked, on a mount point with a space"
+    [[ $rc == 0 ]] && result "bdi max_ratio 20 / 35 / 1, KILLPRIV_V2 on / on / off and image writes $direct / $direct / buffered as asked, on a mount point with a space"
 }
 
 # --device: a fresh emulated SSD in the daemon's memory with -o gc=device (D2FS on the

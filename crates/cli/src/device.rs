@@ -105,9 +105,17 @@ pub fn try_lock_now(path: &Path) -> Option<VolumeLock> {
 
 /// Open the volume's device (after `check_target`).
 pub fn open(path: &Path, read_only: bool) -> Result<Arc<FileDevice>> {
+    open_with(path, read_only, true)
+}
+
+/// `open`, with the `O_DIRECT` path for large writes on or off (`image_io=`).
+pub fn open_with(path: &Path, read_only: bool, direct: bool) -> Result<Arc<FileDevice>> {
     check_target(path)?;
-    let dev = FileDevice::open(path, read_only)
+    let mut dev = FileDevice::open(path, read_only)
         .map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
+    if !direct {
+        dev.set_direct_writes(false);
+    }
     if dev.capabilities().block_count == 0 {
         bail!(
             "{} is empty; make a volume with `flashlog mkfs --size 1G {}`",

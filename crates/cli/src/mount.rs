@@ -414,7 +414,16 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
     let (_lock, fs, emu, source) = match &p.emu {
         None => {
             let lock = device::lock(&p.source, Access::Exclusive)?;
-            let dev = device::open(&p.source, p.cfg.core.read_only)?;
+            let dev = device::open_with(&p.source, p.cfg.core.read_only, p.cfg.image_direct)?;
+            tracing::info!(
+                "{}: large log writes {}",
+                p.source.display(),
+                if dev.direct_writes() {
+                    "bypass the host's page cache (O_DIRECT)"
+                } else {
+                    "go through the host's page cache"
+                }
+            );
             let fs =
                 Fs::mount(dev, p.cfg.core.clone()).map_err(|e| device::explain(&p.source, e))?;
             let source = p.source.to_string_lossy().into_owned();

@@ -1,7 +1,21 @@
-//! Image-file and block-device backend: positional I/O on one descriptor.
+//! Image-file and block-device backend: positional I/O on the volume's file.
 //! flush = fdatasync; discard = punch-hole on a regular file, BLKDISCARD on a block device.
 //!
-//! Lock order: no locks (pread/pwrite are positional and thread-safe).
+//! Large writes (the log heads' buffers, [`DIRECT_MIN_BYTES`] and up) go through a second
+//! descriptor opened with `O_DIRECT`, so they reach the disk without a copy into the host's
+//! page cache and without that cache's write-back at the next `flush` (issue 13: the image's
+//! `fdatasync` was 0.2-0.25 s of a 0.7 s, 512 MiB sequential job through the mount); small
+//! writes (checkpoint, NAT, SIT blocks, rewritten often) stay buffered. A buffer that is not
+//! 4 KiB-aligned in memory goes through a per-thread aligned bounce buffer. Where the file
+//! system under the image refuses `O_DIRECT` (tmpfs, at open; some FUSE file systems, at the
+//! first write: `EINVAL`) every write is buffered, and a large buffered write starts the
+//! host's write-back of its range at once (`sync_file_range`). Either way a write is durable
+//! only after `flush`, as the trait says: the fdatasync covers the disk's cache and the
+//! image's block allocation. Mixing both descriptors is coherent: the kernel writes back and
+//! drops cached pages of a range before and after a direct write to it.
+//!
+//! Lock order: no locks (pread/pwrite are positional and thread-safe; the bounce buffer is
+//! thread-local).
 
 use crate::{
     check_range, check_request, BlockDevice, Capabilities, Completion, DevError, DevResult,
@@ -12,9 +26,21 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Writes at least this long go through the `O_DIRECT` descriptor (or, buffered, start the
+/// host's write-back at once): the log heads' buffers (up to 256 KiB), not single metadata
+/// blocks.
+pub const DIRECT_MIN_BYTES: usize = 64 << 10;
+/// `O_DIRECT` memory and offset alignment (the largest logical block size in use).
+const DIRECT_ALIGN: usize = 4096;
 
 pub struct FileDevice {
     file: File,
+    /// The same file opened with `O_DIRECT` for large writes; `None`: buffered only.
+    direct: Option<File>,
+    /// Cleared when the file system under the image refused a direct write (`EINVAL`).
+    direct_ok: AtomicBool,
     caps: Capabilities,
     is_block_device: bool,
     read_only: bool,
@@ -67,13 +93,63 @@ impl FileDevice {
             bytes / BLOCK_SIZE_U64,
         );
         caps.persistent = true;
+        let direct = if read_only { None } else { open_direct(&file) };
         Ok(FileDevice {
             file,
+            direct_ok: AtomicBool::new(direct.is_some()),
+            direct,
             caps,
             is_block_device,
             read_only,
         })
     }
+    /// Turn the `O_DIRECT` path for large writes off (every write buffered) or back on
+    /// where the file system under the image allows it.
+    pub fn set_direct_writes(&mut self, on: bool) {
+        self.direct = if on && !self.read_only {
+            self.direct.take().or_else(|| open_direct(&self.file))
+        } else {
+            None
+        };
+        self.direct_ok = AtomicBool::new(self.direct.is_some());
+    }
+
+    /// Whether large writes go through `O_DIRECT` now.
+    pub fn direct_writes(&self) -> bool {
+        self.direct.is_some() && self.direct_ok.load(Ordering::Relaxed)
+    }
+
+    /// A direct write of `buf` at byte `off`, through the thread's aligned bounce buffer
+    /// when `buf` itself is not aligned.
+    fn write_direct(d: &File, buf: &[u8], off: u64) -> std::io::Result<()> {
+        if (buf.as_ptr() as usize) % DIRECT_ALIGN == 0 {
+            return d.write_all_at(buf, off);
+        }
+        thread_local! {
+            static BOUNCE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        BOUNCE.with(|b| {
+            let mut b = b.borrow_mut();
+            if b.len() < buf.len() + DIRECT_ALIGN {
+                b.resize(buf.len() + DIRECT_ALIGN, 0);
+            }
+            let at = b.as_ptr().align_offset(DIRECT_ALIGN);
+            let aligned = &mut b[at..at + buf.len()];
+            aligned.copy_from_slice(buf);
+            d.write_all_at(aligned, off)
+        })
+    }
+}
+
+/// The file behind `file` opened again for writing with `O_DIRECT` (through /proc/self/fd,
+/// which reopens the same inode); `None` where the file system does not support it.
+fn open_direct(file: &File) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok()
 }
 
 impl BlockDevice for FileDevice {
@@ -92,7 +168,36 @@ impl BlockDevice for FileDevice {
             return Err(DevError::ReadOnly);
         }
         check_request(&self.caps, addr, buf.len())?;
-        self.file.write_all_at(buf, addr * BLOCK_SIZE_U64)?;
+        let off = addr * BLOCK_SIZE_U64;
+        if buf.len() >= DIRECT_MIN_BYTES && self.direct_ok.load(Ordering::Relaxed) {
+            if let Some(d) = &self.direct {
+                match Self::write_direct(d, buf, off) {
+                    Ok(()) => return Ok(Completion::empty()),
+                    // The file system under the image takes no direct I/O (or not at this
+                    // alignment): buffered from now on, this buffer rewritten whole below.
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        self.direct_ok.store(false, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        self.file.write_all_at(buf, off)?;
+        if buf.len() >= DIRECT_MIN_BYTES {
+            // Start the host's write-back of a large (log) write now, so that the next
+            // `flush` waits only for what is still in flight instead of writing every dirty
+            // page of the image at that moment. Advisory: durability still comes from the
+            // fdatasync in `flush`, so a failure here is not an error.
+            // SAFETY: sync_file_range reads no memory; the descriptor is open for writing.
+            unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    off as libc::off64_t,
+                    buf.len() as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
         Ok(Completion::empty())
     }
 
@@ -154,5 +259,68 @@ mod tests {
         assert!(back[BLOCK_SIZE..3 * BLOCK_SIZE].iter().all(|&b| b == 0));
         assert!(d.read(63, &mut back).is_err());
         std::fs::remove_file(&dir).unwrap();
+    }
+
+    /// A pattern that differs per block and per pass, so a stale block is seen.
+    fn pattern(blocks: usize, pass: u8) -> Vec<u8> {
+        (0..blocks * BLOCK_SIZE)
+            .map(|i| (i / BLOCK_SIZE) as u8 ^ pass.wrapping_mul(37) ^ (i % 251) as u8)
+            .collect()
+    }
+
+    /// Large writes (direct where the file system under the test directory allows it,
+    /// through the bounce buffer when misaligned in memory) and small buffered writes over
+    /// the same ranges read back as the last write, with either descriptor's data cached.
+    #[test]
+    fn direct_and_buffered_writes_of_one_range_read_back_the_last() {
+        for direct in [true, false] {
+            let path = std::env::temp_dir().join(format!(
+                "flashlog-dev-direct-{}-{direct}",
+                std::process::id()
+            ));
+            let mut d = FileDevice::create(&path, 256 * BLOCK_SIZE_U64).unwrap();
+            d.set_direct_writes(direct);
+            if !direct {
+                assert!(!d.direct_writes());
+            }
+            let big = DIRECT_MIN_BYTES / BLOCK_SIZE * 2; // 32 blocks
+                                                         // Aligned and misaligned (offset by one byte in memory) large buffers.
+            let first = pattern(big, 1);
+            d.write(8, &first).unwrap();
+            let mut back = vec![0u8; big * BLOCK_SIZE];
+            d.read(8, &mut back).unwrap(); // now cached by the buffered descriptor
+            assert!(back == first, "direct={direct}: first large write");
+            let mut holder = vec![0u8; big * BLOCK_SIZE + 1];
+            holder[1..].copy_from_slice(&pattern(big, 2));
+            d.write(8, &holder[1..]).unwrap();
+            d.read(8, &mut back).unwrap();
+            assert!(
+                back == holder[1..],
+                "direct={direct}: a cached range rewritten large"
+            );
+            // A small buffered write inside it, then a large write over both.
+            let small = pattern(1, 3);
+            d.write(10, &small).unwrap();
+            let mut one = vec![0u8; BLOCK_SIZE];
+            d.read(10, &mut one).unwrap();
+            assert!(
+                one == small,
+                "direct={direct}: small write over a large one"
+            );
+            let last = pattern(big, 4);
+            d.write(8, &last).unwrap();
+            d.flush().unwrap();
+            d.read(8, &mut back).unwrap();
+            assert!(
+                back == last,
+                "direct={direct}: large write over a small dirty one"
+            );
+            // And through a fresh open, after the flush.
+            drop(d);
+            let d = FileDevice::open(&path, true).unwrap();
+            d.read(8, &mut back).unwrap();
+            assert!(back == last, "direct={direct}: after reopening");
+            std::fs::remove_file(&path).unwrap();
+        }
     }
 }

@@ -42,6 +42,10 @@ pub struct MountConfig {
     /// Mount with the subtype, so the type in /proc/mounts is `fuse.flashlog`; `nosubtype`
     /// makes it plain `fuse`, which is what fstests' `FSTYP=fuse` checks for.
     pub subtype: bool,
+    /// Write the log heads' buffers to the volume's image file or block device with
+    /// `O_DIRECT` where the file system under it allows it (`image_io=direct`, the default),
+    /// or through the host's page cache (`image_io=buffered`). Durability is the same.
+    pub image_direct: bool,
     /// Generic kernel mount flags passed through (nodev, noexec, noatime, sync, ...).
     pub kernel_flags: Vec<fuser::MountOption>,
 }
@@ -63,6 +67,7 @@ impl MountConfig {
             killpriv: true,
             bdi_max_ratio: Some(DEFAULT_BDI_MAX_RATIO),
             subtype: true,
+            image_direct: true,
             kernel_flags: Vec::new(),
         }
     }
@@ -151,6 +156,17 @@ impl MountConfig {
                     ));
                 }
                 self.bdi_max_ratio = (n > 1).then_some(n);
+            }
+            "image_io" => {
+                self.image_direct = match need(val)? {
+                    "direct" => true,
+                    "buffered" => false,
+                    v => {
+                        return Err(format!(
+                            "unknown image_io={v:?} (expected image_io=direct or image_io=buffered)"
+                        ))
+                    }
+                }
             }
             "threads" => {
                 let v = need(val)?;
@@ -270,7 +286,7 @@ impl MountConfig {
         Err(format!(
             "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, mlog=ino|thread, \
              allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
-             writeback, nowriteback, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
+             writeback, nowriteback, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, image_io=direct|buffered, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
              _netdev, nofail, x-*"
         ))
@@ -289,7 +305,7 @@ impl MountConfig {
         let mode = format!("{:?}", c.alloc_mode).to_lowercase();
         let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
         format!(
-            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}",
+            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}{}",
             if c.read_only { "ro" } else { "rw" },
             if self.allow_other { "allow_other," } else { "" },
             if self.checks_permissions() {
@@ -309,6 +325,7 @@ impl MountConfig {
             self.bdi_max_ratio.unwrap_or(1),
             if self.killpriv { "" } else { ",nokillpriv" },
             if self.subtype { "" } else { ",nosubtype" },
+            if self.image_direct { "" } else { ",image_io=buffered" },
         )
     }
 }
@@ -383,6 +400,12 @@ mod tests {
         assert!(c.killpriv && !parse("nokillpriv").unwrap().killpriv);
         assert_eq!(c.bdi_max_ratio, Some(DEFAULT_BDI_MAX_RATIO));
         assert_eq!(parse("bdi_max_ratio=50").unwrap().bdi_max_ratio, Some(50));
+        assert!(c.image_direct);
+        assert!(!parse("image_io=buffered").unwrap().image_direct);
+        assert!(parse("image_io=direct").unwrap().image_direct);
+        assert!(parse("image_io=sometimes")
+            .unwrap_err()
+            .contains("image_io"));
         assert_eq!(parse("bdi_max_ratio=1").unwrap().bdi_max_ratio, None);
         assert_eq!(c.core.mlog_map, flashlog_core::MlogMap::Ino);
         assert_eq!(
