@@ -2,7 +2,8 @@
 //!
 //! Owns: [`PolicySpec`] (parsed from `f2fs`, `f2fs-lfs`, `scale`, `scale:N`, each optionally
 //! followed by emulator overrides for that policy's device, `/KEY=VALUE` repeated, e.g.
-//! `device/vop_degree=1.2` or `none/compaction_period=0`), the candidate
+//! `device/vop_degree=1.2` or `none/compaction_period=0`; the one host key is
+//! `io_threads=N`, the log's queue depth, e.g. `f2fs/io_threads=2`), the candidate
 //! list [`CANDIDATES`], and the probe that finds which candidates the core implements.
 //!
 //! Adding a policy is one row of [`TABLE`]. The default set is every row marked `default`
@@ -130,6 +131,9 @@ pub struct PolicySpec {
     /// Emulator overrides for this policy's device only (`/KEY=VALUE` suffixes), applied
     /// after `--ssd-set` and after the FTL the policy picks.
     pub ssd_set: Vec<String>,
+    /// `/io_threads=N`: the file system's log-write threads (its queue depth to the device)
+    /// instead of the policy's default.
+    pub io_threads: Option<usize>,
 }
 
 impl PolicySpec {
@@ -139,9 +143,14 @@ impl PolicySpec {
         let mut parts = label.split('/');
         let s = parts.next().unwrap_or("").trim();
         let mut ssd_set = Vec::new();
+        let mut io_threads = None;
         for kv in parts {
             let kv = kv.trim();
             match kv.split_once('=') {
+                Some((k, v)) if k.trim() == "io_threads" => match v.trim().parse::<usize>() {
+                    Ok(n) if (1..=64).contains(&n) => io_threads = Some(n),
+                    _ => bail!("policy {label:?}: io_threads must be between 1 and 64 (got {v:?})"),
+                },
                 Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
                     ssd_set.push(format!("{}={}", k.trim(), v.trim()))
                 }
@@ -179,6 +188,7 @@ impl PolicySpec {
             workers,
             features: features.unwrap_or(ScaleFeatures::ALL),
             ssd_set,
+            io_threads,
         })
     }
 
@@ -191,6 +201,9 @@ impl PolicySpec {
             o.gc_workers = n;
         }
         o.scale = self.features;
+        if self.io_threads.is_some() {
+            o.io_threads = self.io_threads;
+        }
         o
     }
 
@@ -287,5 +300,22 @@ mod tests {
             .to_string();
         assert!(e.contains("KEY=VALUE"), "{e}");
         assert!(PolicySpec::parse("scale:2/op=0.2").unwrap().workers == Some(2));
+        // io_threads is the host's, not the emulator's.
+        let q = PolicySpec::parse("f2fs/io_threads=2/op=0.2").unwrap();
+        assert_eq!(q.io_threads, Some(2));
+        assert_eq!(q.ssd_set, vec!["op=0.2"]);
+        assert_eq!(q.mount_options(&MountOptions::default()).io_threads(), 2);
+        let d = PolicySpec::parse("device").unwrap();
+        assert_eq!(d.mount_options(&MountOptions::default()).io_threads(), 2);
+        let f = PolicySpec::parse("f2fs").unwrap();
+        assert_eq!(f.mount_options(&MountOptions::default()).io_threads(), 8);
+        for bad in [
+            "f2fs/io_threads=0",
+            "f2fs/io_threads=65",
+            "f2fs/io_threads=x",
+        ] {
+            let e = PolicySpec::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("io_threads"), "{bad}: {e}");
+        }
     }
 }

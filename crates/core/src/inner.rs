@@ -676,10 +676,16 @@ impl FsInner {
                 data,
                 |_, _, _| {},
             )?;
-            let page = st.pages.get_mut(&idx).expect("dirty page");
-            page.dirty = false;
-            page.reserved = false;
-            page.gc = false;
+            if is_dir {
+                let page = st.pages.get_mut(&idx).expect("dirty page");
+                page.dirty = false;
+                page.reserved = false;
+                page.gc = false;
+            } else {
+                // File data is not cached once written: the kernel (FUSE) or the
+                // application caches it; directories keep their dentry blocks.
+                st.pages.remove(&idx);
+            }
             st.dirty_pages -= 1;
             self.page_written();
             let old = self.dnode_get(st, nid, slot);
@@ -689,9 +695,10 @@ impl FsInner {
             }
             n += 1;
         }
-        if !is_dir {
-            // File data is not cached once written: the kernel (FUSE) or the application
-            // caches it; directories keep their dentry blocks.
+        if !is_dir && st.pages.len() as u64 > st.dirty_pages {
+            // Clean file pages written elsewhere (none are kept for long): dropped too. The
+            // written ones went one by one above; a sweep of the whole map per visit cost
+            // O(dirty pages) per 64 written (issue 15: 3 % of `none`'s CPU).
             st.pages.retain(|_, p| p.dirty);
         }
         self.stats

@@ -168,6 +168,18 @@ impl MountConfig {
                     }
                 }
             }
+            "io_threads" => {
+                let v = need(val)?;
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| format!("io_threads={v}: not a number"))?;
+                if n == 0 || n > 64 {
+                    return Err(format!(
+                        "io_threads={n}: must be between 1 and 64 (log-write threads, the queue depth to the device)"
+                    ));
+                }
+                self.core.io_threads = Some(n);
+            }
             "threads" => {
                 let v = need(val)?;
                 let n: usize = v
@@ -286,7 +298,7 @@ impl MountConfig {
         Err(format!(
             "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, mlog=ino|thread, \
              allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
-             writeback, nowriteback, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, image_io=direct|buffered, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
+             writeback, nowriteback, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, image_io=direct|buffered, io_threads=N, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
              _netdev, nofail, x-*"
         ))
@@ -305,7 +317,7 @@ impl MountConfig {
         let mode = format!("{:?}", c.alloc_mode).to_lowercase();
         let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
         format!(
-            "{},gc={gc},mode={mode},{}{}{}{}threads={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}{}",
+            "{},gc={gc},mode={mode},{}{}{}{}threads={},io_threads={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}{}",
             if c.read_only { "ro" } else { "rw" },
             if self.allow_other { "allow_other," } else { "" },
             if self.checks_permissions() {
@@ -316,6 +328,7 @@ impl MountConfig {
             if c.acl { "acl," } else { "noacl," },
             if c.inline { "inline," } else { "noinline," },
             self.threads,
+            c.io_threads(),
             c.dirty_cap_bytes >> 20,
             if self.writeback_cache {
                 "writeback"
@@ -401,6 +414,10 @@ mod tests {
         assert_eq!(c.bdi_max_ratio, Some(DEFAULT_BDI_MAX_RATIO));
         assert_eq!(parse("bdi_max_ratio=50").unwrap().bdi_max_ratio, Some(50));
         assert!(c.image_direct);
+        assert_eq!(c.core.io_threads(), 8);
+        assert_eq!(parse("io_threads=3").unwrap().core.io_threads(), 3);
+        assert_eq!(parse("gc=device").unwrap().core.io_threads(), 2);
+        assert!(parse("io_threads=0").unwrap_err().contains("io_threads"));
         assert!(!parse("image_io=buffered").unwrap().image_direct);
         assert!(parse("image_io=direct").unwrap().image_direct);
         assert!(parse("image_io=sometimes")
