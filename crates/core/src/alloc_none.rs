@@ -51,10 +51,11 @@ use crate::stats::Counter;
 pub struct Infinite {
     /// Live blocks (nodes and data something points at). Sharded per thread
     /// (`stats::Counter`): the flusher adds one for every block it writes and writers take
-    /// one off for every block they overwrite, so one shared `AtomicU64` moved its cache
-    /// line between the two cores on every block (its `lock incq` was 4.7 % of a `gc=none`
-    /// bench run's CPU). Read exactly (the shards summed) by the checkpoint, which runs
-    /// with the op lock held exclusively, and by reports.
+    /// one off for every block they overwrite, so with one shared `AtomicU64` both cores
+    /// wrote the same cache line on every block. (What the flusher's add still costs, ~4 %
+    /// of a `gc=none` bench run, is the locked add waiting for the 4 KiB block copy before it
+    /// to leave the store buffer.) Read exactly (the shards summed) by the checkpoint, which
+    /// runs with the op lock held exclusively, and by reports.
     live: Counter,
     /// Free capacity in blocks (may dip below 0 by less than a segment per head after a
     /// recovery); `free_secs` is its whole segments.
