@@ -257,7 +257,12 @@ pub fn log_bytes_max(blocks: u64) -> u64 {
 /// start, 64-byte bitmap, bit `i` = block `start + i`).
 pub fn encode_log<'a>(cmds: impl IntoIterator<Item = &'a DiscardCmd>) -> Vec<u8> {
     let mut ranges: Vec<DiscardCmd> = Vec::new();
-    let mut bitmaps: BTreeMap<u64, [u8; 64]> = BTreeMap::new();
+    // Segment bitmaps in the order met, sorted and merged once at the end. The commands
+    // come as a few sorted sequences (the queue, the drained map, a cut's residue), so a
+    // block's segment is nearly always the previous block's: one compare instead of a
+    // B-tree walk per block (random overwrites log tens of thousands of one-block runs at
+    // every checkpoint, and re-log the queued ones at the next).
+    let mut bitmaps: Vec<(u64, [u8; 64])> = Vec::new();
     for c in cmds {
         if c.len == 0 {
             continue;
@@ -269,9 +274,26 @@ pub fn encode_log<'a>(cmds: impl IntoIterator<Item = &'a DiscardCmd>) -> Vec<u8>
         for b in c.addr..c.addr.saturating_add(c.len) {
             let seg = b - b % LOG_BITMAP_BLOCKS;
             let i = (b - seg) as usize;
-            bitmaps.entry(seg).or_insert([0; 64])[i / 8] |= 1 << (i % 8);
+            match bitmaps.last_mut() {
+                Some((s, map)) if *s == seg => map[i / 8] |= 1 << (i % 8),
+                _ => {
+                    let mut map = [0u8; 64];
+                    map[i / 8] |= 1 << (i % 8);
+                    bitmaps.push((seg, map));
+                }
+            }
         }
     }
+    bitmaps.sort_by_key(|&(seg, _)| seg);
+    bitmaps.dedup_by(|later, kept| {
+        if later.0 != kept.0 {
+            return false;
+        }
+        for (k, l) in kept.1.iter_mut().zip(later.1) {
+            *k |= l;
+        }
+        true
+    });
     let mut out =
         vec![0u8; HEADER_BYTES + ranges.len() * RANGE_BYTES + bitmaps.len() * BITMAP_BYTES];
     put_u32(&mut out, 0, ranges.len() as u32);
@@ -539,6 +561,67 @@ mod tests {
         }
         let cmds = m.drain_commands();
         assert_eq!(decode_log(&encode_log(&cmds), 1 << 23).unwrap(), cmds);
+    }
+
+    /// The log's bytes do not depend on the order of the commands or on repeats: bitmaps
+    /// come out sorted by segment, one per segment, as a map keyed by segment builds them.
+    #[test]
+    fn encode_log_is_order_independent() {
+        let mut r = Rng(3);
+        let mut cmds: Vec<DiscardCmd> = (0..2000)
+            .map(|_| DiscardCmd {
+                addr: r.next() % (1 << 16) + if r.next() % 3 == 0 { 5 << 56 } else { 0 },
+                len: if r.next() % 20 == 0 {
+                    LONG_RUN_BLOCKS + r.next() % 900
+                } else {
+                    1 + r.next() % 40
+                },
+            })
+            .collect();
+        // The reference: one bitmap per segment, in a map.
+        let mut want_maps: BTreeMap<u64, [u8; 64]> = BTreeMap::new();
+        let mut want_ranges = Vec::new();
+        for c in &cmds {
+            if c.len >= LONG_RUN_BLOCKS {
+                want_ranges.push(*c);
+                continue;
+            }
+            for b in c.addr..c.addr + c.len {
+                let seg = b - b % LOG_BITMAP_BLOCKS;
+                let i = (b - seg) as usize;
+                want_maps.entry(seg).or_insert([0; 64])[i / 8] |= 1 << (i % 8);
+            }
+        }
+        let log = encode_log(&cmds);
+        assert_eq!(get_u32(&log, 0) as usize, want_ranges.len());
+        assert_eq!(get_u32(&log, 4) as usize, want_maps.len());
+        let mut off = HEADER_BYTES + want_ranges.len() * RANGE_BYTES;
+        for (seg, map) in &want_maps {
+            assert_eq!(get_u64(&log, off), *seg);
+            assert_eq!(&log[off + 8..off + BITMAP_BYTES], map);
+            off += BITMAP_BYTES;
+        }
+        // Sorted input (as a checkpoint logs it) and repeated commands: the same bitmaps.
+        let long: Vec<DiscardCmd> = cmds
+            .iter()
+            .filter(|c| c.len >= LONG_RUN_BLOCKS)
+            .copied()
+            .collect();
+        let mut short: Vec<DiscardCmd> = cmds
+            .iter()
+            .filter(|c| c.len < LONG_RUN_BLOCKS)
+            .copied()
+            .collect();
+        short.sort_unstable();
+        let again: Vec<DiscardCmd> = long
+            .iter()
+            .chain(&short)
+            .chain(short.iter().step_by(3))
+            .copied()
+            .collect();
+        assert_eq!(encode_log(&again), log);
+        cmds.clear();
+        assert_eq!(encode_log(&cmds), encode_log(&[]));
     }
 
     #[test]

@@ -312,7 +312,8 @@ fn dispatcher(weak: Weak<FsInner>, ctl: Arc<(Mutex<Control>, Condvar)>) {
 /// Free capacity, in segments, below which queued commands (safe since their checkpoint is
 /// durable) are issued at once instead of at the dispatcher's pace (F2FS issues discards
 /// more aggressively as utilisation rises; here the trigger is the space the writers will
-/// ask the space path for soon): twice the space path's target.
+/// ask the space path for soon): twice the space path's target (`space_low` and
+/// `checkpoint_target_of` compute it from a target they already have).
 fn early_target(fs: &FsInner) -> u64 {
     2 * fs.space_target()
 }
@@ -326,11 +327,17 @@ fn early_target(fs: &FsInner) -> u64 {
 /// target it ran every ~25 segments (88 checkpoints in a 15 s run on a 90 % full 1 GiB
 /// device); here each one returns about three quarters of the reclaimable capacity.
 fn checkpoint_target(fs: &FsInner) -> u64 {
-    let target = fs.space_target();
+    checkpoint_target_of(fs, fs.space_target(), fs.seg.dead_pending())
+}
+
+/// [`checkpoint_target`] from the space target and the dead blocks in the map, for a
+/// caller that already has them (a writer's `space_low` runs on every write: the target
+/// reads shared counters, the map count takes the map's lock).
+fn checkpoint_target_of(fs: &FsInner, target: u64, dead: u64) -> u64 {
     let free = fs.seg.free_sections();
-    let reclaimable = free + fs.seg.dead_pending() / BLOCKS_PER_SEG;
+    let reclaimable = free + dead / BLOCKS_PER_SEG;
     let margin = (reclaimable.saturating_sub(target) / 4).max(fs.space_slack_secs());
-    (target + margin).min(early_target(fs))
+    (target + margin).min(2 * target)
 }
 
 /// The dispatcher's turn at making room (every round, and at once when a writer kicks
@@ -391,14 +398,17 @@ impl crate::gc::Collector for NoneCollector {
         if !fs.seg.is_infinite() || fs.opts.read_only {
             return Ok(());
         }
-        let early = early_target(fs);
-        if fs.seg.free_sections() >= early {
+        // The target once (it was computed three times a write: here, for the early
+        // target and for the checkpoint target).
+        let target = fs.space_target();
+        if fs.seg.free_sections() >= 2 * target {
             return Ok(());
         }
         if !fs.seg.discards.lock().is_empty() {
             dispatch_all(fs)?;
         }
-        if fs.seg.free_sections() < checkpoint_target(fs) && fs.seg.dead_pending() > 0 {
+        let dead = fs.seg.dead_pending();
+        if dead > 0 && fs.seg.free_sections() < checkpoint_target_of(fs, target, dead) {
             let mut c = self.ctl.0.lock();
             if !c.kick {
                 c.kick = true;

@@ -508,12 +508,7 @@ impl SsdDevice {
         self.exec(
             at,
             |e| e.discard_many(ranges, at).map(|d| (d, ())),
-            |st, ()| {
-                for &(addr, count) in ranges {
-                    st.discard(addr, count)?;
-                }
-                Ok(())
-            },
+            |st, ()| st.discard_many(ranges),
         )
     }
 
