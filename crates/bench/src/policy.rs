@@ -201,8 +201,8 @@ impl PolicySpec {
             o.gc_workers = n;
         }
         o.scale = self.features;
-        if self.io_threads.is_some() {
-            o.io_threads = self.io_threads;
+        if let Some(n) = self.io_threads {
+            o.io_threads = n;
         }
         o
     }
@@ -304,11 +304,9 @@ mod tests {
         let q = PolicySpec::parse("f2fs/io_threads=2/op=0.2").unwrap();
         assert_eq!(q.io_threads, Some(2));
         assert_eq!(q.ssd_set, vec!["op=0.2"]);
-        assert_eq!(q.mount_options(&MountOptions::default()).io_threads(), 2);
-        let d = PolicySpec::parse("device").unwrap();
-        assert_eq!(d.mount_options(&MountOptions::default()).io_threads(), 2);
+        assert_eq!(q.mount_options(&MountOptions::default()).io_threads, 2);
         let f = PolicySpec::parse("f2fs").unwrap();
-        assert_eq!(f.mount_options(&MountOptions::default()).io_threads(), 8);
+        assert_eq!(f.mount_options(&MountOptions::default()).io_threads, 8);
         for bad in [
             "f2fs/io_threads=0",
             "f2fs/io_threads=65",

@@ -509,7 +509,7 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         // last slot would seal it early, and the zone could then lose its line to device GC
         // and get a second one that never seals). The I/O pool keeps each zone's buffers in
         // submission order on a zoned device (io.rs), so the threads stay on.
-        opts.io_threads(),
+        opts.io_threads,
     )?;
     if geo.infinite {
         // IPLFS hook: the pool from the live count; after a cut, record adoptions.

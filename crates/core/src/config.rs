@@ -31,12 +31,8 @@ pub const DEFAULT_GC_IDLE: Duration = Duration::from_secs(5);
 /// one write in flight): eight. With two (the default until 2026-11-25) `f2fs` wrote 94-98
 /// MiB/s while cleaning on the default emulated SSD and 213-228 with eight (the same with
 /// sixteen): its writers waited for the queue, not for the dies (docs/BENCHMARKS.md,
-/// "Queue depth").
+/// "Queue depth"). `device` and `none` wrote as fast with two as with eight.
 pub const DEFAULT_IO_THREADS: usize = 8;
-/// `gc=device`'s log-write threads: two. On the coupled FTL a zone's buffers reach the
-/// device one at a time in any case (io.rs), and eight threads measured slower (363 against
-/// 453 MiB/s while the device cleans, same machine and load).
-pub const DEVICE_GC_IO_THREADS: usize = 2;
 /// Roll-forward walks at most this many chain blocks per main-area block count (never more
 /// than the main area), so a corrupt chain cannot loop.
 pub const ROLL_FORWARD_MAX_FACTOR: u64 = 1;
@@ -219,10 +215,10 @@ pub struct MountOptions {
     pub gc_victims_per_worker: Option<usize>,
     /// ScaleLFS techniques in use (ablation).
     pub scale: ScaleFeatures,
-    /// Threads writing full log buffers asynchronously (the log's queue depth); 0 writes
-    /// synchronously in the caller (deterministic device order, for the crash simulator);
-    /// None: the policy's default ([`MountOptions::io_threads`]).
-    pub io_threads: Option<usize>,
+    /// Threads writing full log buffers asynchronously (the log's queue depth to the
+    /// device); 0 writes synchronously in the caller (deterministic device order, for the
+    /// crash simulator).
+    pub io_threads: usize,
     /// How work maps to an mlog on volumes with several (`MlogMap`).
     pub mlog_map: MlogMap,
 }
@@ -246,20 +242,9 @@ impl Default for MountOptions {
                 .unwrap_or(2),
             gc_victims_per_worker: None,
             scale: ScaleFeatures::ALL,
-            io_threads: None,
+            io_threads: DEFAULT_IO_THREADS,
             mlog_map: MlogMap::Ino,
         }
-    }
-}
-
-impl MountOptions {
-    /// The log-write threads in effect: as set, else [`DEVICE_GC_IO_THREADS`] for
-    /// `gc=device` and [`DEFAULT_IO_THREADS`] for every other policy.
-    pub fn io_threads(&self) -> usize {
-        self.io_threads.unwrap_or(match self.gc {
-            GcPolicy::Device => DEVICE_GC_IO_THREADS,
-            _ => DEFAULT_IO_THREADS,
-        })
     }
 }
 

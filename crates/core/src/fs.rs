@@ -329,7 +329,7 @@ impl Fs {
         // 4 of 4 with the flusher until the remount stopped writing blocks the coupled device
         // had received after the checkpoint (heads moved to fresh sections, claimed sections
         // discarded first; docs/DESIGN.md "D2FS host side").
-        let flusher = (!ro && inner.opts.io_threads() > 0).then(Flusher::new);
+        let flusher = (!ro && inner.opts.io_threads > 0).then(Flusher::new);
         let fs = Fs {
             inner,
             bg: Mutex::new(None),

@@ -773,7 +773,7 @@ fn overwrite_with_a_late_upcall(mode: Late) -> stats::Counters {
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
     // No I/O threads: one completion at a time, so the reorder above is the only one.
     let o = MountOptions {
-        io_threads: Some(0),
+        io_threads: 0,
         ..opts()
     };
     let fs = Fs::mount(dev.clone(), o.clone()).unwrap();
@@ -862,7 +862,7 @@ fn write_after_a_cut_with_post_checkpoint_blocks(fsync: bool) {
     let dev: Arc<dyn BlockDevice> = ssd.clone();
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
     let o = MountOptions {
-        io_threads: Some(0),
+        io_threads: 0,
         ..opts()
     };
     let fs = Fs::mount(dev.clone(), o.clone()).unwrap();

@@ -324,7 +324,7 @@ fn an_inode_keeps_its_node_mlog_until_the_checkpoint() {
     };
     Fs::mkfs(dev.clone(), &mk).unwrap();
     let mut o = opts(GcPolicy::F2fs);
-    o.io_threads = Some(0);
+    o.io_threads = 0;
     let fs = Fs::mount(dev, o.clone()).unwrap();
     let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
     fs.sync().unwrap();

@@ -26,7 +26,7 @@ fn opts() -> MountOptions {
     MountOptions {
         cp_interval: None,
         gc_interval: None,
-        io_threads: Some(0),
+        io_threads: 0,
         ..Default::default()
     }
 }

@@ -178,7 +178,7 @@ impl MountConfig {
                         "io_threads={n}: must be between 1 and 64 (log-write threads, the queue depth to the device)"
                     ));
                 }
-                self.core.io_threads = Some(n);
+                self.core.io_threads = n;
             }
             "threads" => {
                 let v = need(val)?;
@@ -328,7 +328,7 @@ impl MountConfig {
             if c.acl { "acl," } else { "noacl," },
             if c.inline { "inline," } else { "noinline," },
             self.threads,
-            c.io_threads(),
+            c.io_threads,
             c.dirty_cap_bytes >> 20,
             if self.writeback_cache {
                 "writeback"
@@ -414,9 +414,8 @@ mod tests {
         assert_eq!(c.bdi_max_ratio, Some(DEFAULT_BDI_MAX_RATIO));
         assert_eq!(parse("bdi_max_ratio=50").unwrap().bdi_max_ratio, Some(50));
         assert!(c.image_direct);
-        assert_eq!(c.core.io_threads(), 8);
-        assert_eq!(parse("io_threads=3").unwrap().core.io_threads(), 3);
-        assert_eq!(parse("gc=device").unwrap().core.io_threads(), 2);
+        assert_eq!(c.core.io_threads, 8);
+        assert_eq!(parse("io_threads=3").unwrap().core.io_threads, 3);
         assert!(parse("io_threads=0").unwrap_err().contains("io_threads"));
         assert!(!parse("image_io=buffered").unwrap().image_direct);
         assert!(parse("image_io=direct").unwrap().image_direct);

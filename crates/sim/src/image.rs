@@ -32,7 +32,7 @@ pub fn sim_mount_options(gc: flashlog_core::GcPolicy) -> MountOptions {
     MountOptions {
         cp_interval: None,
         gc_interval: None,
-        io_threads: Some(0),
+        io_threads: 0,
         gc,
         ..Default::default()
     }
