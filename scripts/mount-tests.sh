@@ -412,11 +412,11 @@ t_fuse_knobs() {
     local opt o want kp io got dev ratio pid rc=0 direct=buffered
     mkdir -p "$kmnt"
     "$FL" mkfs --size 64M "$kimg" >/dev/null || return 1
-    # image_io=direct (the default) is direct where the file system under $work takes O_DIRECT.
+    # image_io=direct is direct where the file system under $work takes O_DIRECT.
     dd if=/dev/zero of="$work/knob.odirect" bs=64k count=1 oflag=direct status=none 2>/dev/null && direct=direct
     rm -f "$work/knob.odirect"
-    for opt in "-:20:yes:$direct" "bdi_max_ratio=35:35:yes:$direct" \
-        "bdi_max_ratio=1,nokillpriv,image_io=buffered:1:no:buffered"; do
+    for opt in "-:20:yes:buffered" "bdi_max_ratio=35,image_io=direct:35:yes:$direct" \
+        "bdi_max_ratio=1,nokillpriv:1:no:buffered"; do
         IFS=: read -r o want kp io <<<"$opt"
         rm -f "$klog"
         if [[ $o == - ]]; then
@@ -435,7 +435,7 @@ t_fuse_knobs() {
         umount "$kmnt" || return 1
         for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     done
-    [[ $rc == 0 ]] && result "bdi max_ratio 20 / 35 / 1, KILLPRIV_V2 on / on / off and image writes $direct / $direct / buffered as asked, on a mount point with a space"
+    [[ $rc == 0 ]] && result "bdi max_ratio 20 / 35 / 1, KILLPRIV_V2 on / on / off and image writes buffered / $direct / buffered as asked, on a mount point with a space"
 }
 
 # --device: a fresh emulated SSD in the daemon's memory with -o gc=device (D2FS on the

@@ -105,7 +105,7 @@ pub fn try_lock_now(path: &Path) -> Option<VolumeLock> {
 
 /// Open the volume's device (after `check_target`).
 pub fn open(path: &Path, read_only: bool) -> Result<Arc<FileDevice>> {
-    open_with(path, read_only, true)
+    open_with(path, read_only, false)
 }
 
 /// `open`, with the `O_DIRECT` path for large writes on or off (`image_io=`).
@@ -113,8 +113,8 @@ pub fn open_with(path: &Path, read_only: bool, direct: bool) -> Result<Arc<FileD
     check_target(path)?;
     let mut dev = FileDevice::open(path, read_only)
         .map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
-    if !direct {
-        dev.set_direct_writes(false);
+    if direct {
+        dev.set_direct_writes(true);
     }
     if dev.capabilities().block_count == 0 {
         bail!(

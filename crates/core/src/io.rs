@@ -31,6 +31,16 @@ use crate::error::{Error, Result};
 use flashlog_dev::{BlockDevice, WriteHint, BLOCK_SIZE};
 use flashlog_format::BlkAddr;
 use parking_lot::{Condvar, Mutex};
+
+/// A log buffer: aligned to 4 KiB in memory, so that a device writing with `O_DIRECT`
+/// (`flashlog_dev::FileDevice`) sends it as it is instead of copying it to an aligned
+/// buffer first.
+pub type LogBuf = aligned_vec::AVec<u8, aligned_vec::ConstAlign<4096>>;
+
+/// An empty log buffer with room for one log write.
+pub fn log_buf() -> LogBuf {
+    LogBuf::with_capacity(4096, WRITE_BATCH_BLOCKS * BLOCK_SIZE)
+}
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -42,7 +52,7 @@ pub const MAX_INFLIGHT: usize = 32;
 struct Buf {
     id: u64,
     addr: BlkAddr,
-    data: Arc<Vec<u8>>,
+    data: Arc<LogBuf>,
     hint: WriteHint,
 }
 
@@ -72,7 +82,7 @@ pub struct IoPool {
     inflight: AtomicUsize,
     /// Written buffers kept for reuse: a fresh 256 KiB buffer per write costs page faults
     /// and allocator work comparable to the copy itself. A leaf lock.
-    spare: Mutex<Vec<Vec<u8>>>,
+    spare: Mutex<Vec<LogBuf>>,
     handles: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -102,14 +112,14 @@ impl IoPool {
     }
 
     /// An empty buffer with room for one log write, reused if one is spare.
-    pub fn buffer(&self) -> Vec<u8> {
+    pub fn buffer(&self) -> LogBuf {
         crate::waits::lock(crate::waits::Point::IoPool, &self.spare)
             .pop()
-            .unwrap_or_else(|| Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE))
+            .unwrap_or_else(log_buf)
     }
 
     /// Keep a written buffer for `buffer` (up to what the queue can hold).
-    fn recycle(&self, mut v: Vec<u8>) {
+    fn recycle(&self, mut v: LogBuf) {
         let mut spare = self.spare.lock();
         if spare.len() < MAX_INFLIGHT {
             v.clear();
@@ -120,7 +130,7 @@ impl IoPool {
     /// Write `data` at `addr` with `hint` (the block type of the head that filled it), now
     /// (no threads) or soon (queued). Never waits for room in the queue (callers hold a log
     /// head): `throttle` does, once the head is released.
-    pub fn submit(&self, addr: BlkAddr, data: Vec<u8>, hint: WriteHint) -> Result<()> {
+    pub fn submit(&self, addr: BlkAddr, data: LogBuf, hint: WriteHint) -> Result<()> {
         if self.threads == 0 {
             let r = self.dev.write_hinted(addr, &data, hint).map(|_| ());
             self.recycle(data);
@@ -286,8 +296,12 @@ mod tests {
         let dev = Arc::new(RamDevice::new(1024));
         let pool = IoPool::new(dev.clone(), 2);
         for i in 0..32u64 {
-            pool.submit(i * 4, vec![i as u8 + 1; 4 * BLOCK_SIZE], WriteHint::Data)
-                .unwrap();
+            pool.submit(
+                i * 4,
+                LogBuf::from_slice(4096, &vec![i as u8 + 1; 4 * BLOCK_SIZE]),
+                WriteHint::Data,
+            )
+            .unwrap();
             let mut b = vec![0u8; BLOCK_SIZE];
             // Either still in flight or already written: the value is the same.
             if !pool.read_inflight(i * 4 + 3, &mut b) {
@@ -352,8 +366,12 @@ mod tests {
         });
         let pool = IoPool::new(dev.clone(), 1);
         for i in 0..MAX_INFLIGHT as u64 + 8 {
-            pool.submit(i, vec![i as u8; BLOCK_SIZE], WriteHint::Data)
-                .unwrap();
+            pool.submit(
+                i,
+                LogBuf::from_slice(4096, &vec![i as u8; BLOCK_SIZE]),
+                WriteHint::Data,
+            )
+            .unwrap();
         }
         assert_eq!(pool.inflight.load(Ordering::Acquire), MAX_INFLIGHT + 8);
         let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -426,8 +444,12 @@ mod tests {
         // Two zones, eight 8-block buffers each, interleaved as two log heads would.
         for i in 0..8u64 {
             for zone in [0u64, 5] {
-                pool.submit(zone * 64 + i * 8, vec![1; 8 * BLOCK_SIZE], WriteHint::Data)
-                    .unwrap();
+                pool.submit(
+                    zone * 64 + i * 8,
+                    LogBuf::from_slice(4096, &vec![1; 8 * BLOCK_SIZE]),
+                    WriteHint::Data,
+                )
+                .unwrap();
             }
         }
         pool.wait_idle().unwrap();
@@ -457,8 +479,12 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..500u64 {
                         let addr = t * 1024 + i % 1024;
-                        pool.submit(addr, vec![(i % 251) as u8; BLOCK_SIZE], WriteHint::Data)
-                            .unwrap();
+                        pool.submit(
+                            addr,
+                            LogBuf::from_slice(4096, &vec![(i % 251) as u8; BLOCK_SIZE]),
+                            WriteHint::Data,
+                        )
+                        .unwrap();
                         pool.throttle();
                         if i % 50 == 49 {
                             pool.wait_idle().unwrap();
@@ -487,11 +513,19 @@ mod tests {
     fn a_failed_write_is_reported_and_stops_later_writes() {
         let dev = Arc::new(RamDevice::new(8));
         let pool = IoPool::new(dev.clone(), 1);
-        pool.submit(100, vec![1; BLOCK_SIZE], WriteHint::Data)
-            .unwrap(); // past the end: fails
+        pool.submit(
+            100,
+            LogBuf::from_slice(4096, &vec![1; BLOCK_SIZE]),
+            WriteHint::Data,
+        )
+        .unwrap(); // past the end: fails
         assert!(matches!(pool.wait_idle(), Err(Error::Poisoned(_))));
         assert!(pool
-            .submit(0, vec![2; BLOCK_SIZE], WriteHint::Data)
+            .submit(
+                0,
+                LogBuf::from_slice(4096, &vec![2; BLOCK_SIZE]),
+                WriteHint::Data
+            )
             .is_err());
         pool.stop();
     }

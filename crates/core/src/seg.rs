@@ -143,7 +143,7 @@ impl LogHead {
             blkoff: rec.blkoff,
             next_seg: rec.next_seg,
             ssa,
-            buf: Vec::with_capacity(WRITE_BATCH_BLOCKS * BLOCK_SIZE),
+            buf: crate::io::log_buf(),
             buf_start: 0,
             ssr,
         }
@@ -162,7 +162,7 @@ pub struct LogHead {
     /// Summary of `seg`, kept here while the head writes it.
     ssa: Box<SsaBlock>,
     /// Blocks gathered for the next device write, starting at `buf_start`.
-    buf: Vec<u8>,
+    buf: crate::io::LogBuf,
     buf_start: BlkAddr,
     /// Threaded logging: the head fills holes of a dirty segment (F2FS SSR).
     ssr: bool,

@@ -1,18 +1,24 @@
 //! Image-file and block-device backend: positional I/O on the volume's file.
 //! flush = fdatasync; discard = punch-hole on a regular file, BLKDISCARD on a block device.
 //!
-//! Large writes (the log heads' buffers, [`DIRECT_MIN_BYTES`] and up) go through a second
-//! descriptor opened with `O_DIRECT`, so they reach the disk without a copy into the host's
-//! page cache and without that cache's write-back at the next `flush` (issue 13: the image's
-//! `fdatasync` was 0.2-0.25 s of a 0.7 s, 512 MiB sequential job through the mount); small
-//! writes (checkpoint, NAT, SIT blocks, rewritten often) stay buffered. A buffer that is not
-//! 4 KiB-aligned in memory goes through a per-thread aligned bounce buffer. Where the file
-//! system under the image refuses `O_DIRECT` (tmpfs, at open; some FUSE file systems, at the
-//! first write: `EINVAL`) every write is buffered, and a large buffered write starts the
-//! host's write-back of its range at once (`sync_file_range`). Either way a write is durable
-//! only after `flush`, as the trait says: the fdatasync covers the disk's cache and the
-//! image's block allocation. Mixing both descriptors is coherent: the kernel writes back and
-//! drops cached pages of a range before and after a direct write to it.
+//! Large writes (the log heads' buffers, [`DIRECT_MIN_BYTES`] and up) start the host's
+//! write-back of their range at once (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so the next
+//! `flush` waits only for what is still in flight instead of writing every dirty page of the
+//! image at that moment (issue 13: the image's `fdatasync` was 0.21 s of a 0.7 s, 512 MiB
+//! sequential job through the mount; 2 ms after). Small writes (checkpoint, NAT, SIT blocks,
+//! rewritten often) are left to the host's own write-back.
+//!
+//! Optionally ([`FileDevice::set_direct_writes`], the mount's `image_io=direct`) large writes
+//! go through a second descriptor opened with `O_DIRECT` instead: no copy into the host's page
+//! cache, which then holds no second copy of the log. It measured slower on the development
+//! VM's disk (each thread waits for its 256 KiB write; docs/BENCHMARKS.md "Queue depth and the
+//! image's I/O"), so it is not the default. A buffer that is not 4 KiB-aligned in memory goes
+//! through a per-thread aligned bounce buffer (the core's log buffers are aligned). Where the
+//! file system under the image refuses `O_DIRECT` (tmpfs, at open; some FUSE file systems, at
+//! the first write: `EINVAL`) writes stay buffered. Either way a write is durable only after
+//! `flush`, as the trait says: the fdatasync covers the disk's cache and the image's block
+//! allocation. Mixing both descriptors is coherent: the kernel writes back and drops cached
+//! pages of a range before and after a direct write to it.
 //!
 //! Lock order: no locks (pread/pwrite are positional and thread-safe; the bounce buffer is
 //! thread-local).
@@ -93,18 +99,18 @@ impl FileDevice {
             bytes / BLOCK_SIZE_U64,
         );
         caps.persistent = true;
-        let direct = if read_only { None } else { open_direct(&file) };
         Ok(FileDevice {
             file,
-            direct_ok: AtomicBool::new(direct.is_some()),
-            direct,
+            direct: None,
+            direct_ok: AtomicBool::new(false),
             caps,
             is_block_device,
             read_only,
         })
     }
-    /// Turn the `O_DIRECT` path for large writes off (every write buffered) or back on
-    /// where the file system under the image allows it.
+
+    /// Turn the `O_DIRECT` path for large writes on (where the file system under the image
+    /// allows it) or off (every write buffered, the default).
     pub fn set_direct_writes(&mut self, on: bool) {
         self.direct = if on && !self.read_only {
             self.direct.take().or_else(|| open_direct(&self.file))
@@ -283,8 +289,8 @@ mod tests {
             if !direct {
                 assert!(!d.direct_writes());
             }
-            let big = DIRECT_MIN_BYTES / BLOCK_SIZE * 2; // 32 blocks
-                                                         // Aligned and misaligned (offset by one byte in memory) large buffers.
+            // 32 blocks, in aligned and misaligned (by one byte in memory) buffers.
+            let big = DIRECT_MIN_BYTES / BLOCK_SIZE * 2;
             let first = pattern(big, 1);
             d.write(8, &first).unwrap();
             let mut back = vec![0u8; big * BLOCK_SIZE];

@@ -42,9 +42,10 @@ pub struct MountConfig {
     /// Mount with the subtype, so the type in /proc/mounts is `fuse.flashlog`; `nosubtype`
     /// makes it plain `fuse`, which is what fstests' `FSTYP=fuse` checks for.
     pub subtype: bool,
-    /// Write the log heads' buffers to the volume's image file or block device with
-    /// `O_DIRECT` where the file system under it allows it (`image_io=direct`, the default),
-    /// or through the host's page cache (`image_io=buffered`). Durability is the same.
+    /// Write the log heads' buffers to the volume's image file or block device through the
+    /// host's page cache, starting its write-back at once (`image_io=buffered`, the default),
+    /// or with `O_DIRECT` where the file system under it allows it (`image_io=direct`).
+    /// Durability is the same.
     pub image_direct: bool,
     /// Generic kernel mount flags passed through (nodev, noexec, noatime, sync, ...).
     pub kernel_flags: Vec<fuser::MountOption>,
@@ -67,7 +68,7 @@ impl MountConfig {
             killpriv: true,
             bdi_max_ratio: Some(DEFAULT_BDI_MAX_RATIO),
             subtype: true,
-            image_direct: true,
+            image_direct: false,
             kernel_flags: Vec::new(),
         }
     }
@@ -338,7 +339,7 @@ impl MountConfig {
             self.bdi_max_ratio.unwrap_or(1),
             if self.killpriv { "" } else { ",nokillpriv" },
             if self.subtype { "" } else { ",nosubtype" },
-            if self.image_direct { "" } else { ",image_io=buffered" },
+            if self.image_direct { ",image_io=direct" } else { "" },
         )
     }
 }
@@ -413,7 +414,7 @@ mod tests {
         assert!(c.killpriv && !parse("nokillpriv").unwrap().killpriv);
         assert_eq!(c.bdi_max_ratio, Some(DEFAULT_BDI_MAX_RATIO));
         assert_eq!(parse("bdi_max_ratio=50").unwrap().bdi_max_ratio, Some(50));
-        assert!(c.image_direct);
+        assert!(!c.image_direct);
         assert_eq!(c.core.io_threads, 8);
         assert_eq!(parse("io_threads=3").unwrap().core.io_threads, 3);
         assert!(parse("io_threads=0").unwrap_err().contains("io_threads"));
