@@ -409,8 +409,9 @@ t_sigkill() {
 # FUSE's own 1 with bdi_max_ratio=1; HANDLE_KILLPRIV_V2 is negotiated unless nokillpriv.
 t_fuse_knobs() {
     local kmnt="$work/knob mnt" klog=$work/knob.log kpid=$work/knob.pid kimg=$work/knob.img
-    local opt o want kp io got dev ratio pid rc=0 direct=buffered
+    local opt o want kp io got dev ratio pid rc=0 direct=buffered n=0
     mkdir -p "$kmnt"
+    head -c 4M /dev/urandom >"$work/knob.data" # 3 of them in 18 MiB of user space
     "$FL" mkfs --size 64M "$kimg" >/dev/null || return 1
     # image_io=direct is direct where the file system under $work takes O_DIRECT.
     dd if=/dev/zero of="$work/knob.odirect" bs=64k count=1 oflag=direct status=none 2>/dev/null && direct=direct
@@ -432,10 +433,22 @@ t_fuse_knobs() {
         [[ $got == "$kp" ]] || { echo "-o $o: HANDLE_KILLPRIV_V2 negotiated: $got, expected $kp"; cat "$klog"; rc=1; }
         if grep -q "large log writes bypass the host's page cache" "$klog"; then got=direct; else got=buffered; fi
         [[ $got == "$io" ]] || { echo "-o $o: image writes $got, expected $io"; cat "$klog"; rc=1; }
+        # 4 MiB through this mount's image I/O (log writes of 256 KiB), fsync'd.
+        n=$((n + 1))
+        dd if="$work/knob.data" of="$kmnt/f$n" bs=1M conv=fsync status=none || rc=1
         umount "$kmnt" || return 1
         for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     done
-    [[ $rc == 0 ]] && result "bdi max_ratio 20 / 35 / 1, KILLPRIV_V2 on / on / off and image writes buffered / $direct / buffered as asked, on a mount point with a space"
+    # Every file reads back after a remount, with the host's cached pages of the image gone.
+    echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+    "$FL" mount --daemon --pid-file "$kpid" --log "$klog" "$kimg" "$kmnt" || return 1
+    pid=$(cat "$kpid")
+    for i in 1 2 3; do
+        cmp "$work/knob.data" "$kmnt/f$i" || { echo "f$i (written with mount $i's image I/O) differs after a remount"; rc=1; }
+    done
+    umount "$kmnt" || return 1
+    for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    [[ $rc == 0 ]] && result "bdi max_ratio 20 / 35 / 1, KILLPRIV_V2 on / on / off and image writes buffered / $direct / buffered as asked, on a mount point with a space; 4 MiB written through each reads back after a remount"
 }
 
 # --device: a fresh emulated SSD in the daemon's memory with -o gc=device (D2FS on the
