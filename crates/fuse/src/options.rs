@@ -170,36 +170,17 @@ impl MountConfig {
                 }
             }
             "io_threads" => {
-                let v = need(val)?;
-                let n: usize = v
-                    .parse()
-                    .map_err(|_| format!("io_threads={v}: not a number"))?;
-                if n == 0 || n > 64 {
-                    return Err(format!(
-                        "io_threads={n}: must be between 1 and 64 (log-write threads, the queue depth to the device)"
-                    ));
-                }
-                self.core.io_threads = n;
+                self.core.io_threads = count(
+                    key,
+                    need(val)?,
+                    64,
+                    " (log-write threads, the queue depth to the device)",
+                )?
             }
-            "threads" => {
-                let v = need(val)?;
-                let n: usize = v
-                    .parse()
-                    .map_err(|_| format!("threads={v}: not a number"))?;
-                if n == 0 || n > MAX_THREADS {
-                    return Err(format!("threads={n}: must be between 1 and {MAX_THREADS}"));
-                }
-                self.threads = n;
-            }
+            "threads" => self.threads = count(key, need(val)?, MAX_THREADS, "")?,
             "gc_workers" => {
-                let v = need(val)?;
-                let n: usize = v
-                    .parse()
-                    .map_err(|_| format!("gc_workers={v}: not a number"))?;
-                if n == 0 || n > 64 {
-                    return Err(format!("gc_workers={n}: must be between 1 and 64 (dedicated collectors of gc=scale)"));
-                }
-                self.core.gc_workers = n;
+                self.core.gc_workers =
+                    count(key, need(val)?, 64, " (dedicated collectors of gc=scale)")?
             }
             "gc_interval" => {
                 let v = need(val)?;
@@ -342,6 +323,15 @@ impl MountConfig {
             if self.image_direct { ",image_io=direct" } else { "" },
         )
     }
+}
+
+/// A count option `key=v` between 1 and `max`; `what` ends the range error.
+fn count(key: &str, v: &str, max: usize, what: &str) -> Result<usize, String> {
+    let n: usize = v.parse().map_err(|_| format!("{key}={v}: not a number"))?;
+    if n == 0 || n > max {
+        return Err(format!("{key}={n}: must be between 1 and {max}{what}"));
+    }
+    Ok(n)
 }
 
 /// Parse a byte size: a number with an optional unit. K, M, G, T (and KiB, MiB, GiB, TiB)
