@@ -152,12 +152,6 @@ impl RamShard {
         self.chunks.len() * RAM_CHUNK_SLOTS
     }
 
-    fn slot_of(&self, lpn: u64) -> Option<SlotNo> {
-        let (key, i) = run_of(lpn);
-        let n = self.runs.get(&key)?.slots[i];
-        (n != NO_SLOT).then_some(n)
-    }
-
     /// Copy the blocks `first..first + n` (one run) into `out`, zeros where a block has no
     /// slot.
     fn read_run<'b>(&self, first: u64, out: impl Iterator<Item = &'b mut [u8]>) {
@@ -206,26 +200,6 @@ impl RamShard {
             let (c, bytes) = slot_at(n);
             chunks[c][bytes].copy_from_slice(block);
         }
-    }
-
-    /// The slot `lpn`'s content goes to: its own, or a free one (a new chunk when none is;
-    /// relocations, under the lock). The caller overwrites all of it.
-    fn slot_for_write(&mut self, lpn: u64) -> &mut [u8] {
-        if self.free.is_empty() && self.slot_of(lpn).is_none() {
-            self.add_chunk(new_chunk());
-        }
-        let (key, i) = run_of(lpn);
-        let RamShard {
-            runs, live, free, ..
-        } = self;
-        let run = runs.entry(key).or_insert_with(Run::empty);
-        if run.slots[i] == NO_SLOT {
-            run.slots[i] = free.pop().expect("a free slot was made");
-            run.live += 1;
-            *live += 1;
-        }
-        let (c, bytes) = slot_at(run.slots[i]);
-        &mut self.chunks[c][bytes]
     }
 
     /// Add `chunk` (from [`new_chunk`]) when fewer than `want` slots are free; else drop it
@@ -660,7 +634,12 @@ impl Store {
                 };
                 match src.take(from) {
                     Some(n) => {
-                        dst.slot_for_write(to).copy_from_slice(src.slot(n));
+                        // Under the lock (a relocation is rare): a new chunk if `to` needs
+                        // a slot and none is free.
+                        if dst.missing(to, 1) > 0 {
+                            dst.add_chunk(new_chunk());
+                        }
+                        dst.write_run(to, std::iter::once(src.slot(n)));
                         src.release(n);
                     }
                     None => dst.remove_run(to, 1),
