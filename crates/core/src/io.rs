@@ -28,18 +28,18 @@
 
 use crate::config::WRITE_BATCH_BLOCKS;
 use crate::error::{Error, Result};
-use flashlog_dev::{BlockDevice, WriteHint, BLOCK_SIZE};
+use flashlog_dev::{BlockDevice, WriteHint, BLOCK_SIZE, DIRECT_ALIGN};
 use flashlog_format::BlkAddr;
 use parking_lot::{Condvar, Mutex};
 
 /// A log buffer: aligned to 4 KiB in memory, so that a device writing with `O_DIRECT`
 /// (`flashlog_dev::FileDevice`) sends it as it is instead of copying it to an aligned
 /// buffer first.
-pub type LogBuf = aligned_vec::AVec<u8, aligned_vec::ConstAlign<4096>>;
+pub type LogBuf = aligned_vec::AVec<u8, aligned_vec::ConstAlign<DIRECT_ALIGN>>;
 
 /// An empty log buffer with room for one log write.
 pub fn log_buf() -> LogBuf {
-    LogBuf::with_capacity(4096, WRITE_BATCH_BLOCKS * BLOCK_SIZE)
+    LogBuf::with_capacity(DIRECT_ALIGN, WRITE_BATCH_BLOCKS * BLOCK_SIZE)
 }
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -298,7 +298,7 @@ mod tests {
         for i in 0..32u64 {
             pool.submit(
                 i * 4,
-                LogBuf::from_slice(4096, &vec![i as u8 + 1; 4 * BLOCK_SIZE]),
+                LogBuf::from_slice(DIRECT_ALIGN, &vec![i as u8 + 1; 4 * BLOCK_SIZE]),
                 WriteHint::Data,
             )
             .unwrap();
@@ -368,7 +368,7 @@ mod tests {
         for i in 0..MAX_INFLIGHT as u64 + 8 {
             pool.submit(
                 i,
-                LogBuf::from_slice(4096, &vec![i as u8; BLOCK_SIZE]),
+                LogBuf::from_slice(DIRECT_ALIGN, &vec![i as u8; BLOCK_SIZE]),
                 WriteHint::Data,
             )
             .unwrap();
@@ -446,7 +446,7 @@ mod tests {
             for zone in [0u64, 5] {
                 pool.submit(
                     zone * 64 + i * 8,
-                    LogBuf::from_slice(4096, &vec![1; 8 * BLOCK_SIZE]),
+                    LogBuf::from_slice(DIRECT_ALIGN, &vec![1; 8 * BLOCK_SIZE]),
                     WriteHint::Data,
                 )
                 .unwrap();
@@ -481,7 +481,7 @@ mod tests {
                         let addr = t * 1024 + i % 1024;
                         pool.submit(
                             addr,
-                            LogBuf::from_slice(4096, &vec![(i % 251) as u8; BLOCK_SIZE]),
+                            LogBuf::from_slice(DIRECT_ALIGN, &vec![(i % 251) as u8; BLOCK_SIZE]),
                             WriteHint::Data,
                         )
                         .unwrap();
@@ -515,7 +515,7 @@ mod tests {
         let pool = IoPool::new(dev.clone(), 1);
         pool.submit(
             100,
-            LogBuf::from_slice(4096, &vec![1; BLOCK_SIZE]),
+            LogBuf::from_slice(DIRECT_ALIGN, &vec![1; BLOCK_SIZE]),
             WriteHint::Data,
         )
         .unwrap(); // past the end: fails
@@ -523,7 +523,7 @@ mod tests {
         assert!(pool
             .submit(
                 0,
-                LogBuf::from_slice(4096, &vec![2; BLOCK_SIZE]),
+                LogBuf::from_slice(DIRECT_ALIGN, &vec![2; BLOCK_SIZE]),
                 WriteHint::Data
             )
             .is_err());

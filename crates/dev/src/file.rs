@@ -38,8 +38,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// host's write-back at once): the log heads' buffers (up to 256 KiB), not single metadata
 /// blocks.
 pub const DIRECT_MIN_BYTES: usize = 64 << 10;
-/// `O_DIRECT` memory and offset alignment (the largest logical block size in use).
-const DIRECT_ALIGN: usize = 4096;
+/// `O_DIRECT` memory and offset alignment (the largest logical block size in use): a
+/// buffer aligned to it in memory is written as it is, any other through a bounce copy.
+pub const DIRECT_ALIGN: usize = 4096;
 
 pub struct FileDevice {
     file: File,

@@ -25,7 +25,7 @@ mod ram;
 mod sim;
 mod upcall;
 
-pub use file::FileDevice;
+pub use file::{FileDevice, DIRECT_ALIGN};
 pub use hint::{HintLog, HintedWrite};
 pub use ram::RamDevice;
 pub use sim::{CrashMode, SimDevice, SimOp};
