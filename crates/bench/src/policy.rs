@@ -301,12 +301,12 @@ mod tests {
         assert!(e.contains("KEY=VALUE"), "{e}");
         assert!(PolicySpec::parse("scale:2/op=0.2").unwrap().workers == Some(2));
         // io_threads is the host's, not the emulator's.
-        let q = PolicySpec::parse("f2fs/io_threads=8/op=0.2").unwrap();
-        assert_eq!(q.io_threads, Some(8));
+        let q = PolicySpec::parse("f2fs/io_threads=3/op=0.2").unwrap();
+        assert_eq!(q.io_threads, Some(3));
         assert_eq!(q.ssd_set, vec!["op=0.2"]);
-        assert_eq!(q.mount_options(&MountOptions::default()).io_threads, 8);
+        assert_eq!(q.mount_options(&MountOptions::default()).io_threads, 3);
         let f = PolicySpec::parse("f2fs").unwrap();
-        assert_eq!(f.mount_options(&MountOptions::default()).io_threads, 2);
+        assert_eq!(f.mount_options(&MountOptions::default()).io_threads, 8);
         for bad in [
             "f2fs/io_threads=0",
             "f2fs/io_threads=65",

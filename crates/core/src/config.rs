@@ -28,13 +28,12 @@ pub const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(30);
 /// Idle time before background cleaning (F2FS DEF_IDLE_INTERVAL is 5 s).
 pub const DEFAULT_GC_IDLE: Duration = Duration::from_secs(5);
 /// Asynchronous log-write threads, i.e. the log's queue depth to the device (each thread has
-/// one write in flight): two. With eight, `f2fs` wrote 213-230 MiB/s while cleaning on the
-/// default emulated SSD instead of 94-98 (its writers waited for the queue, not for the
-/// dies; `device` and `none` wrote as fast with two as with eight: docs/BENCHMARKS.md
-/// "Queue depth"). Eight is not the default yet: at eight a 96 MiB RAM volume 80 % full
-/// answered ENOSPC in 2 of 64 runs of the bench's `ycsb_selected_workloads_with_timeline`
-/// (0 of 56 at two), a space-accounting race more writes in flight open, not yet found.
-pub const DEFAULT_IO_THREADS: usize = 2;
+/// one write in flight): eight. With two, `f2fs` wrote 94-98 MiB/s while cleaning on the
+/// default emulated SSD instead of 213-230 (its writers waited for the queue, not for the
+/// dies; `device` and `none` write as fast with two as with eight: docs/BENCHMARKS.md
+/// "Queue depth"). The ENOSPC that once kept this at two was the bench's YCSB logs really
+/// filling a 96 MiB volume (faster writers grew them further), not a race in the core.
+pub const DEFAULT_IO_THREADS: usize = 8;
 /// Roll-forward walks at most this many chain blocks per main-area block count (never more
 /// than the main area), so a corrupt chain cannot loop.
 pub const ROLL_FORWARD_MAX_FACTOR: u64 = 1;

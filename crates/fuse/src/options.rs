@@ -405,7 +405,7 @@ mod tests {
         assert_eq!(c.bdi_max_ratio, Some(DEFAULT_BDI_MAX_RATIO));
         assert_eq!(parse("bdi_max_ratio=50").unwrap().bdi_max_ratio, Some(50));
         assert!(!c.image_direct);
-        assert_eq!(c.core.io_threads, 2);
+        assert_eq!(c.core.io_threads, 8);
         assert_eq!(parse("io_threads=3").unwrap().core.io_threads, 3);
         assert!(parse("io_threads=0").unwrap_err().contains("io_threads"));
         assert!(!parse("image_io=buffered").unwrap().image_direct);

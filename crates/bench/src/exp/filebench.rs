@@ -31,6 +31,7 @@ const FILESET_FRACTION: f64 = 0.2;
 const APPEND: u64 = 16 << 10;
 const OLTP_IO: u64 = 4096;
 const OLTP_LOG_IO: u64 = 256 << 10;
+/// The OLTP log is truncated here, or sooner on a small volume (`Volume::log_cap`).
 const OLTP_LOG_MAX: u64 = 64 << 20;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -136,6 +137,7 @@ fn run_one(ctx: &Ctx, p: &crate::policy::PolicySpec, pers: &str) -> Result<FbRes
     fs.sync().map_err(|e| anyhow!("sync: {e}"))?;
     let st = fs.statfs();
     let start_util = 1.0 - st.blocks_free as f64 / st.blocks as f64;
+    let log_max = vol.log_cap(1, OLTP_LOG_MAX, OLTP_LOG_IO);
     let s0 = fs.stats();
     // OLTP thread roles: readers, writers, and one extra log writer.
     let readers = if pers == "oltp" {
@@ -207,7 +209,7 @@ fn run_one(ctx: &Ctx, p: &crate::policy::PolicySpec, pers: &str) -> Result<FbRes
                 }
                 _ => {
                     if t == workers - 1 {
-                        if log_off >= OLTP_LOG_MAX {
+                        if log_off >= log_max {
                             let a = SetAttr {
                                 size: Some(0),
                                 ..Default::default()

@@ -6,7 +6,8 @@
 //! (k / 16) KiB); the load writes them sequentially until the table fills 70 % of the volume
 //! (ScaleLFS: "70 % of total space occupied"). An update overwrites the record in place and
 //! appends it to its thread's log file, which is fsynced every 16 updates (group commit) and
-//! truncated at 32 MiB. The workloads run in order A, B, F, update-only on the same volume,
+//! truncated at 32 MiB (less on a small volume: the logs together stay within half the space
+//! the table leaves free). The workloads run in order A, B, F, update-only on the same volume,
 //! each for `--duration` or one operation per record, whichever comes first.
 //!
 //! `--workloads A,F` picks workloads; `--fsync-every 1` fsyncs the log on every update (MySQL
@@ -30,6 +31,7 @@ use std::time::Instant;
 const RECORD: u64 = 1024;
 const TABLE_FILES: u64 = 16;
 const LOAD_FRACTION: f64 = 0.7;
+/// A thread's log is truncated here, or sooner on a small volume (`Volume::log_cap`).
 const LOG_MAX: u64 = 32 << 20;
 const THETA: f64 = 0.99;
 
@@ -169,6 +171,7 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
                 .map_err(|e| anyhow!("create log: {e}"))
         })
         .collect::<Result<_>>()?;
+    let log_max = vol.log_cap(threads as u64, LOG_MAX, RECORD);
     let zipf = Zipf::new(records);
     let mut out = Vec::new();
     let group_commit = ctx.args.fsync_every;
@@ -208,7 +211,7 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
                         fs.read(file, off, &mut rec)?;
                     }
                     fs.write(file, off, &val)?;
-                    if log_off >= LOG_MAX {
+                    if log_off >= log_max {
                         let a = SetAttr {
                             size: Some(0),
                             ..Default::default()
