@@ -172,6 +172,7 @@ fn timer_checkpoint(inner: &FsInner) -> Result<()> {
         return Ok(());
     }
     inner.ensure_space(false)?;
+    inner.writeback_before_checkpoint()?;
     let _g = inner.oplock.checkpoint();
     inner.write_checkpoint(false)
 }
@@ -665,6 +666,7 @@ impl Fs {
             return Ok(());
         }
         self.ensure_space(false)?;
+        self.inner.writeback_before_checkpoint()?;
         let _g = self.inner.oplock.checkpoint();
         self.inner.check_writable()?;
         self.inner.write_checkpoint(false)

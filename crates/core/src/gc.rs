@@ -626,6 +626,7 @@ impl FsInner {
         if !due() {
             return Ok(());
         }
+        fs.writeback_before_checkpoint()?;
         let _gc = fs.gc_lock.lock();
         if due() {
             fs.check_writable()?;

@@ -480,6 +480,7 @@ impl crate::gc::Collector for DeviceCollector {
         let before = fs.seg.free_sections();
         fs.dev.flush()?;
         if self.tap.pending() > 0 || fs.seg.prefree_sections() > 0 || fs.seg.held_sections() > 0 {
+            fs.writeback_before_checkpoint()?;
             let _g = fs.oplock.checkpoint();
             fs.write_checkpoint(false)?;
         }
@@ -549,6 +550,7 @@ impl crate::gc::Collector for DeviceCollector {
                     if fs.poisoned.load(Ordering::Acquire) {
                         break;
                     }
+                    let _ = fs.writeback_before_checkpoint();
                     let _g = fs.oplock.checkpoint();
                     let _ = fs.write_checkpoint(false);
                 }

@@ -101,6 +101,7 @@ pub struct Stats {
     pub cp_writeback_ns: AtomicU64,
     pub cp_meta_ns: AtomicU64,
     pub cp_after_pack_ns: AtomicU64,
+    pub cp_prewrite_ns: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
     pub gc_lost_copies: AtomicU64,
     pub gc_reservation_returned: AtomicU64,
@@ -162,6 +163,9 @@ pub struct Counters {
     pub cp_writeback_s: f64,
     pub cp_meta_s: f64,
     pub cp_after_pack_s: f64,
+    /// Seconds of writeback before checkpoints took the op lock exclusively
+    /// (`writeback_before_checkpoint`; writers go on meanwhile, not in `checkpoint_time_s`).
+    pub cp_prewrite_s: f64,
     /// Blocks a collector read but did not move because a newer write or a truncate won
     /// the race (node-lock rule).
     pub gc_skipped_blocks: u64,
@@ -241,6 +245,7 @@ impl Stats {
             cp_writeback_s: g(&self.cp_writeback_ns) as f64 / 1e9,
             cp_meta_s: g(&self.cp_meta_ns) as f64 / 1e9,
             cp_after_pack_s: g(&self.cp_after_pack_ns) as f64 / 1e9,
+            cp_prewrite_s: g(&self.cp_prewrite_ns) as f64 / 1e9,
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
             gc_lost_copies: g(&self.gc_lost_copies),
             gc_reservation_returned: g(&self.gc_reservation_returned),
