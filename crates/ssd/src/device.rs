@@ -19,9 +19,13 @@
 //! carries all device events queued before it finished; requests are checked (range,
 //! alignment) before touching any state.
 //!
-//! Lock order: `engine` then nothing; a recorder shard is taken only after `engine` is
-//! released (one shard at a time); the store's internal locks are leaves taken with no other
-//! lock held. Every lock is metered (`locks.rs`, reported in `SsdStats::locks`); docs/EMULATOR.md
+//! Lock order: `engine`, then the store's shard locks (ascending), then nothing. On FTLs
+//! that keep the store in step with their remaps (`remaps`), every store operation runs
+//! under `engine`, except a write's copy: its shard locks are taken under `engine` and held
+//! past its release (`Store::hold_for_write`), so a later request on those blocks waits at
+//! the shard lock (holding `engine`) until the copy is done; a holder past `engine` takes no
+//! lock. On other FTLs the store's locks are taken with no other lock held. A recorder shard
+//! is taken only after `engine` is released (one shard at a time). Every lock is metered (`locks.rs`, reported in `SsdStats::locks`); docs/EMULATOR.md
 //! §2.8 lists what each protects.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -395,12 +399,13 @@ impl SsdDevice {
     }
 
     /// Run `f` on the engine at `at`, then `store_op` on the contents (under the engine lock
-    /// when the FTL remaps, else after releasing it); returns the completion with its events.
-    fn exec<R>(
-        &self,
+    /// when the FTL remaps, else after releasing it; a remapping write's `store_op` only
+    /// takes its shard locks there); returns the completion with its events.
+    fn exec<'s, R>(
+        &'s self,
         at: u64,
         f: impl FnOnce(&mut Engine) -> Result<(u64, R), EngineError>,
-        store_op: impl FnOnce(&Store, R) -> DevResult<()>,
+        store_op: impl FnOnce(&'s Store, R) -> DevResult<()>,
     ) -> DevResult<Timed> {
         let mut completion = Completion::empty();
         let mut e = self.engine();
@@ -483,6 +488,28 @@ impl SsdDevice {
 
     fn do_write(&self, at: u64, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Timed> {
         let n = check_request(&self.caps, addr, buf.len())?;
+        if self.remaps {
+            // The copy after the engine lock, under the blocks' shard locks taken inside it
+            // (`Store::hold_for_write`): the engine's order is kept, and the engine is not
+            // held for the copy (18 % of `device`'s CPU at 16 threads, all of it under the
+            // engine lock before).
+            let mut held = None;
+            let timed = self.exec(
+                at,
+                |e| e.write(addr, n, at, hint).map(|d| (d, ())),
+                |st, ()| {
+                    held = st.hold_for_write(addr, n);
+                    if held.is_none() {
+                        st.write(addr, buf)?;
+                    }
+                    Ok(())
+                },
+            )?;
+            if let Some(h) = held {
+                h.write(buf);
+            }
+            return Ok(timed);
+        }
         self.exec(
             at,
             |e| e.write(addr, n, at, hint).map(|d| (d, ())),

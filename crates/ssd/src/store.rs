@@ -24,9 +24,10 @@
 //! 4 B per block of a full run, 6.4 % of the block's 4 KiB when a run holds only one.
 //!
 //! Lock order: the RAM store's shard locks are leaves, never held while calling out and
-//! metered together by one `LockMeter`. One is held at a time, except a relocation across
-//! shards, which takes the two in ascending shard order (the only place two are held, so
-//! no cycle). The file store has no locks (positional I/O).
+//! metered together by one `LockMeter`. One is held at a time, except by a relocation
+//! across shards (the two) and by `hold_for_write` (the write's shards, for its caller to
+//! copy into): both take them in ascending shard order, and a holder takes no further
+//! lock, so no cycle. The file store has no locks (positional I/O).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -364,6 +365,33 @@ impl RamShard {
     }
 }
 
+/// The shard locks of one write, taken by [`Store::hold_for_write`].
+pub struct HeldWrite<'a> {
+    /// (shard number, its lock), ascending and distinct.
+    held: Vec<(usize, Metered<'a, RamShard>)>,
+    addr: u64,
+    count: u64,
+}
+
+impl HeldWrite<'_> {
+    /// Copy `buf` (the `count` blocks the locks were taken for) into the store; the locks
+    /// are released on return.
+    pub fn write(mut self, buf: &[u8]) {
+        assert_eq!(buf.len() as u64, self.count * BLOCK_SIZE_U64);
+        let mut blocks = buf.chunks_exact(BLOCK_SIZE);
+        for (first, n) in runs(self.addr, self.count) {
+            let no = Store::shard_no(first);
+            let i = self
+                .held
+                .binary_search_by_key(&no, |h| h.0)
+                .expect("every run's shard is held");
+            self.held[i]
+                .1
+                .write_run(first, blocks.by_ref().take(n as usize));
+        }
+    }
+}
+
 /// A zeroed chunk with its pages faulted in. `vec![0u8; _]` is a zeroed
 /// allocation (calloc: fresh pages from mmap), not a memset of 1 MiB; but the first write
 /// into each page is then a page fault in which the kernel zeroes it (~1-2 us), which a
@@ -495,6 +523,40 @@ impl Store {
             }
             Store::File(f) => Ok(f.write_all_at(buf, addr * BLOCK_SIZE_U64)?),
         }
+    }
+
+    /// Take the shard locks that a write of `count` blocks at `addr` needs, in ascending
+    /// shard order, and make sure their shards have a free slot for every block without
+    /// one (a new chunk, if at all, made with the locks held). The write itself
+    /// ([`HeldWrite::write`]) then needs no other lock. For remapping FTLs, whose store
+    /// operations must happen in the engine's order: the locks are taken under the engine
+    /// lock, the copy is done after it is released, and every later engine request that
+    /// touches these blocks (a GC relocation, a read, a discard, another write) waits at
+    /// their shard lock until the copy is done. None for a store without shard locks.
+    pub fn hold_for_write(&self, addr: u64, count: u64) -> Option<HeldWrite<'_>> {
+        let Store::Ram(shards, meter) = self else {
+            return None;
+        };
+        let mut need: Vec<(usize, u64, u64)> = runs(addr, count)
+            .map(|(first, n)| (Self::shard_no(first), first, n))
+            .collect();
+        need.sort_unstable_by_key(|r| r.0);
+        let mut held: Vec<(usize, Metered<'_, RamShard>)> = Vec::new();
+        // Slots the runs so far need in the last shard taken: runs of one request in one
+        // shard are disjoint, so their missing slots add up.
+        let mut want = 0;
+        for &(no, first, n) in &need {
+            if held.last().is_none_or(|h| h.0 != no) {
+                held.push((no, meter.lock(&shards[no])));
+                want = 0;
+            }
+            let (_, s) = held.last_mut().expect("pushed");
+            want += s.missing(first, n);
+            while s.free.len() < want {
+                s.add_chunk_for(new_chunk(), want);
+            }
+        }
+        Some(HeldWrite { held, addr, count })
     }
 
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<()> {
@@ -799,6 +861,58 @@ mod tests {
             s.read(i, &mut b).unwrap();
             assert!(b.iter().all(|&x| x == 0));
         }
+        s.check().unwrap();
+    }
+
+    /// `hold_for_write` keeps a relocation, a read and a discard of the held blocks waiting
+    /// until the copy is done, as the engine's order requires (the device takes the locks
+    /// under its engine lock and copies after releasing it): a relocation started while the
+    /// locks are held moves the new bytes, not the old ones or zeros; a read sees the new
+    /// bytes; blocks of other shards are not held. The write spans three shards (two runs
+    /// of 64 and a part of one) and needs new slots in them.
+    #[test]
+    fn a_held_write_keeps_later_requests_on_its_blocks_waiting_for_the_copy() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let s = std::sync::Arc::new(Store::ram());
+        let run = RAM_SHARD_RUN;
+        let (addr, count) = (run - 8, 2 * run + 16);
+        let old = vec![1u8; BLOCK_SIZE];
+        s.write(addr, &old).unwrap();
+        let new: Vec<u8> = (0..count as usize * BLOCK_SIZE)
+            .map(|i| (i / BLOCK_SIZE) as u8 ^ 0x5a)
+            .collect();
+        let held = s
+            .hold_for_write(addr, count)
+            .expect("the RAM store has shard locks");
+        // Another shard is free meanwhile.
+        s.write(10 * run, &old).unwrap();
+        let moved = std::sync::Arc::new(AtomicBool::new(false));
+        let t = {
+            let (s, moved) = (s.clone(), moved.clone());
+            std::thread::spawn(move || {
+                s.relocate(addr, 20 * run).unwrap();
+                moved.store(true, Ordering::SeqCst);
+                let mut b = vec![0u8; BLOCK_SIZE];
+                s.read(addr + count - 1, &mut b).unwrap();
+                b
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            !moved.load(Ordering::SeqCst),
+            "the relocation ran before the held write's copy"
+        );
+        held.write(&new);
+        let last = t.join().unwrap();
+        assert_eq!(last, new[new.len() - BLOCK_SIZE..]);
+        let mut b = vec![0u8; BLOCK_SIZE];
+        s.read(20 * run, &mut b).unwrap();
+        assert_eq!(b, new[..BLOCK_SIZE], "the relocation moved the new bytes");
+        s.read(addr, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0));
+        let mut rest = vec![0u8; (count as usize - 1) * BLOCK_SIZE];
+        s.read(addr + 1, &mut rest).unwrap();
+        assert_eq!(rest, new[BLOCK_SIZE..]);
         s.check().unwrap();
     }
 
