@@ -605,7 +605,8 @@ impl FsInner {
     /// its upcalls and issue discards, and spent 60 % of its checkpoint time (7.4 of 12.3 s
     /// in a 15 s run) writing those pages with everything else stopped. Best effort: a
     /// file short of space is left to the checkpoint. Takes no `gc_lock` and may run under
-    /// it (it never cleans).
+    /// it (it never cleans), though a caller that holds it makes everyone short of space
+    /// wait for the writeback (so `gc=none`'s discard trigger does not call it).
     pub fn writeback_before_checkpoint(&self) -> Result<()> {
         let t0 = std::time::Instant::now();
         for c in self.cells.all() {
