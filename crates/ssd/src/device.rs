@@ -488,33 +488,28 @@ impl SsdDevice {
 
     fn do_write(&self, at: u64, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Timed> {
         let n = check_request(&self.caps, addr, buf.len())?;
-        if self.remaps {
-            // The copy after the engine lock, under the blocks' shard locks taken inside it
-            // (`Store::hold_for_write`): the engine's order is kept, and the engine is not
-            // held for the copy (18 % of `device`'s CPU at 16 threads, all of it under the
-            // engine lock before).
-            let mut held = None;
-            let timed = self.exec(
-                at,
-                |e| e.write(addr, n, at, hint).map(|d| (d, ())),
-                |st, ()| {
-                    held = st.hold_for_write(addr, n);
-                    if held.is_none() {
-                        st.write(addr, buf)?;
-                    }
-                    Ok(())
-                },
-            )?;
-            if let Some(h) = held {
-                h.write(buf);
-            }
-            return Ok(timed);
-        }
-        self.exec(
+        // A remapping FTL's write copies after the engine lock, under the blocks' shard locks
+        // taken inside it (`Store::hold_for_write`): the engine's order is kept, and the
+        // engine is not held for the copy (18 % of `device`'s CPU at 16 threads, all of it
+        // under the engine lock before).
+        let mut held = None;
+        let timed = self.exec(
             at,
             |e| e.write(addr, n, at, hint).map(|d| (d, ())),
-            |st, ()| st.write(addr, buf),
-        )
+            |st, ()| {
+                if self.remaps {
+                    held = st.hold_for_write(addr, n);
+                }
+                match held {
+                    Some(_) => Ok(()),
+                    None => st.write(addr, buf),
+                }
+            },
+        )?;
+        if let Some(h) = held {
+            h.write(buf);
+        }
+        Ok(timed)
     }
 
     fn do_discard(&self, at: u64, addr: u64, count: u64) -> DevResult<Timed> {

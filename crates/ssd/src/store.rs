@@ -864,8 +864,8 @@ mod tests {
         s.check().unwrap();
     }
 
-    /// `hold_for_write` keeps a relocation, a read and a discard of the held blocks waiting
-    /// until the copy is done, as the engine's order requires (the device takes the locks
+    /// `hold_for_write` keeps a relocation and a read of the held blocks waiting until the
+    /// copy is done, as the engine's order requires (the device takes the locks
     /// under its engine lock and copies after releasing it): a relocation started while the
     /// locks are held moves the new bytes, not the old ones or zeros; a read sees the new
     /// bytes; blocks of other shards are not held. The write spans three shards (two runs
