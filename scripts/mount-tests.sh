@@ -97,15 +97,22 @@ mount_fs() {
     "$FL" mount --daemon --pid-file "$pidfile" "$@" "$img" "$mnt"
 }
 
+# Wait up to 60 s for daemon $1 to exit (after its umount: it writes its final checkpoint
+# first); fails if it is still running.
+wait_exit() {
+    for _ in $(seq 600); do
+        kill -0 "$1" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # Unmount and wait for the daemon to write its final checkpoint and exit.
 umount_fs() {
     local pid
     pid=$(daemon_pid)
     umount "$mnt" || return 1
-    for _ in $(seq 600); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
+    wait_exit "$pid" && return 0
     echo "daemon $pid did not exit within 60 s after umount"
     return 1
 }
@@ -437,7 +444,7 @@ t_fuse_knobs() {
         n=$((n + 1))
         dd if="$work/knob.data" of="$kmnt/f$n" bs=1M conv=fsync status=none || rc=1
         umount "$kmnt" || return 1
-        for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        wait_exit "$pid" || true
     done
     # Every file reads back after a remount, with the host's cached pages of the image gone.
     echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
@@ -447,7 +454,7 @@ t_fuse_knobs() {
         cmp "$work/knob.data" "$kmnt/f$i" || { echo "f$i (written with mount $i's image I/O) differs after a remount"; rc=1; }
     done
     umount "$kmnt" || return 1
-    for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    wait_exit "$pid" || true
     [[ $rc == 0 ]] && result "bdi max_ratio 20 / 35 / 1, KILLPRIV_V2 on / on / off and image writes buffered / $direct / buffered as asked, on a mount point with a space; 4 MiB written through each reads back after a remount"
 }
 
@@ -470,7 +477,7 @@ t_emulated() {
     cmp "$work/emu.data" "$emnt/data" || { echo "8 MiB file read back differs"; rc=1; }
     cp -a "$snap/scripts" "$emnt/tree" && diff -r "$snap/scripts" "$emnt/tree" || { echo "cp -a tree differs"; rc=1; }
     umount "$emnt" || return 1
-    for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    wait_exit "$pid" || true
     kill -0 "$pid" 2>/dev/null && { echo "daemon $pid still running after umount"; return 1; }
     cat "$elog"
     grep -q "emulated device summary: .*WAF .*device GC: .*upcalls sent" "$elog" || { echo "no emulator summary in the log"; rc=1; }

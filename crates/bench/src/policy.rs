@@ -12,7 +12,7 @@
 //! the core's own message.
 
 use anyhow::{bail, Result};
-use flashlog_core::config::ScaleFeatures;
+use flashlog_core::config::{ScaleFeatures, MAX_IO_THREADS};
 use flashlog_core::{AllocMode, Fs, GcPolicy, MkfsOptions, MountOptions};
 use flashlog_dev::{BlockDevice, RamDevice};
 use std::sync::Arc;
@@ -148,8 +148,11 @@ impl PolicySpec {
             let kv = kv.trim();
             match kv.split_once('=') {
                 Some((k, v)) if k.trim() == "io_threads" => match v.trim().parse::<usize>() {
-                    Ok(n) if (1..=64).contains(&n) => io_threads = Some(n),
-                    _ => bail!("policy {label:?}: io_threads must be between 1 and 64 (got {v:?})"),
+                    Ok(n) if (1..=MAX_IO_THREADS).contains(&n) => io_threads = Some(n),
+                    _ => bail!(
+                        "policy {label:?}: io_threads must be between 1 and {MAX_IO_THREADS} \
+                         (got {v:?})"
+                    ),
                 },
                 Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
                     ssd_set.push(format!("{}={}", k.trim(), v.trim()))

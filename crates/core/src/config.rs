@@ -34,6 +34,8 @@ pub const DEFAULT_GC_IDLE: Duration = Duration::from_secs(5);
 /// "Queue depth"). The ENOSPC that once kept this at two was the bench's YCSB logs really
 /// filling a 96 MiB volume (faster writers grew them further), not a race in the core.
 pub const DEFAULT_IO_THREADS: usize = 8;
+/// The most log-write threads a mount may ask for (`io_threads=N`, bench `/io_threads=N`).
+pub const MAX_IO_THREADS: usize = 64;
 /// Roll-forward walks at most this many chain blocks per main-area block count (never more
 /// than the main area), so a corrupt chain cannot loop.
 pub const ROLL_FORWARD_MAX_FACTOR: u64 = 1;

@@ -312,10 +312,14 @@ fn dispatcher(weak: Weak<FsInner>, ctl: Arc<(Mutex<Control>, Condvar)>) {
 /// Free capacity, in segments, below which queued commands (safe since their checkpoint is
 /// durable) are issued at once instead of at the dispatcher's pace (F2FS issues discards
 /// more aggressively as utilisation rises; here the trigger is the space the writers will
-/// ask the space path for soon): twice the space path's target (`space_low` and
-/// `checkpoint_target_of` compute it from a target they already have).
+/// ask the space path for soon): twice the space path's target.
 fn early_target(fs: &FsInner) -> u64 {
-    2 * fs.space_target()
+    early_of(fs.space_target())
+}
+
+/// [`early_target`] from the space path's target, for callers that already have it.
+fn early_of(target: u64) -> u64 {
+    2 * target
 }
 
 /// Free capacity, in segments, below which the dispatcher checkpoints on its own so that
@@ -337,7 +341,7 @@ fn checkpoint_target_of(fs: &FsInner, target: u64, dead: u64) -> u64 {
     let free = fs.seg.free_sections();
     let reclaimable = free + dead / BLOCKS_PER_SEG;
     let margin = (reclaimable.saturating_sub(target) / 4).max(fs.space_slack_secs());
-    (target + margin).min(2 * target)
+    (target + margin).min(early_of(target))
 }
 
 /// The dispatcher's turn at making room (every round, and at once when a writer kicks
@@ -401,7 +405,7 @@ impl crate::gc::Collector for NoneCollector {
         // The target once (it was computed three times a write: here, for the early
         // target and for the checkpoint target).
         let target = fs.space_target();
-        if fs.seg.free_sections() >= 2 * target {
+        if fs.seg.free_sections() >= early_of(target) {
             return Ok(());
         }
         if !fs.seg.discards.lock().is_empty() {

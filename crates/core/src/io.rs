@@ -31,6 +31,10 @@ use crate::error::{Error, Result};
 use flashlog_dev::{BlockDevice, WriteHint, BLOCK_SIZE, DIRECT_ALIGN};
 use flashlog_format::BlkAddr;
 use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 /// A log buffer: aligned to 4 KiB in memory, so that a device writing with `O_DIRECT`
 /// (`flashlog_dev::FileDevice`) sends it as it is instead of copying it to an aligned
@@ -41,10 +45,6 @@ pub type LogBuf = aligned_vec::AVec<u8, aligned_vec::ConstAlign<DIRECT_ALIGN>>;
 pub fn log_buf() -> LogBuf {
     LogBuf::with_capacity(DIRECT_ALIGN, WRITE_BATCH_BLOCKS * BLOCK_SIZE)
 }
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 
 /// Buffers queued or being written before submitters wait (32 x 256 KiB = 8 MiB).
 pub const MAX_INFLIGHT: usize = 32;
@@ -289,6 +289,11 @@ impl IoPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log buffer of `len` bytes of `byte`.
+    fn filled(byte: u8, len: usize) -> LogBuf {
+        LogBuf::from_slice(DIRECT_ALIGN, &vec![byte; len])
+    }
     use flashlog_dev::RamDevice;
 
     #[test]
@@ -296,12 +301,8 @@ mod tests {
         let dev = Arc::new(RamDevice::new(1024));
         let pool = IoPool::new(dev.clone(), 2);
         for i in 0..32u64 {
-            pool.submit(
-                i * 4,
-                LogBuf::from_slice(DIRECT_ALIGN, &vec![i as u8 + 1; 4 * BLOCK_SIZE]),
-                WriteHint::Data,
-            )
-            .unwrap();
+            pool.submit(i * 4, filled(i as u8 + 1, 4 * BLOCK_SIZE), WriteHint::Data)
+                .unwrap();
             let mut b = vec![0u8; BLOCK_SIZE];
             // Either still in flight or already written: the value is the same.
             if !pool.read_inflight(i * 4 + 3, &mut b) {
@@ -366,12 +367,8 @@ mod tests {
         });
         let pool = IoPool::new(dev.clone(), 1);
         for i in 0..MAX_INFLIGHT as u64 + 8 {
-            pool.submit(
-                i,
-                LogBuf::from_slice(DIRECT_ALIGN, &vec![i as u8; BLOCK_SIZE]),
-                WriteHint::Data,
-            )
-            .unwrap();
+            pool.submit(i, filled(i as u8, BLOCK_SIZE), WriteHint::Data)
+                .unwrap();
         }
         assert_eq!(pool.inflight.load(Ordering::Acquire), MAX_INFLIGHT + 8);
         let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -446,7 +443,7 @@ mod tests {
             for zone in [0u64, 5] {
                 pool.submit(
                     zone * 64 + i * 8,
-                    LogBuf::from_slice(DIRECT_ALIGN, &vec![1; 8 * BLOCK_SIZE]),
+                    filled(1, 8 * BLOCK_SIZE),
                     WriteHint::Data,
                 )
                 .unwrap();
@@ -479,12 +476,8 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..500u64 {
                         let addr = t * 1024 + i % 1024;
-                        pool.submit(
-                            addr,
-                            LogBuf::from_slice(DIRECT_ALIGN, &vec![(i % 251) as u8; BLOCK_SIZE]),
-                            WriteHint::Data,
-                        )
-                        .unwrap();
+                        pool.submit(addr, filled((i % 251) as u8, BLOCK_SIZE), WriteHint::Data)
+                            .unwrap();
                         pool.throttle();
                         if i % 50 == 49 {
                             pool.wait_idle().unwrap();
@@ -513,19 +506,11 @@ mod tests {
     fn a_failed_write_is_reported_and_stops_later_writes() {
         let dev = Arc::new(RamDevice::new(8));
         let pool = IoPool::new(dev.clone(), 1);
-        pool.submit(
-            100,
-            LogBuf::from_slice(DIRECT_ALIGN, &vec![1; BLOCK_SIZE]),
-            WriteHint::Data,
-        )
-        .unwrap(); // past the end: fails
+        pool.submit(100, filled(1, BLOCK_SIZE), WriteHint::Data)
+            .unwrap(); // past the end: fails
         assert!(matches!(pool.wait_idle(), Err(Error::Poisoned(_))));
         assert!(pool
-            .submit(
-                0,
-                LogBuf::from_slice(DIRECT_ALIGN, &vec![2; BLOCK_SIZE]),
-                WriteHint::Data
-            )
+            .submit(0, filled(2, BLOCK_SIZE), WriteHint::Data)
             .is_err());
         pool.stop();
     }

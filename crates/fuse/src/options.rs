@@ -173,7 +173,7 @@ impl MountConfig {
                 self.core.io_threads = count(
                     key,
                     need(val)?,
-                    64,
+                    flashlog_core::config::MAX_IO_THREADS,
                     " (log-write threads, the queue depth to the device)",
                 )?
             }

@@ -115,7 +115,7 @@ impl Run {
     }
 }
 
-/// A block without a slot (reads as zeros). Slot numbers stay below it (`add_chunk`).
+/// A block without a slot (reads as zeros). Slot numbers stay below it (`add_chunk_for`).
 const NO_SLOT: SlotNo = SlotNo::MAX;
 const RUN: usize = RAM_SHARD_RUN as usize;
 
@@ -222,8 +222,12 @@ impl RamShard {
         self.free.extend((first as SlotNo..end as SlotNo).rev());
     }
 
-    fn add_chunk(&mut self, chunk: Chunk) {
-        self.add_chunk_for(chunk, 1);
+    /// Add chunks, made with the lock held, until `want` slots are free (for callers that
+    /// may not release the lock: a relocation, a held write).
+    fn free_at_least(&mut self, want: usize) {
+        while self.free.len() < want {
+            self.add_chunk_for(new_chunk(), want);
+        }
     }
 
     /// Take `lpn`'s slot out of the map (not freed: the caller moves or frees it).
@@ -315,7 +319,7 @@ impl RamShard {
         }
         self.chunks.truncate(keep_chunks);
         self.chunks.shrink_to_fit();
-        // Descending, as after `add_chunk`.
+        // Descending, as after `add_chunk_for`.
         to.sort_unstable_by(|a, b| b.cmp(a));
         to.shrink_to_fit();
         self.free = to;
@@ -503,9 +507,9 @@ impl Store {
             Store::Ram(shards, meter) => {
                 let mut blocks = buf.chunks_exact(BLOCK_SIZE);
                 for (first, n) in runs(addr, (buf.len() / BLOCK_SIZE) as u64) {
-                    // Straight into each block's slot: no allocation, no zeroing, one copy
-                    // (under the engine lock on remapping FTLs, where the store op runs
-                    // inside it). A new chunk is made with the shard lock released.
+                    // Straight into each block's slot: no allocation, no zeroing, one copy. A
+                    // new chunk is made with the shard lock released. (Remapping FTLs write
+                    // through `hold_for_write` instead, which may not release it.)
                     let mut s = Self::shard(shards, meter, first);
                     loop {
                         let missing = s.missing(first, n);
@@ -552,9 +556,7 @@ impl Store {
             }
             let (_, s) = held.last_mut().expect("pushed");
             want += s.missing(first, n);
-            while s.free.len() < want {
-                s.add_chunk_for(new_chunk(), want);
-            }
+            s.free_at_least(want);
         }
         Some(HeldWrite { held, addr, count })
     }
@@ -703,9 +705,8 @@ impl Store {
                         // first). Made whenever `to` had no slot, it cost a 1 MiB
                         // allocation and 256 page faults per GC move on the coupled FTL,
                         // under the engine lock: 55 % of `device`'s CPU at 16 threads.
-                        if dst.missing(to, 1) > dst.free.len() {
-                            dst.add_chunk(new_chunk());
-                        }
+                        let want = dst.missing(to, 1);
+                        dst.free_at_least(want);
                         dst.write_run(to, std::iter::once(src.slot(n)));
                         src.release(n);
                     }

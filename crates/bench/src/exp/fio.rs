@@ -48,6 +48,8 @@ const PASSTHROUGH_LL_SRC: &str = "/usr/share/doc/libfuse3-dev/examples/passthrou
 const PEER_STUB: &str = "libfuse passthrough";
 /// The same storage with a real fsync: `passthrough_ll.c`.
 const PEER_LL: &str = "libfuse passthrough_ll";
+/// Kernel ext4 on a loop device.
+const PEER_EXT4: &str = "ext4 (loop)";
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct JobResult {
@@ -278,7 +280,7 @@ fn mount_ext4(work: &Path, bytes: u64) -> Result<Mounted> {
     let mnt = work.join("mnt-ext4");
     std::fs::create_dir_all(&mnt)?;
     let m = Mounted {
-        label: "ext4 (loop)".into(),
+        label: PEER_EXT4.into(),
         dir: mnt.clone(),
         mnt: mnt.clone(),
         daemon_pid: None,
@@ -508,7 +510,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         }
         let (work, bytes) = (&work, bytes);
         makers.push((
-            "ext4 (loop)".to_string(),
+            PEER_EXT4.to_string(),
             Box::new(move || mount_ext4(work, bytes)),
         ));
     }
@@ -660,7 +662,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             };
             let f = v(&me);
             let ratio = |peer: &str| f.zip(v(peer)).map(|(a, b)| a / b.max(1e-9));
-            let (rp, rl, re) = (ratio(PEER_STUB), ratio(PEER_LL), ratio("ext4 (loop)"));
+            let (rp, rl, re) = (ratio(PEER_STUB), ratio(PEER_LL), ratio(PEER_EXT4));
             let pct = |r: Option<f64>| r.map_or("-".into(), |x| format!("{:.0}%", x * 100.0));
             let met = |r: Option<f64>| {
                 r.map_or("-".into(), |x| {
