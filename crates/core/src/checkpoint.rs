@@ -345,7 +345,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     hdr.write(&mut blk);
     let st = InodeState::new(ROOT_INO, blk, hdr, true);
     fs.cells.insert(InodeCell::new(st, true));
-    fs.alloc_blocks.store(1, Ordering::Relaxed);
+    fs.alloc_blocks.set(1);
     fs.valid_nodes.store(1, Ordering::Relaxed);
     fs.valid_inodes.store(1, Ordering::Relaxed);
     fs.write_checkpoint(true)?;
@@ -364,6 +364,7 @@ pub(crate) fn build(
     collector: Box<dyn crate::gc::Collector>,
 ) -> FsInner {
     let svp_on = opts.gc == crate::config::GcPolicy::Scale && opts.scale.svp;
+    let user_blocks = sb.geo.user_blocks;
     FsInner {
         svp_on,
         dev,
@@ -379,7 +380,7 @@ pub(crate) fn build(
         node_version: AtomicU64::new(flashlog_format::node::first_node_version(version)),
         mlog_shift: Default::default(),
         orphans: Mutex::new(Default::default()),
-        alloc_blocks: AtomicU64::new(0),
+        alloc_blocks: crate::space::UserBlocks::new(user_blocks, 0),
         valid_nodes: Default::default(),
         valid_inodes: Default::default(),
         dirty_pages: Default::default(),
@@ -588,7 +589,7 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
     let ssr =
         (fs.sb.geo.sections() / 20).max(fs.seg.reserve_sections() + fs.headroom_secs() * 3 / 4 + 1);
     fs.seg.ssr_below_secs.store(ssr, Ordering::Relaxed);
-    fs.alloc_blocks.store(cpk.valid_blocks, Ordering::Relaxed);
+    fs.alloc_blocks.set(cpk.valid_blocks);
     fs.valid_nodes.store(cpk.valid_nodes, Ordering::Relaxed);
     fs.valid_inodes.store(cpk.valid_inodes, Ordering::Relaxed);
     Ok((fs, cpk))
@@ -719,7 +720,7 @@ impl FsInner {
             flags,
             elapsed_secs: elapsed,
             wall_unix: self.now().sec.max(0) as u64,
-            valid_blocks: self.alloc_blocks.load(Ordering::Acquire),
+            valid_blocks: self.alloc_blocks.used(),
             valid_nodes: self.valid_nodes.load(Ordering::Acquire),
             valid_inodes: self.valid_inodes.load(Ordering::Acquire),
             free_segments: self.seg.free_after_checkpoint() * self.sb.geo.segs_per_sec as u64,

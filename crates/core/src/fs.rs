@@ -506,7 +506,7 @@ impl Fs {
                          blocks, {} free sections, {} of {} user blocks allocated",
                         inner.seg.space.headroom(),
                         inner.seg.free_sections(),
-                        inner.alloc_blocks.load(Ordering::Relaxed),
+                        inner.alloc_blocks.used(),
                         inner.sb.geo.user_blocks
                     );
                     return Err(Error::NoSpace);
@@ -1509,9 +1509,7 @@ impl Fs {
         StatFs {
             block_size: BLOCK_SIZE as u32,
             blocks: g.user_blocks,
-            blocks_free: g
-                .user_blocks
-                .saturating_sub(fs.alloc_blocks.load(Ordering::Relaxed)),
+            blocks_free: g.user_blocks.saturating_sub(fs.alloc_blocks.used()),
             files,
             files_free: (g.max_nid as u64).saturating_sub(fs.nat.used_count()),
             name_max: NAME_MAX as u32,

@@ -237,7 +237,7 @@ pub fn has_enough_invalid_blocks(fs: &FsInner) -> bool {
     let valid = fs.seg.total_valid();
     let written = fs.seg.used_sections() * BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
     let invalid = written.saturating_sub(valid);
-    let free_user = user.saturating_sub(fs.alloc_blocks.load(Ordering::Relaxed));
+    let free_user = user.saturating_sub(fs.alloc_blocks.used());
     invalid > user * LIMIT_INVALID_PCT / 100 && free_user < invalid * LIMIT_FREE_PCT / 100
 }
 
@@ -606,7 +606,7 @@ impl FsInner {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         let slack = self.space_slack_secs();
         let space = &self.seg.space;
-        space.headroom() < space.app_floor() + (slack * per_sec) as i64
+        space.headroom_below(space.app_floor() + (slack * per_sec) as i64)
     }
 
     /// gc=device: the device learns what died only from the discards that follow a durable
@@ -650,7 +650,14 @@ impl FsInner {
         let slack = self.space_slack_secs();
         let base = self.seg.reserve_sections() + dirty.div_ceil(per_sec) + slack;
         let space = &self.seg.space;
-        let short = space.app_floor() + (slack * per_sec) as i64 - space.headroom();
+        let line = space.app_floor() + (slack * per_sec) as i64;
+        // `H_g` first (one load on every operation); the slot caches only near the line.
+        let short = line - space.headroom_global();
+        let short = if short > 0 {
+            line - space.headroom()
+        } else {
+            short
+        };
         if short > 0 {
             base.max(self.seg.free_sections() + (short as u64).div_ceil(per_sec))
         } else {

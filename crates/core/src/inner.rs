@@ -59,7 +59,7 @@ pub struct FsInner {
     pub mlog_shift: AtomicU32,
     pub orphans: Mutex<BTreeSet<Ino>>,
     /// Data + node blocks allocated or reserved (F2FS valid_block_count).
-    pub alloc_blocks: AtomicU64,
+    pub alloc_blocks: crate::space::UserBlocks,
     /// Per-operation counts, sharded (`stats::Counter`): exact at checkpoints, which
     /// exclude every operation; soft limits read them with `approx`.
     pub valid_nodes: crate::stats::Counter,
@@ -204,25 +204,10 @@ impl FsInner {
 
     /// Reserve `n` blocks of user space.
     pub fn reserve_blocks(&self, n: u64) -> Result<()> {
-        let limit = self.sb.geo.user_blocks;
-        let mut cur = self.alloc_blocks.load(Ordering::Acquire);
-        loop {
-            if cur + n > limit {
-                return Err(Error::NoSpace);
-            }
-            match self.alloc_blocks.compare_exchange_weak(
-                cur,
-                cur + n,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(now) => cur = now,
-            }
-        }
+        self.alloc_blocks.reserve(n)
     }
     pub fn release_blocks(&self, n: u64) {
-        self.alloc_blocks.fetch_sub(n, Ordering::AcqRel);
+        self.alloc_blocks.release(n);
     }
 
     /// Read a block the file system wrote: from a log head's buffer if still there.

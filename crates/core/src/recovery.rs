@@ -341,7 +341,7 @@ fn reconcile(fs: &FsInner, ino: Ino, old: &Reach, new: &Reach) -> Result<()> {
         if !old.nodes.contains_key(&nid) {
             fs.nat.mark_used(nid);
             fs.valid_nodes.fetch_add(1, Ordering::Relaxed);
-            fs.alloc_blocks.fetch_add(1, Ordering::Relaxed);
+            fs.alloc_blocks.add(1);
             if nid == ino {
                 fs.valid_inodes.fetch_add(1, Ordering::Relaxed);
             }
@@ -366,12 +366,11 @@ fn reconcile(fs: &FsInner, ino: Ino, old: &Reach, new: &Reach) -> Result<()> {
                     version: fs.nat.version(nid),
                 },
             )?;
-            fs.alloc_blocks.fetch_add(1, Ordering::Relaxed);
+            fs.alloc_blocks.add(1);
         }
     }
     if new.reserved >= old.reserved {
-        fs.alloc_blocks
-            .fetch_add(new.reserved - old.reserved, Ordering::Relaxed);
+        fs.alloc_blocks.add(new.reserved - old.reserved);
     } else {
         fs.release_blocks(old.reserved - new.reserved);
     }

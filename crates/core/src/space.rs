@@ -57,10 +57,34 @@
 //! node-tree code charges without new parameters and without touching the global counter
 //! per block.
 //!
+//! **Per-slot caches** (Max's per-core counters for a bounded count, issue 12 item 4). One
+//! `H` moved by every operation of 16 cores is a lock in all but name, so `H` is split: the
+//! global atomic `H_g` and per-thread-slot caches (`stats::SlotCache`) of blocks already
+//! taken out of `H_g`. `H = H_g + sum(caches)`. Application reservations, charges without an
+//! allowance, refunds and an allowance's leftover go through the caller's cache while
+//! `H_g >= cache_floor` (twice the application floor plus everything the caches may hold),
+//! and touch `H_g` once per `cap / 2` blocks. Below that line the caches are not used and
+//! every call is exact, as before; a refusal first drains every cache into `H_g` and tries
+//! again, so nobody is refused while a cache holds the blocks. The invariant `H >= 0` and
+//! its proof are unchanged (cached blocks count as allowances), and the application floor
+//! is kept on `H_g`, which only exact calls and collectors lower below `cache_floor`.
+//! `headroom()` is `H` (it sums the caches); `budget_short`'s per-operation check reads
+//! `H_g` and sums the caches only near its line.
+//!
+//! `UserBlocks` is the same for `alloc_blocks` (blocks of user space in use, the ENOSPC
+//! limit and `statfs`): caches of blocks counted as allocated but not yet handed out,
+//! used while the count is at least `max_total` away from the limit.
+//!
 //! Lock order: none. Everything here is atomics; callers may hold any lock.
 
+use crate::stats::SlotCache;
+use crate::{Error, Result};
+use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Blocks one slot's cache of headroom or user blocks holds at most.
+pub const SLOT_CACHE_BLOCKS: u64 = 512;
 
 /// Blocks an operation that changes only metadata may dirty (inodes of a rename's two
 /// directories and two files, a new dentry page and the nodes above it, an xattr node).
@@ -71,11 +95,27 @@ thread_local! {
     static ALLOWANCE: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Read-modify-writes of a global count (`H_g`, the user-block count) by this thread:
+    /// the tests check that the caches keep them off the per-operation path.
+    static GLOBAL_RMW: Cell<u64> = const { Cell::new(0) };
+}
+
+fn global_rmw() {
+    #[cfg(test)]
+    GLOBAL_RMW.with(|c| c.set(c.get() + 1));
+}
+
 pub struct SpaceBudget {
     /// Blocks per section.
     bps: i64,
-    /// `H` above.
-    headroom: AtomicI64,
+    /// `H_g` above: `H` less what the slot caches hold.
+    headroom: CachePadded<AtomicI64>,
+    /// Blocks taken out of `H_g` by thread slots (module comment).
+    cache: SlotCache,
+    /// `H_g` at or above which the caches are used.
+    cache_floor: i64,
     /// Blocks an application operation must leave: one cleaning victim's reservation.
     app_floor: i64,
     /// Blocks charged with no allowance while `H` was below zero (an accounting bug if
@@ -97,9 +137,12 @@ impl SpaceBudget {
     /// A budget over `free_secs` free sections of `bps` blocks, heads already using
     /// `used` blocks.
     pub fn new(bps: u64, free_secs: u64, used: u64) -> Self {
+        let cache = SlotCache::new(SLOT_CACHE_BLOCKS);
         SpaceBudget {
             bps: bps as i64,
-            headroom: AtomicI64::new((free_secs * bps) as i64 - used as i64),
+            headroom: CachePadded::new(AtomicI64::new((free_secs * bps) as i64 - used as i64)),
+            cache_floor: 4 * bps as i64 + cache.max_total() as i64,
+            cache,
             app_floor: 2 * bps as i64,
             overcommit_blocks: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
@@ -129,6 +172,13 @@ impl SpaceBudget {
             return;
         }
         let mut want = target - held;
+        if want > 0 {
+            // Owed: what the caches hold is headroom too, and none of it may be lent now.
+            let cached = self.cache.drain_all();
+            if cached > 0 {
+                self.headroom.fetch_add(cached as i64, Ordering::AcqRel);
+            }
+        }
         let mut cur = self.headroom.load(Ordering::Acquire);
         while want > 0 && cur > 0 {
             let take = want.min(cur);
@@ -166,9 +216,96 @@ impl SpaceBudget {
         self as *const _ as usize
     }
 
-    /// Current headroom in blocks (negative only after an overcommit).
+    /// Current headroom `H` in blocks (negative only after an overcommit); sums the slot
+    /// caches.
     pub fn headroom(&self) -> i64 {
+        self.headroom.load(Ordering::Acquire) + self.cache.total() as i64
+    }
+
+    /// `H_g`: the headroom less what the slot caches hold (one load; `H` is at least this
+    /// and at most `SLOT_CACHE_BLOCKS` per slot more).
+    pub fn headroom_global(&self) -> i64 {
         self.headroom.load(Ordering::Acquire)
+    }
+
+    /// Whether `headroom() < line`, reading the caches only when `H_g` is below it.
+    pub fn headroom_below(&self, line: i64) -> bool {
+        self.headroom_global() < line && self.headroom() < line
+    }
+
+    /// `H_g += d`, counted for the tests.
+    fn global_add(&self, d: i64) -> i64 {
+        global_rmw();
+        self.headroom.fetch_add(d, Ordering::AcqRel)
+    }
+
+    /// The slot caches may serve `n` blocks: `H_g` is well above every floor.
+    fn caches_usable(&self, n: u64) -> bool {
+        self.headroom.load(Ordering::Relaxed) >= self.cache_floor + n as i64
+    }
+
+    /// Take `n` blocks for this thread and half a cache more for its slot out of `H_g`,
+    /// if `H_g` stays at or above the cache floor.
+    fn refill(&self, n: u64) -> bool {
+        let half = self.cache.cap() / 2;
+        let take = (n + half) as i64;
+        let mut cur = self.headroom.load(Ordering::Acquire);
+        loop {
+            if cur - take < self.cache_floor {
+                return false;
+            }
+            match self.headroom.compare_exchange_weak(
+                cur,
+                cur - take,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        global_rmw();
+        let over = self.cache.put(half);
+        if over > 0 {
+            self.global_add(over as i64);
+        }
+        true
+    }
+
+    /// `H_g -= n` if it stays at or above `floor`.
+    fn reserve_global(&self, n: i64, floor: i64) -> bool {
+        let mut cur = self.headroom.load(Ordering::Acquire);
+        loop {
+            if cur - n < floor {
+                return false;
+            }
+            match self.headroom.compare_exchange_weak(
+                cur,
+                cur - n,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    global_rmw();
+                    return true;
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Move every cache's blocks back to `H_g` (before a refusal; settles the recovery
+    /// reserve if it is owed). Returns whether there were any.
+    fn drain_caches(&self) -> bool {
+        let d = self.cache.drain_all();
+        if d == 0 {
+            return false;
+        }
+        self.global_add(d as i64);
+        if self.recovery_reserve().1 > 0 {
+            self.settle_recovery_reserve();
+        }
+        true
     }
 
     /// The floor application reservations must leave, in blocks.
@@ -226,21 +363,24 @@ impl SpaceBudget {
     }
 
     fn try_reserve_above(&self, n: u64, floor: i64, victim: bool) -> Option<Allowance<'_>> {
-        let n_i = n as i64;
-        let mut cur = self.headroom.load(Ordering::Acquire);
-        loop {
-            if cur - n_i < floor {
+        let cached = !victim
+            && floor == self.app_floor
+            && n <= self.cache.cap()
+            && self.caches_usable(n)
+            && (self.cache.take(n) || self.refill(n));
+        if !cached {
+            // Exact: this slot's cache goes back first (the caches are not in use below
+            // their floor), and a refusal only after every cache is back in `H_g`.
+            let mine = self.cache.drain_mine();
+            if mine > 0 {
+                self.global_add(mine as i64);
+            }
+            let n_i = n as i64;
+            let granted = self.reserve_global(n_i, floor)
+                || (self.drain_caches() && self.reserve_global(n_i, floor));
+            if !granted {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
                 return None;
-            }
-            match self.headroom.compare_exchange_weak(
-                cur,
-                cur - n_i,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(now) => cur = now,
             }
         }
         let prev = ALLOWANCE.with(|a| a.replace((self.id(), n)));
@@ -265,9 +405,19 @@ impl SpaceBudget {
                 n
             }
         });
-        if rest > 0 {
-            let before = self.headroom.fetch_sub(rest as i64, Ordering::AcqRel);
-            let below = (rest as i64 - before.max(0)).max(0);
+        if rest == 0
+            || (rest <= self.cache.cap() && self.caches_usable(rest) && self.cache.take(rest))
+        {
+            return;
+        }
+        let before = self.global_add(-(rest as i64));
+        if before < rest as i64 {
+            // Below zero in `H_g`: the caches' blocks count before it is an overcommit.
+            let cached = self.cache.drain_all() as i64;
+            if cached > 0 {
+                self.global_add(cached);
+            }
+            let below = (rest as i64 - before.max(0) - cached).max(0);
             if below > 0 {
                 self.overcommit_blocks
                     .fetch_add(below as u64, Ordering::Relaxed);
@@ -278,7 +428,14 @@ impl SpaceBudget {
     /// `n` blocks of debt dropped without being written (truncate, unlink), or a block
     /// written into a hole of a used section (SSR).
     pub fn refund(&self, n: u64) {
-        self.headroom.fetch_add(n as i64, Ordering::AcqRel);
+        let over = if self.caches_usable(0) {
+            self.cache.put(n)
+        } else {
+            n
+        };
+        if over > 0 {
+            self.global_add(over as i64);
+        }
     }
 
     /// Give back what this thread's allowance on this budget holds beyond `keep` blocks (a
@@ -311,6 +468,116 @@ impl SpaceBudget {
                 0
             }
         })
+    }
+}
+
+/// Blocks of user space in use (`alloc_blocks`: the ENOSPC limit of `write`, `statfs`,
+/// the checkpoint's valid-block count), with per-slot caches of blocks counted as in use
+/// but not yet handed out (module comment). `count = exact + sum(caches)`.
+pub struct UserBlocks {
+    count: CachePadded<AtomicU64>,
+    cache: SlotCache,
+    limit: u64,
+}
+
+impl UserBlocks {
+    /// `limit` blocks of user space, `used` of them in use.
+    pub fn new(limit: u64, used: u64) -> Self {
+        UserBlocks {
+            count: CachePadded::new(AtomicU64::new(used)),
+            cache: SlotCache::new(SLOT_CACHE_BLOCKS),
+            limit,
+        }
+    }
+
+    /// The caches may serve `n` blocks: the count is at least what they may hold away
+    /// from the limit.
+    fn caches_usable(&self, n: u64) -> bool {
+        self.count.load(Ordering::Relaxed) + n + self.cache.max_total() <= self.limit
+    }
+
+    fn add_below(&self, n: u64, limit: u64) -> bool {
+        let mut cur = self.count.load(Ordering::Acquire);
+        loop {
+            if cur + n > limit {
+                return false;
+            }
+            match self.count.compare_exchange_weak(
+                cur,
+                cur + n,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    global_rmw();
+                    return true;
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    fn give_back(&self, n: u64) {
+        if n > 0 {
+            global_rmw();
+            self.count.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    /// Take `n` blocks; ENOSPC only when, with every cache drained, the limit is reached.
+    pub fn reserve(&self, n: u64) -> Result<()> {
+        if n <= self.cache.cap() && self.caches_usable(n) {
+            if self.cache.take(n) {
+                return Ok(());
+            }
+            let half = self.cache.cap() / 2;
+            if self.add_below(n + half, self.limit.saturating_sub(self.cache.max_total())) {
+                let over = self.cache.put(half);
+                self.give_back(over);
+                return Ok(());
+            }
+        }
+        self.give_back(self.cache.drain_mine());
+        if self.add_below(n, self.limit) {
+            return Ok(());
+        }
+        let cached = self.cache.drain_all();
+        if cached > 0 {
+            self.give_back(cached);
+            if self.add_below(n, self.limit) {
+                return Ok(());
+            }
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// `n` blocks are no longer in use.
+    pub fn release(&self, n: u64) {
+        let over = if self.caches_usable(0) {
+            self.cache.put(n)
+        } else {
+            n
+        };
+        self.give_back(over);
+    }
+
+    /// Blocks in use, without limit check (roll-forward adopting blocks).
+    pub fn add(&self, n: u64) {
+        self.count.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Blocks in use now: exact when nothing reserves or releases at the same time (the
+    /// checkpoint, which excludes every operation); otherwise within one refill.
+    pub fn used(&self) -> u64 {
+        self.count
+            .load(Ordering::Acquire)
+            .saturating_sub(self.cache.total())
+    }
+
+    /// Set the count (mount, mkfs: nothing else runs).
+    pub fn set(&self, used: u64) {
+        self.cache.drain_all();
+        self.count.store(used, Ordering::Release);
     }
 }
 
@@ -446,6 +713,137 @@ mod tests {
         b.sections_changed(4);
         assert_eq!(b.recovery_reserve(), (4 * 512, 0));
         assert_eq!(b.headroom(), 512);
+    }
+
+    fn rmw_count() -> u64 {
+        GLOBAL_RMW.with(|c| c.get())
+    }
+
+    /// A budget far above the caches' floor (1000 sections of 512 blocks).
+    fn roomy() -> SpaceBudget {
+        SpaceBudget::new(512, 1000, 0)
+    }
+
+    #[test]
+    fn slot_caches_keep_operations_off_the_global_counts() {
+        let b = roomy();
+        let start = b.headroom();
+        let before = rmw_count();
+        for _ in 0..1000 {
+            let a = b.try_reserve(40, true).expect("room");
+            b.charge(10);
+            b.refund(1);
+            drop(a);
+        }
+        let rmws = rmw_count() - before;
+        // 9 blocks net per operation: one refill of 256 every ~28 operations. Without the
+        // caches it is 3 per operation (reserve, refund, leftover).
+        assert!(
+            rmws <= 1000 / 10,
+            "{rmws} global updates for 1000 operations"
+        );
+        assert_eq!(b.headroom(), start - 9 * 1000, "exact once quiet");
+        assert_eq!(b.overcommit_blocks.load(Ordering::Relaxed), 0);
+
+        let u = UserBlocks::new(1 << 20, 100);
+        let before = rmw_count();
+        for _ in 0..1000 {
+            u.reserve(1).unwrap();
+        }
+        for _ in 0..400 {
+            u.release(1);
+        }
+        let rmws = rmw_count() - before;
+        assert!(rmws <= 1400 / 50, "{rmws} global updates for 1400 calls");
+        assert_eq!(u.used(), 100 + 600);
+    }
+
+    #[test]
+    fn a_refusal_drains_every_slot_cache_first() {
+        let b = roomy();
+        let u = UserBlocks::new(1 << 20, 0);
+        // Four other threads leave blocks in their slots' caches.
+        std::thread::scope(|sc| {
+            for _ in 0..4 {
+                sc.spawn(|| {
+                    drop(b.try_reserve(10, true).expect("room"));
+                    u.reserve(1).unwrap();
+                });
+            }
+        });
+        assert!(b.headroom_global() < b.headroom(), "the caches hold blocks");
+        assert!(
+            u.count.load(Ordering::Relaxed) > u.used(),
+            "the caches hold blocks"
+        );
+        // Everything down to the application floor, more than `H_g` alone has.
+        let all = (b.headroom() - b.app_floor()) as u64;
+        let a = b
+            .try_reserve(all, true)
+            .expect("not refused while caches hold it");
+        assert!(b.try_reserve(1, true).is_none(), "the floor is kept");
+        drop(a);
+        let free = (1 << 20) - u.used();
+        u.reserve(free).expect("not ENOSPC while caches hold it");
+        assert!(matches!(u.reserve(1), Err(Error::NoSpace)));
+        assert_eq!(u.used(), 1 << 20);
+    }
+
+    #[test]
+    fn parallel_reservations_never_pass_the_limit_and_end_exact() {
+        // Around the caches' floor, so that threads switch between cached and exact calls.
+        let limit = 40_000u64;
+        let u = UserBlocks::new(limit, 20_000);
+        let b = SpaceBudget::new(512, 40, 0); // 20480 blocks, cache floor 18432
+        let granted = AtomicU64::new(0);
+        let charged = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for t in 0..8u64 {
+                let (u, b, granted, charged) = (&u, &b, &granted, &charged);
+                sc.spawn(move || {
+                    let mut x = t * 7919 + 1;
+                    loop {
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let n = 1 + (x >> 33) % 9;
+                        if let Some(a) = b.try_reserve(n, true) {
+                            b.charge(n / 2);
+                            charged.fetch_add(n / 2, Ordering::Relaxed);
+                            if x & 1 == 0 {
+                                b.refund(1);
+                                charged.fetch_sub(1, Ordering::Relaxed);
+                            }
+                            drop(a);
+                        }
+                        match u.reserve(n) {
+                            Ok(()) => {
+                                granted.fetch_add(n, Ordering::Relaxed);
+                                if x & 2 == 0 {
+                                    u.release(1);
+                                    granted.fetch_sub(1, Ordering::Relaxed);
+                                }
+                            }
+                            Err(_) => {
+                                // Each other thread may give one block back meanwhile.
+                                let used = u.used();
+                                assert!(used + n + 8 > limit, "ENOSPC at {used} of {limit}");
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let g = granted.load(Ordering::Relaxed);
+        assert!(20_000 + g <= limit, "over the limit: {g}");
+        assert_eq!(u.used(), 20_000 + g, "exact once quiet");
+        assert_eq!(
+            b.headroom(),
+            20480 - charged.load(Ordering::Relaxed) as i64,
+            "exact once quiet"
+        );
+        assert_eq!(b.overcommit_blocks.load(Ordering::Relaxed), 0);
     }
 
     #[test]

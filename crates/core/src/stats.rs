@@ -4,6 +4,12 @@
 //!
 //! Invariant of `Counter`: `global + sum(shards)` is the exact value once no add is in
 //! flight; `approx()` (the global part alone) is within `SHARDS x BATCH` of it. No locks.
+//!
+//! `SlotCache` is the same sharding for a bounded resource (the space budget's headroom,
+//! the user blocks): units taken out of a global count in batches and handed out from the
+//! caller's slot. Invariant: every shard holds `0..=cap` units, each counted out of the
+//! global count exactly once; the owner decides when the shards may be used and drains
+//! them all before it refuses anyone.
 
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -70,6 +76,93 @@ impl Counter {
             s.store(0, Ordering::Relaxed);
         }
         self.global.store(v as i64, Ordering::Relaxed);
+    }
+}
+
+/// Per-slot caches of units of a bounded resource (see the module comment). The owner
+/// keeps the global count; this holds what its slots have taken out of it.
+pub struct SlotCache {
+    shards: Box<[CachePadded<AtomicI64>]>,
+    cap: i64,
+}
+
+impl SlotCache {
+    /// Caches of at most `cap` units per slot.
+    pub fn new(cap: u64) -> Self {
+        SlotCache {
+            shards: (0..COUNTER_SHARDS)
+                .map(|_| CachePadded::new(AtomicI64::new(0)))
+                .collect(),
+            cap: cap as i64,
+        }
+    }
+
+    /// Units all the caches together may hold at most.
+    pub fn max_total(&self) -> u64 {
+        (self.cap as u64) * COUNTER_SHARDS as u64
+    }
+
+    pub fn cap(&self) -> u64 {
+        self.cap as u64
+    }
+
+    fn mine(&self) -> &AtomicI64 {
+        &self.shards[crate::lock::thread_slot() % COUNTER_SHARDS]
+    }
+
+    /// Take `n` units from this thread's slot if it holds that many.
+    pub fn take(&self, n: u64) -> bool {
+        let n = n as i64;
+        let slot = self.mine();
+        let mut cur = slot.load(Ordering::Relaxed);
+        while cur >= n {
+            match slot.compare_exchange_weak(cur, cur - n, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+        false
+    }
+
+    /// Put `n` units into this thread's slot. Returns the units that did not fit (the
+    /// slot keeps at most its cap; past it, it keeps half and returns the rest), which
+    /// the caller gives back to the global count.
+    pub fn put(&self, n: u64) -> u64 {
+        let n = n as i64;
+        let slot = self.mine();
+        let mut cur = slot.load(Ordering::Relaxed);
+        loop {
+            let new = if cur + n <= self.cap {
+                cur + n
+            } else {
+                self.cap / 2
+            };
+            match slot.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return (cur + n - new) as u64,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Empty this thread's slot; returns what it held.
+    pub fn drain_mine(&self) -> u64 {
+        self.mine().swap(0, Ordering::AcqRel) as u64
+    }
+
+    /// Empty every slot; returns what they held.
+    pub fn drain_all(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.swap(0, Ordering::AcqRel))
+            .sum::<i64>() as u64
+    }
+
+    /// Units held by all slots now.
+    pub fn total(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .sum::<i64>() as u64
     }
 }
 
