@@ -558,7 +558,7 @@ impl Fs {
             None => self.balance_inline()?,
         }
         if inner.dirty_nodes.approx() > inner.dirty_nodes_cap()
-            || inner.cells.len() > inner.opts.inode_cache_max
+            || inner.cells.len_approx() > inner.opts.inode_cache_max
         {
             self.sync()?;
         }

@@ -207,7 +207,7 @@ pub struct SegManager {
     pub lfs_mode: AtomicBool,
     /// Threaded logging starts below this many free sections (F2FS: 5 %).
     pub ssr_below_secs: AtomicU64,
-    pub ssr_blocks: AtomicU64,
+    pub ssr_blocks: crate::stats::Counter,
     /// ScaleLFS ablation without LSU: every SIT update takes `sit_lock`.
     pub lsu_off: AtomicBool,
     sit_lock: Mutex<()>,
@@ -489,7 +489,7 @@ impl SegManager {
             victims: AtomicBitmap::new(nsecs),
             lfs_mode: AtomicBool::new(false),
             ssr_below_secs: AtomicU64::new((nsecs / 20).max(reserve_secs + 1)),
-            ssr_blocks: AtomicU64::new(0),
+            ssr_blocks: Default::default(),
             lsu_off: AtomicBool::new(false),
             sit_lock: Mutex::new(()),
             ssr_cursor: AtomicU64::new(0),
