@@ -142,8 +142,13 @@ pub fn cp_payload_bytes(nat_blocks: u64, sit_blocks: u64, ssa_blocks: u64) -> u6
 pub enum GeometryError {
     #[error("device of {bytes} bytes is too small: Flashlog needs at least {min} bytes (64 MiB)")]
     TooSmall { bytes: u64, min: u64 },
-    #[error("device of {bytes} bytes leaves only {user_segments} user segments after reserved and overprovision space; use a larger device")]
-    NoUserSpace { bytes: u64, user_segments: u64 },
+    #[error("device of {bytes} bytes leaves only {user_segments} user segments after reserved and overprovision space for {mlogs} mlog(s) with sections of {segs_per_sec} segment(s) (each mlog reserves sections for its log heads); use a larger device, fewer mlogs or smaller sections")]
+    NoUserSpace {
+        bytes: u64,
+        user_segments: u64,
+        mlogs: u32,
+        segs_per_sec: u64,
+    },
     #[error("segments per section must be a power of two between 1 and 512, got {0}")]
     BadSectionSize(u32),
     #[error("mlogs must be between 1 and 32, got {0}")]
@@ -255,6 +260,8 @@ impl Geometry {
                         return Err(GeometryError::NoUserSpace {
                             bytes,
                             user_segments: 0,
+                            mlogs,
+                            segs_per_sec: sps,
                         })
                     }
                 };
@@ -263,6 +270,8 @@ impl Geometry {
                     return Err(GeometryError::NoUserSpace {
                         bytes,
                         user_segments,
+                        mlogs,
+                        segs_per_sec: sps,
                     });
                 }
                 return Ok(Geometry {
@@ -332,6 +341,8 @@ impl Geometry {
             return Err(GeometryError::NoUserSpace {
                 bytes,
                 user_segments,
+                mlogs,
+                segs_per_sec: sps,
             });
         }
         Ok(Geometry {
@@ -390,6 +401,8 @@ impl Geometry {
             return Err(GeometryError::NoUserSpace {
                 bytes: capacity * BLOCK_SIZE as u64,
                 user_segments,
+                mlogs,
+                segs_per_sec: 1,
             });
         }
         Ok(Geometry {

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Issue 12's many-core measurements, one phase per call, on a machine without a Rust
+# toolchain (the lent 16-core machine): every command of docs/BENCHMARKS.md's 16-core
+# targets, with a report per phase in OUTDIR (table, JSON, plots: what `flashlog bench`
+# writes) and a summary of the machine.
+#
+#   scripts/many-cores.sh PHASE [BIN] [OUTDIR]
+#
+# PHASE:
+#   fxmark     fxmark 1..16 threads, every policy, mlogs 1 against mlogs 16 (Max Fig. 6-7),
+#              on the emulated 970pro-like SSD (4 GiB, 2 MiB sections: 16 mlogs reserve
+#              too many of its 32 MiB lines; `device` only with one mlog, its 2.4x virtual
+#              partition has no room for 16) and on a RAM device (~7 min at 16 cores)
+#   sustained  16 threads of random 4 KiB overwrites at 90 % full on 970pro-like:4GiB,
+#              every policy (ScaleLFS Fig. 9; scale's p99.9; lock waits) (~6 min)
+#   quick      both, with 1-second phases and 4 threads on small devices: checks the script
+#              and the binary on any machine (~2 min on 2 cores)
+#
+# BIN defaults to target/release/flashlog, OUTDIR to bench-out/many-cores. Exit status:
+# nonzero if any bench run failed (its error is in OUTDIR/PHASE.log).
+set -u
+phase=${1:-}
+bin=${2:-target/release/flashlog}
+out=${3:-bench-out/many-cores}
+case "$phase" in
+fxmark | sustained | quick) ;;
+*)
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
+if [ ! -x "$bin" ]; then
+    echo "many-cores: no executable flashlog at $bin (build with cargo build --release)" >&2
+    exit 2
+fi
+mkdir -p "$out"
+{
+    echo "date: $(date -u +%FT%TZ)"
+    echo "cores: $(nproc)"
+    grep -m1 'model name' /proc/cpuinfo || true
+    grep MemTotal /proc/meminfo || true
+    echo "binary: $bin ($("$bin" --version 2>/dev/null || echo '?'))"
+} >"$out/machine.txt"
+
+status=0
+run() { # NAME ARGS...: one bench run, its output in $out/NAME.log and report in $out/NAME/
+    local name=$1
+    shift
+    echo "== $name: flashlog bench $*" | tee -a "$out/$phase.log"
+    local t0=$SECONDS
+    if "$bin" bench "$@" --out "$out/$name" >"$out/$name.log" 2>&1; then
+        echo "   ok in $((SECONDS - t0)) s" | tee -a "$out/$phase.log"
+    else
+        echo "   FAILED (exit $?) in $((SECONDS - t0)) s, see $out/$name.log" | tee -a "$out/$phase.log"
+        status=1
+    fi
+}
+
+policies=f2fs,f2fs-lfs,scale,device,none
+case "$phase" in
+fxmark)
+    for m in 1 16; do
+        p=f2fs,f2fs-lfs,scale,none
+        [ "$m" = 1 ] && p=$policies
+        run "fxmark-ssd-mlogs$m" fxmark --device 970pro-like:4GiB --segs-per-sec 1 \
+            --threads 16 --duration 2 --mlogs "$m" --policies "$p"
+        run "fxmark-ram-mlogs$m" fxmark --device ram:4GiB --threads 16 --duration 2 \
+            --mlogs "$m" --policies f2fs,scale
+    done
+    ;;
+sustained)
+    run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 40 \
+        --policies "$policies,zf2fs"
+    ;;
+quick)
+    run fxmark-quick fxmark --threads 4 --duration 1 --mlogs 2 --policies f2fs,none
+    run sustained-quick sustained --device 970pro-like:512MiB --threads 4 --duration 2 \
+        --policies f2fs,scale,none
+    ;;
+esac
+echo "reports in $out ($phase.log lists the runs)"
+exit $status
