@@ -248,23 +248,9 @@ impl SpaceBudget {
     /// if `H_g` stays at or above the cache floor.
     fn refill(&self, n: u64) -> bool {
         let half = self.cache.cap() / 2;
-        let take = (n + half) as i64;
-        let mut cur = self.headroom.load(Ordering::Acquire);
-        loop {
-            if cur - take < self.cache_floor {
-                return false;
-            }
-            match self.headroom.compare_exchange_weak(
-                cur,
-                cur - take,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(now) => cur = now,
-            }
+        if !self.reserve_global((n + half) as i64, self.cache_floor) {
+            return false;
         }
-        global_rmw();
         let over = self.cache.put(half);
         if over > 0 {
             self.global_add(over as i64);
@@ -274,24 +260,16 @@ impl SpaceBudget {
 
     /// `H_g -= n` if it stays at or above `floor`.
     fn reserve_global(&self, n: i64, floor: i64) -> bool {
-        let mut cur = self.headroom.load(Ordering::Acquire);
-        loop {
-            if cur - n < floor {
-                return false;
-            }
-            match self.headroom.compare_exchange_weak(
-                cur,
-                cur - n,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    global_rmw();
-                    return true;
-                }
-                Err(now) => cur = now,
-            }
+        let ok = self
+            .headroom
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                (cur - n >= floor).then_some(cur - n)
+            })
+            .is_ok();
+        if ok {
+            global_rmw();
         }
+        ok
     }
 
     /// Move every cache's blocks back to `H_g` (before a refusal; settles the recovery
@@ -497,24 +475,16 @@ impl UserBlocks {
     }
 
     fn add_below(&self, n: u64, limit: u64) -> bool {
-        let mut cur = self.count.load(Ordering::Acquire);
-        loop {
-            if cur + n > limit {
-                return false;
-            }
-            match self.count.compare_exchange_weak(
-                cur,
-                cur + n,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    global_rmw();
-                    return true;
-                }
-                Err(now) => cur = now,
-            }
+        let ok = self
+            .count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                (cur + n <= limit).then_some(cur + n)
+            })
+            .is_ok();
+        if ok {
+            global_rmw();
         }
+        ok
     }
 
     fn give_back(&self, n: u64) {

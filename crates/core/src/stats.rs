@@ -113,15 +113,11 @@ impl SlotCache {
     /// Take `n` units from this thread's slot if it holds that many.
     pub fn take(&self, n: u64) -> bool {
         let n = n as i64;
-        let slot = self.mine();
-        let mut cur = slot.load(Ordering::Relaxed);
-        while cur >= n {
-            match slot.compare_exchange_weak(cur, cur - n, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(now) => cur = now,
-            }
-        }
-        false
+        self.mine()
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |cur| {
+                (cur >= n).then_some(cur - n)
+            })
+            .is_ok()
     }
 
     /// Put `n` units into this thread's slot. Returns the units that did not fit (the
@@ -129,19 +125,18 @@ impl SlotCache {
     /// the caller gives back to the global count.
     pub fn put(&self, n: u64) -> u64 {
         let n = n as i64;
-        let slot = self.mine();
-        let mut cur = slot.load(Ordering::Relaxed);
-        loop {
-            let new = if cur + n <= self.cap {
+        let keep = |cur: i64| {
+            if cur + n <= self.cap {
                 cur + n
             } else {
                 self.cap / 2
-            };
-            match slot.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return (cur + n - new) as u64,
-                Err(now) => cur = now,
             }
-        }
+        };
+        let cur = self
+            .mine()
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |cur| Some(keep(cur)))
+            .expect("always Some");
+        (cur + n - keep(cur)) as u64
     }
 
     /// Empty this thread's slot; returns what it held.
