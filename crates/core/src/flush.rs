@@ -201,6 +201,7 @@ impl Flusher {
     }
 
     fn run(&self, weak: Weak<FsInner>) {
+        let _role = crate::waits::as_role(crate::waits::Role::Flusher);
         loop {
             {
                 let mut s = self.state.lock();
@@ -289,7 +290,7 @@ impl Flusher {
             if inner.poisoned.load(Ordering::Acquire) {
                 return Err(Error::Poisoned("the mount was poisoned".into()));
             }
-            let mut st = match c.state.try_lock() {
+            let mut st = match c.try_lock() {
                 Some(st) => st,
                 None if wait => c.lock(),
                 None => continue,
