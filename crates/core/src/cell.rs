@@ -19,7 +19,7 @@ use flashlog_format::node::InodeHdr;
 use flashlog_format::{Ino, Nid};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// A cached node block of a file (not its inode).
@@ -129,6 +129,10 @@ pub struct InodeCell {
     /// checkpoint writes a checkpoint instead (docs/DESIGN.md, "What fsync promises"). Stale values need no clearing: a checkpoint
     /// changes the version they are compared with.
     pub names_left_at: AtomicU64,
+    /// The role (`waits::Role as u8`) of the thread that locked the cell last, stored on
+    /// every acquisition: while the cell is held, its holder. A waiter charges its wait to
+    /// it (`waits::cell_holders`, the bench's "file-cell waits by holder").
+    pub holder: AtomicU8,
 }
 
 impl InodeCell {
@@ -140,12 +144,31 @@ impl InodeCell {
             open: AtomicU32::new(0),
             is_new: AtomicBool::new(is_new),
             names_left_at: AtomicU64::new(0),
+            holder: AtomicU8::new(0),
         })
     }
     /// Lock the cell (timing the wait if contended: `waits::cell_point`, by the calling
-    /// thread's role).
+    /// thread's role, charged to the holder's role).
     pub fn lock(&self) -> parking_lot::MutexGuard<'_, InodeState> {
-        crate::waits::lock(crate::waits::cell_point(), &self.state)
+        if let Some(g) = self.try_lock() {
+            return g;
+        }
+        let held_by = self.holder.load(Ordering::Relaxed);
+        let t0 = std::time::Instant::now();
+        let g = self.state.lock();
+        crate::waits::record_cell(crate::waits::cell_point(), held_by, t0);
+        self.holder
+            .store(crate::waits::role() as u8, Ordering::Relaxed);
+        g
+    }
+
+    /// Lock the cell if it is free (every acquisition goes through `lock` or this, so that
+    /// the holder tag stays true).
+    pub fn try_lock(&self) -> Option<parking_lot::MutexGuard<'_, InodeState>> {
+        let g = self.state.try_lock()?;
+        self.holder
+            .store(crate::waits::role() as u8, Ordering::Relaxed);
+        Some(g)
     }
 
     pub fn pino(&self) -> Ino {
@@ -233,7 +256,7 @@ impl CellTable {
                 if len <= keep || Arc::strong_count(c) > 1 || c.open.load(Ordering::Acquire) > 0 {
                     return true;
                 }
-                match c.state.try_lock() {
+                match c.try_lock() {
                     Some(st) if st.is_clean() && !st.freed => {
                         len -= 1;
                         false
@@ -258,6 +281,47 @@ mod tests {
 
     fn counted(t: &CellTable) -> usize {
         t.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// A wait for a cell is charged to the role of the thread that holds it: an application
+    /// thread waiting behind the flusher counts at `file_cell` with holder `flusher`, and
+    /// the flusher waiting behind the application at `file_cell_flusher` with holder `app`.
+    #[test]
+    fn cell_waits_are_charged_to_the_holders_role() {
+        use crate::waits::{as_role, cell_holders, Role};
+        use std::sync::atomic::AtomicBool;
+        let waits = |point: &str, holder: &str| {
+            cell_holders()
+                .iter()
+                .filter(|r| r.0 == point && r.1 == holder)
+                .map(|r| r.3)
+                .sum::<u64>()
+        };
+        let c = cell(3);
+        for (holder_role, waiter_role, point, holder) in [
+            (Role::Flusher, Role::App, "file_cell", "flusher"),
+            (Role::App, Role::Flusher, "file_cell_flusher", "app"),
+        ] {
+            let before = waits(point, holder);
+            let _r = as_role(holder_role);
+            let held = c.lock();
+            let started = Arc::new(AtomicBool::new(false));
+            let t = {
+                let (c, started) = (c.clone(), started.clone());
+                std::thread::spawn(move || {
+                    let _r = as_role(waiter_role);
+                    started.store(true, Ordering::Release);
+                    drop(c.lock());
+                })
+            };
+            while !started.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(held);
+            t.join().unwrap();
+            assert!(waits(point, holder) > before, "{point} < {holder}");
+        }
     }
 
     /// `len()` (the counter) equals the cells in the shards after inserts (new and already

@@ -609,6 +609,7 @@ impl FsInner {
     /// it (it never cleans), though a caller that holds it makes everyone short of space
     /// wait for the writeback (so `gc=none`'s discard trigger does not call it).
     pub fn writeback_before_checkpoint(&self) -> Result<()> {
+        let _role = crate::waits::as_role(crate::waits::Role::Prepass);
         let t0 = std::time::Instant::now();
         for c in self.cells.all() {
             let _g = self.oplock.op();

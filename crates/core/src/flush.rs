@@ -25,7 +25,9 @@
 //!
 //! Lock order: `state` is a leaf lock (never held while taking another). The flusher thread
 //! takes the op lock (shared) and then one cell, per file visited, as an operation does; it
-//! holds neither while it sleeps or cleans (`ensure_space` takes its own locks).
+//! holds neither while it sleeps, cleans (`ensure_space` takes its own locks) or waits for
+//! room in the log-write queue (the visit's appends defer that wait to its end,
+//! `IoPool::defer_throttle`).
 
 use crate::error::{Error, Result};
 use crate::inner::FsInner;
@@ -39,10 +41,13 @@ use std::time::{Duration, Instant};
 /// checks free space again).
 pub const WRITEBACK_CHUNK: u64 = 512;
 /// Pages the flusher writes back from one file per visit: one log buffer
-/// (`WRITE_BATCH_BLOCKS`). The file's cell is held meanwhile, also while the log-write queue
-/// is full (`IoPool::throttle`), and the file's own writer waits for it: with 512 pages a
-/// visit, the writers of one `flashlog bench fio` run waited 6.6 s on their cells (236
-/// waits) behind the flusher, most of it while the flusher waited for the device.
+/// (`WRITE_BATCH_BLOCKS`). The file's cell is held meanwhile and the file's own writer waits
+/// for it: with 512 pages a visit, the writers of one `flashlog bench fio` run waited 6.6 s
+/// on their cells (236 waits) behind the flusher, most of it while the flusher waited for
+/// the device. The flusher now waits for room in the log-write queue after the visit, with
+/// the cell released (`IoPool::defer_throttle`; issue 15: `gc=none`'s writers waited
+/// 2-3 s per 10 s bench run on their cells while the flusher sat in that wait); the visit's
+/// length still bounds how far the queue can overshoot its bound (two buffers).
 pub const FLUSH_CHUNK: u64 = crate::config::WRITE_BATCH_BLOCKS as u64;
 /// How long a writer over the hard cap waits for one flusher round before it counts the
 /// round as missing.
@@ -201,6 +206,7 @@ impl Flusher {
     }
 
     fn run(&self, weak: Weak<FsInner>) {
+        let _role = crate::waits::as_role(crate::waits::Role::Flusher);
         loop {
             {
                 let mut s = self.state.lock();
@@ -285,11 +291,14 @@ impl Flusher {
             if inner.dirty_pages.load(Ordering::Relaxed) <= floor || self.stopped() {
                 break;
             }
+            // Declared first, dropped last: the wait for room in the log-write queue comes
+            // after the cell and the op lock are released (`IoPool::defer_throttle`).
+            let _bp = inner.seg.defer_throttle();
             let _g = inner.oplock.op();
             if inner.poisoned.load(Ordering::Acquire) {
                 return Err(Error::Poisoned("the mount was poisoned".into()));
             }
-            let mut st = match c.state.try_lock() {
+            let mut st = match c.try_lock() {
                 Some(st) => st,
                 None if wait => c.lock(),
                 None => continue,

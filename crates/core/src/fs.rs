@@ -603,6 +603,7 @@ impl Fs {
     /// floor, cleaning in between; checkpoint when rounds of writeback make no progress with
     /// the dirty pages over twice the cap.
     fn balance_inline(&self) -> Result<()> {
+        let _role = crate::waits::as_role(crate::waits::Role::Inline);
         let inner = &self.inner;
         let cap_pages = self.dirty_cap_pages();
         let mut failures = 0;
@@ -616,7 +617,7 @@ impl Fs {
                     if inner.dirty_pages.load(Ordering::Relaxed) <= cap_pages / 2 {
                         break;
                     }
-                    if let Some(mut st) = c.state.try_lock() {
+                    if let Some(mut st) = c.try_lock() {
                         if st.freed || st.dirty_pages == 0 {
                             continue;
                         }

@@ -531,6 +531,7 @@ impl crate::gc::Collector for DeviceCollector {
         let h = std::thread::Builder::new()
             .name("flashlog-upcall".into())
             .spawn(move || {
+                let _role = crate::waits::as_role(crate::waits::Role::Discard);
                 // Since when upcalls have waited without a checkpoint.
                 let mut waiting: Option<Instant> = None;
                 while !stop.load(Ordering::Acquire) {

@@ -285,6 +285,7 @@ impl NoneCollector {
 }
 
 fn dispatcher(weak: Weak<FsInner>, ctl: Arc<(Mutex<Control>, Condvar)>) {
+    let _role = crate::waits::as_role(crate::waits::Role::Discard);
     loop {
         {
             let mut c = ctl.0.lock();

@@ -1321,6 +1321,18 @@ impl SegManager {
         self.wait_io()
     }
 
+    /// Put off this thread's wait for room in the log-write queue until the guard drops
+    /// (`IoPool::defer_throttle`): for appends under a file cell.
+    pub fn defer_throttle(&self) -> crate::io::DeferredThrottle<'_> {
+        self.io.defer_throttle()
+    }
+
+    /// Log buffers queued or being written (tests).
+    #[doc(hidden)]
+    pub fn io_inflight(&self) -> usize {
+        self.io.inflight()
+    }
+
     /// Wait for every asynchronous log write; poisons on a failed one.
     pub fn wait_io(&self) -> Result<()> {
         self.io

@@ -4,6 +4,11 @@
 //!
 //! Every acquisition first tries the lock; only a failed try is timed, so the uncontended
 //! path costs one extra atomic.
+//!
+//! File-cell waits are counted by the waiter's role (`Role`: application, collector,
+//! checkpoint and its pre-pass, flusher) and split by the role of the thread that held the
+//! cell (`cell_holders`): every cell acquisition stores the locker's role in the cell (one
+//! relaxed store to a line the mutex just wrote), and a waiter reads it when its try fails.
 
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,11 +42,15 @@ pub enum Point {
     IoPool,
     /// A file cell waited for by a collector (its move commits, node moves, owner checks).
     CellGc,
-    /// A file cell waited for by the checkpoint's writeback of every cached inode.
+    /// A file cell waited for by the checkpoint's writeback of every cached inode, or by
+    /// its pre-pass (`writeback_before_checkpoint`).
     CellCheckpoint,
+    /// A file cell waited for by the flusher (`flush.rs`: only in a round after one that
+    /// wrote nothing; otherwise it skips busy files).
+    CellFlusher,
 }
 
-pub const POINTS: [(Point, &str); 12] = [
+pub const POINTS: [(Point, &str); 13] = [
     (Point::OpShared, "op_lock_shared"),
     (Point::OpExclusive, "op_lock_checkpoint"),
     (Point::Cell, "file_cell"),
@@ -54,6 +63,7 @@ pub const POINTS: [(Point, &str); 12] = [
     (Point::IoPool, "io_pool"),
     (Point::CellGc, "file_cell_gc"),
     (Point::CellCheckpoint, "file_cell_checkpoint"),
+    (Point::CellFlusher, "file_cell_flusher"),
 ];
 
 struct Counter {
@@ -61,21 +71,60 @@ struct Counter {
     count: AtomicU64,
 }
 
-static COUNTERS: [Counter; 12] = [const {
-    Counter {
-        ns: AtomicU64::new(0),
-        count: AtomicU64::new(0),
+impl Counter {
+    const fn new() -> Counter {
+        Counter {
+            ns: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
     }
-}; 12];
+    fn add(&self, ns: u64) {
+        self.ns.fetch_add(ns, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+    fn row(&self, name: &'static str) -> (&'static str, f64, u64) {
+        (
+            name,
+            self.ns.load(Ordering::Relaxed) as f64 / 1e9,
+            self.count.load(Ordering::Relaxed),
+        )
+    }
+}
 
-/// Who the calling thread waits as, for the file-cell wait points: an operation of the
-/// application (default), a collector, or the checkpoint.
+static COUNTERS: [Counter; POINTS.len()] = [const { Counter::new() }; POINTS.len()];
+
+/// Who the calling thread works as. It picks the wait point of the thread's file-cell
+/// waits (`cell_point`), and it is the holder tag the thread leaves in every cell it locks
+/// (`InodeCell::holder`), so that a waiter can say whom it waited for (`record_cell`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// An operation of the application (the default).
     App = 0,
+    /// A collector (cleaning).
     Gc = 1,
+    /// The checkpoint (with every operation excluded).
     Checkpoint = 2,
+    /// The flusher thread (`flush.rs`).
+    Flusher = 3,
+    /// The checkpoint's pre-pass under the shared op lock (`writeback_before_checkpoint`),
+    /// in whichever thread asked for the checkpoint.
+    Prepass = 4,
+    /// A writer's own write-back, the last resort (`Fs::balance_inline`).
+    Inline = 5,
+    /// A policy's discard or upcall thread outside a checkpoint (`gc=none`, `gc=device`).
+    Discard = 6,
 }
+
+/// Every role with its name in the report, indexed by `Role as usize`.
+pub const ROLES: [(Role, &str); 7] = [
+    (Role::App, "app"),
+    (Role::Gc, "gc"),
+    (Role::Checkpoint, "checkpoint"),
+    (Role::Flusher, "flusher"),
+    (Role::Prepass, "prepass"),
+    (Role::Inline, "inline"),
+    (Role::Discard, "discard"),
+];
 
 thread_local! {
     static ROLE: std::cell::Cell<Role> = const { std::cell::Cell::new(Role::App) };
@@ -90,25 +139,52 @@ impl Drop for RoleGuard {
     }
 }
 
-/// Count the calling thread's file-cell waits as `role`'s until the guard drops.
+/// Count the calling thread's file-cell waits, and tag the cells it locks, as `role`'s
+/// until the guard drops.
 pub fn as_role(role: Role) -> RoleGuard {
     RoleGuard(ROLE.with(|r| r.replace(role)))
 }
 
+/// The calling thread's role (the holder tag it leaves in the cells it locks).
+pub fn role() -> Role {
+    ROLE.with(|r| r.get())
+}
+
 /// The wait point of a file-cell acquisition by the calling thread.
 pub fn cell_point() -> Point {
-    match ROLE.with(|r| r.get()) {
-        Role::App => Point::Cell,
+    match role() {
+        Role::App | Role::Inline | Role::Discard => Point::Cell,
         Role::Gc => Point::CellGc,
-        Role::Checkpoint => Point::CellCheckpoint,
+        Role::Checkpoint | Role::Prepass => Point::CellCheckpoint,
+        Role::Flusher => Point::CellFlusher,
+    }
+}
+
+/// The file-cell waits by waiter point (the four cell points, in `POINTS` order) and the
+/// role that held the cell.
+const CELL_POINTS: [Point; 4] = [
+    Point::Cell,
+    Point::CellGc,
+    Point::CellCheckpoint,
+    Point::CellFlusher,
+];
+static BY_HOLDER: [[Counter; ROLES.len()]; CELL_POINTS.len()] =
+    [const { [const { Counter::new() }; ROLES.len()] }; CELL_POINTS.len()];
+
+/// Record a file-cell wait at `p` that started at `t0`, behind a cell whose holder tag was
+/// `held_by` (a `Role as u8`) when the wait began. The tag is stored just after the lock is
+/// taken, so a wait that starts in that window is charged to the previous holder.
+pub fn record_cell(p: Point, held_by: u8, t0: Instant) {
+    let ns = t0.elapsed().as_nanos() as u64;
+    COUNTERS[p as usize].add(ns);
+    if let Some(row) = CELL_POINTS.iter().position(|&c| c == p) {
+        BY_HOLDER[row][(held_by as usize).min(ROLES.len() - 1)].add(ns);
     }
 }
 
 /// Record a wait that started at `t0`.
 pub fn record(p: Point, t0: Instant) {
-    let c = &COUNTERS[p as usize];
-    c.ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    c.count.fetch_add(1, Ordering::Relaxed);
+    COUNTERS[p as usize].add(t0.elapsed().as_nanos() as u64);
 }
 
 /// Lock `m`, timing the wait if it is contended.
@@ -126,19 +202,27 @@ pub fn lock<'a, T>(p: Point, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
 pub fn snapshot() -> Vec<(&'static str, f64, u64)> {
     POINTS
         .iter()
-        .map(|&(p, name)| {
-            let c = &COUNTERS[p as usize];
-            (
-                name,
-                c.ns.load(Ordering::Relaxed) as f64 / 1e9,
-                c.count.load(Ordering::Relaxed),
-            )
-        })
+        .map(|&(p, name)| COUNTERS[p as usize].row(name))
         .collect()
 }
 
+/// (waiter point, holder role, seconds waited, contended acquisitions) for every file-cell
+/// point and holder that saw a wait: whom each kind of waiter waited for.
+pub fn cell_holders() -> Vec<(&'static str, &'static str, f64, u64)> {
+    let mut v = Vec::new();
+    for (row, &p) in CELL_POINTS.iter().enumerate() {
+        for &(h, holder) in &ROLES {
+            let (point, s, n) = BY_HOLDER[row][h as usize].row(POINTS[p as usize].1);
+            if n > 0 {
+                v.push((point, holder, s, n));
+            }
+        }
+    }
+    v
+}
+
 pub fn reset() {
-    for c in &COUNTERS {
+    for c in COUNTERS.iter().chain(BY_HOLDER.iter().flatten()) {
         c.ns.store(0, Ordering::Relaxed);
         c.count.store(0, Ordering::Relaxed);
     }
@@ -148,6 +232,17 @@ pub fn reset() {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// `POINTS` and `ROLES` are indexed by their enums' values (`snapshot`, `cell_holders`).
+    #[test]
+    fn tables_follow_their_enums() {
+        for (i, &(p, _)) in POINTS.iter().enumerate() {
+            assert_eq!(p as usize, i);
+        }
+        for (i, &(r, _)) in ROLES.iter().enumerate() {
+            assert_eq!(r as usize, i);
+        }
+    }
 
     fn count(p: Point) -> u64 {
         COUNTERS[p as usize].count.load(Ordering::Relaxed)
@@ -166,6 +261,15 @@ mod tests {
             {
                 let _c = as_role(Role::Checkpoint);
                 assert_eq!(cell_point(), Point::CellCheckpoint);
+            }
+            for (r, p) in [
+                (Role::Prepass, Point::CellCheckpoint),
+                (Role::Flusher, Point::CellFlusher),
+                (Role::Inline, Point::Cell),
+                (Role::Discard, Point::Cell),
+            ] {
+                let _c = as_role(r);
+                assert_eq!(cell_point(), p);
             }
             assert_eq!(cell_point(), Point::CellGc, "guards nest");
         }

@@ -182,3 +182,127 @@ fn flusher_with_overwrite_truncate_and_fsync_keeps_contents_exact() {
     assert!(wb.background_pages > 0, "{wb:?}");
     remount_and_check(dev, fs, &files);
 }
+
+/// A RAM device whose writes wait while the gate is closed (a stalled device).
+struct Gated {
+    inner: RamDevice,
+    open: parking_lot::Mutex<bool>,
+    cv: parking_lot::Condvar,
+}
+
+impl Gated {
+    fn set_open(&self, open: bool) {
+        *self.open.lock() = open;
+        self.cv.notify_all();
+    }
+}
+
+impl BlockDevice for Gated {
+    fn capabilities(&self) -> &flashlog_dev::Capabilities {
+        self.inner.capabilities()
+    }
+    fn read(&self, a: u64, b: &mut [u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.inner.read(a, b)
+    }
+    fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.write_hinted(a, b, flashlog_dev::WriteHint::None)
+    }
+    fn write_hinted(
+        &self,
+        a: u64,
+        b: &[u8],
+        hint: flashlog_dev::WriteHint,
+    ) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        let mut o = self.open.lock();
+        while !*o {
+            self.cv.wait(&mut o);
+        }
+        drop(o);
+        self.inner.write_hinted(a, b, hint)
+    }
+    fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.inner.discard(a, n)
+    }
+    fn flush(&self) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.inner.flush()
+    }
+}
+
+/// The device stalls while the flusher writes a file back: the log-write queue fills
+/// (`io::MAX_INFLIGHT` buffers) and the flusher waits for room. The file's own writer must
+/// still be able to write into it: the flusher waits for the device after releasing the
+/// file's cell (`IoPool::defer_throttle`). Before, it waited inside its visit with the cell
+/// held, and the writer waited on its own file until the device came back (issue 15:
+/// 2-3 s of `file_cell` waits per 10 s `gc=none` bench run). Forced interleaving: the
+/// queue is observed full with the device gate closed, so the flusher is parked in its
+/// back-pressure wait when the writer's next write starts, and stays there until the gate
+/// opens, which happens only after that write returned (or after 30 s, failing).
+#[test]
+fn a_writer_writes_while_the_flusher_waits_for_the_device() {
+    use std::sync::mpsc::channel;
+    use std::time::{Duration, Instant};
+    let cap = 16u64 << 20;
+    let dev = Arc::new(Gated {
+        inner: RamDevice::new((256u64 << 20) / BS),
+        open: parking_lot::Mutex::new(true),
+        cv: parking_lot::Condvar::new(),
+    });
+    let bd: Arc<dyn BlockDevice> = dev.clone();
+    Fs::mkfs(bd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Arc::new(Fs::mount(bd.clone(), opts(cap)).unwrap());
+    let ino = fs.create(ROOT_INO, b"w", 0o644, 0, 0).unwrap().ino;
+    dev.set_open(false);
+    // 14 MiB dirty: over half the cap (the flusher starts), under the cap (the writer never
+    // waits for write-back), and more than the flusher must write to reach its floor
+    // (cap/4) beyond the queue's 8 MiB: it fills the queue and waits.
+    let mib_written = 14;
+    let (go_tx, go_rx) = channel::<()>();
+    let (done_tx, done_rx) = channel::<&'static str>();
+    let writer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            for i in 0..mib_written {
+                assert_eq!(fs.write(ino, (i * MIB) as u64, &chunk(5, i)).unwrap(), MIB);
+            }
+            done_tx.send("filled").unwrap();
+            go_rx.recv().unwrap();
+            let page = vec![0xA5u8; BS as usize];
+            assert_eq!(fs.write(ino, 3 * BS, &page).unwrap(), page.len());
+            done_tx.send("wrote").unwrap();
+        })
+    };
+    let fail = |what: &str| -> ! {
+        dev.set_open(true);
+        panic!("{what}");
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fs.inner().seg.io_inflight() < flashlog_core::io::MAX_INFLIGHT {
+        if Instant::now() > deadline {
+            fail("the log-write queue never filled: the test's setup no longer stalls the flusher");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut got = Vec::new();
+    for step in ["filled", "wrote"] {
+        if step == "wrote" {
+            go_tx.send(()).unwrap();
+        }
+        match done_rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(s) => got.push(s),
+            Err(_) => fail(&format!(
+                "the writer could not write into its file while the flusher waited for the \
+                 device (no '{step}' in 30 s, the flusher holds the file's cell)"
+            )),
+        }
+    }
+    assert_eq!(got, ["filled", "wrote"]);
+    assert!(
+        fs.inner().seg.io_inflight() >= flashlog_core::io::MAX_INFLIGHT,
+        "the device is still stalled: nothing left the queue"
+    );
+    dev.set_open(true);
+    writer.join().unwrap();
+    let mut data: Vec<u8> = (0..mib_written).flat_map(|i| chunk(5, i)).collect();
+    data[3 * BS as usize..4 * BS as usize].fill(0xA5);
+    remount_and_check(bd, fs, &[("/w".into(), data)]);
+}

@@ -101,6 +101,9 @@ pub struct SustainedResult {
     pub gc_false_positive_reads: u64,
     /// Seconds waited and contended acquisitions per lock or contention point.
     pub lock_waits: Vec<LockWait>,
+    /// The file-cell points split by the role that held the cell when the wait began
+    /// (`point` is "waiter<holder", e.g. "file_cell<flusher": writers behind the flusher).
+    pub cell_waits_by_holder: Vec<LockWait>,
     /// The same for the emulated SSD's own locks (empty on other devices), over the volume's
     /// life (mkfs to unmount).
     pub device_lock_waits: Vec<LockWait>,
@@ -510,6 +513,14 @@ fn summarize(
         ..Default::default()
     };
     r.lock_waits = LockWait::from_points(flashlog_core::waits::snapshot());
+    r.cell_waits_by_holder = flashlog_core::waits::cell_holders()
+        .into_iter()
+        .map(|(point, holder, wait_s, contended)| LockWait {
+            point: format!("{point}<{holder}"),
+            wait_s,
+            contended,
+        })
+        .collect();
     let thread_s = (p_threads as f64 * (fill_s + random_s)).max(1e-9);
     r.core_lock_wait_share = r.lock_waits.iter().map(|w| w.wait_s).sum::<f64>() / thread_s;
     if let Some(ssd) = end.as_ref().ok().and_then(|e| e.ssd.as_ref()) {
@@ -714,6 +725,16 @@ pub fn build_report(
         ]);
     }
     let mut body = t3.render();
+    for r in &results {
+        if !r.cell_waits_by_holder.is_empty() {
+            let w: Vec<String> = r
+                .cell_waits_by_holder
+                .iter()
+                .map(|w| format!("{} {:.3}s/{}", w.point, w.wait_s, w.contended))
+                .collect();
+            body += &format!("{} file-cell waits by holder: {}\n", r.policy, w.join(", "));
+        }
+    }
     body +=
         "WAF (cleaning): device blocks / data blocks written after cleaning started. die busy: \
              the emulated dies' busy time after cleaning started (host requests and device GC), \
@@ -723,7 +744,11 @@ pub fn build_report(
              for the file system's points and for the emulated SSD's own locks (ssd_engine: \
              the FTL and timing state; ssd_recorder: latency statistics; ssd_store: page \
              contents). dev lock busy: the share of the run the emulator's engine lock was \
-             held (near 100 % the device model itself would be the bound).\n";
+             held (near 100 % the device model itself would be the bound). file-cell waits by \
+             holder: each file-cell point (file_cell: application operations; _gc, \
+             _checkpoint (with its pre-pass), _flusher) by the role that held the cell \
+             (app, gc, checkpoint, flusher, prepass, inline: a writer's last-resort \
+             write-back, discard: a policy's discard or upcall thread).\n";
     rep.section("cleaning detail", body);
     let mut body = t2.render();
     body += &format!(
