@@ -68,6 +68,8 @@ pub struct FsInner {
     pub dirty_nodes: crate::stats::Counter,
     pub poison: Mutex<Option<String>>,
     pub poisoned: AtomicBool,
+    /// A checkpoint pre-pass (`writeback_before_checkpoint`) is running.
+    pub prepass_running: AtomicBool,
     pub stats: Stats,
     /// Where the next victim search starts (shared, updated without a lock).
     pub gc_cursor: AtomicU64,
