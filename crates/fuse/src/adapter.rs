@@ -14,6 +14,9 @@
 //! that keeps unlinked open files alive), and releases it on FORGET, or at unmount for the
 //! inodes the kernel never forgot (the core then frees them).
 //!
+//! Every request is counted by opcode ([`RequestCounts`], logged at unmount as "FUSE
+//! requests: ... by opcode: ..."); the mount tests read those counts per created file.
+//!
 //! Inode numbers: FUSE's root is 1, the core's is `ROOT_INO` (3). The adapter swaps 1 and 3
 //! and passes every other number through, a bijection (core nids 1 and 2 are never used).
 //!
@@ -89,19 +92,128 @@ const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
 const XATTR_CREATE: i32 = 1;
 const XATTR_REPLACE: i32 = 2;
 
+/// The requests the adapter counts, one counter per FUSE opcode that reaches it (FORGET
+/// counts inodes, so a BATCH_FORGET of n inodes counts n).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Lookup,
+    Forget,
+    Getattr,
+    Setattr,
+    Readlink,
+    Symlink,
+    Mknod,
+    Mkdir,
+    Unlink,
+    Rmdir,
+    Rename,
+    Link,
+    Open,
+    Read,
+    Write,
+    Statfs,
+    Release,
+    Fsync,
+    Setxattr,
+    Getxattr,
+    Listxattr,
+    Removexattr,
+    Flush,
+    Opendir,
+    Readdir,
+    Releasedir,
+    Fsyncdir,
+    Access,
+    Create,
+    Fallocate,
+    /// lseek, copy_file_range, ioctl, bmap, poll, getlk, setlk (all answered without the core).
+    Other,
+}
+
+impl Op {
+    pub const ALL: [Op; 31] = [
+        Op::Lookup,
+        Op::Forget,
+        Op::Getattr,
+        Op::Setattr,
+        Op::Readlink,
+        Op::Symlink,
+        Op::Mknod,
+        Op::Mkdir,
+        Op::Unlink,
+        Op::Rmdir,
+        Op::Rename,
+        Op::Link,
+        Op::Open,
+        Op::Read,
+        Op::Write,
+        Op::Statfs,
+        Op::Release,
+        Op::Fsync,
+        Op::Setxattr,
+        Op::Getxattr,
+        Op::Listxattr,
+        Op::Removexattr,
+        Op::Flush,
+        Op::Opendir,
+        Op::Readdir,
+        Op::Releasedir,
+        Op::Fsyncdir,
+        Op::Access,
+        Op::Create,
+        Op::Fallocate,
+        Op::Other,
+    ];
+
+    /// The name in the unmount log (the opcode's name in lower case).
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Lookup => "lookup",
+            Op::Forget => "forget",
+            Op::Getattr => "getattr",
+            Op::Setattr => "setattr",
+            Op::Readlink => "readlink",
+            Op::Symlink => "symlink",
+            Op::Mknod => "mknod",
+            Op::Mkdir => "mkdir",
+            Op::Unlink => "unlink",
+            Op::Rmdir => "rmdir",
+            Op::Rename => "rename",
+            Op::Link => "link",
+            Op::Open => "open",
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Statfs => "statfs",
+            Op::Release => "release",
+            Op::Fsync => "fsync",
+            Op::Setxattr => "setxattr",
+            Op::Getxattr => "getxattr",
+            Op::Listxattr => "listxattr",
+            Op::Removexattr => "removexattr",
+            Op::Flush => "flush",
+            Op::Opendir => "opendir",
+            Op::Readdir => "readdir",
+            Op::Releasedir => "releasedir",
+            Op::Fsyncdir => "fsyncdir",
+            Op::Access => "access",
+            Op::Create => "create",
+            Op::Fallocate => "fallocate",
+            Op::Other => "other",
+        }
+    }
+}
+
 /// Requests served, by kind (logged at unmount): the counters behind the request-path
-/// measurements of docs/BENCHMARKS.md ("fio"). Relaxed atomics, no lock.
+/// measurements of docs/BENCHMARKS.md ("fio") and the request counts per created file that
+/// the mount tests check. Relaxed atomics, no lock.
 #[derive(Default, Debug)]
 pub struct RequestCounts {
-    pub write: AtomicU64,
+    /// One counter per [`Op`], indexed by `Op as usize`.
+    ops: [AtomicU64; Op::ALL.len()],
     pub write_bytes: AtomicU64,
     /// Wall time spent answering WRITE (copy into the core's cache, write-back when its
     /// dirty cap is reached).
     pub write_ns: AtomicU64,
-    pub getxattr: AtomicU64,
-    pub getattr: AtomicU64,
-    pub setattr: AtomicU64,
-    pub fsync: AtomicU64,
     /// Wall time spent answering FSYNC (write-back of the core's cache, log, device flush).
     pub fsync_ns: AtomicU64,
     /// setuid/setgid cleared for the kernel (HANDLE_KILLPRIV_V2: write, truncate, chown).
@@ -113,21 +225,43 @@ impl RequestCounts {
         c.fetch_add(1, Relaxed);
     }
 
-    /// One line for the log.
+    /// Count one request of kind `op`.
+    pub fn count(&self, op: Op) {
+        Self::bump(&self.ops[op as usize]);
+    }
+
+    /// Requests of kind `op` so far.
+    pub fn get(&self, op: Op) -> u64 {
+        self.ops[op as usize].load(Relaxed)
+    }
+
+    /// One line for the log: the write path's figures first (the bench copies this line
+    /// into its report), then every opcode seen.
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Relaxed);
+        let writes = self.get(Op::Write);
+        let per_op: Vec<String> = Op::ALL
+            .iter()
+            .filter(|&&op| self.get(op) > 0)
+            .map(|&op| format!("{} {}", op.name(), self.get(op)))
+            .collect();
         format!(
-            "FUSE requests: write {} ({:.1} MiB, {:.1} KiB each, {:.3} s), getxattr {}, getattr {}, setattr {}, fsync {} ({:.3} s); setuid/setgid cleared {} times",
-            g(&self.write),
+            "FUSE requests: write {} ({:.1} MiB, {:.1} KiB each, {:.3} s), getxattr {}, getattr {}, setattr {}, fsync {} ({:.3} s); setuid/setgid cleared {} times; by opcode: {}",
+            writes,
             g(&self.write_bytes) as f64 / (1 << 20) as f64,
-            g(&self.write_bytes) as f64 / 1024.0 / g(&self.write).max(1) as f64,
+            g(&self.write_bytes) as f64 / 1024.0 / writes.max(1) as f64,
             g(&self.write_ns) as f64 / 1e9,
-            g(&self.getxattr),
-            g(&self.getattr),
-            g(&self.setattr),
-            g(&self.fsync),
+            self.get(Op::Getxattr),
+            self.get(Op::Getattr),
+            self.get(Op::Setattr),
+            self.get(Op::Fsync),
             g(&self.fsync_ns) as f64 / 1e9,
             g(&self.suidgid_kills),
+            if per_op.is_empty() {
+                "none".to_string()
+            } else {
+                per_op.join(", ")
+            }
         )
     }
 }
@@ -580,19 +714,21 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.counts.count(Op::Forget);
         if let Ok(ino) = core_ino(ino) {
             self.unpin(ino);
         }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.counts.count(Op::Lookup);
         let parent = ino!(reply, parent);
         let a = tri!(reply, self.fs.lookup(parent, name.as_bytes()));
         reply.entry(&TTL, &file_attr(&a), Generation(0));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        RequestCounts::bump(&self.counts.getattr);
+        self.counts.count(Op::Getattr);
         let ino = ino!(reply, ino);
         let a = tri!(reply, self.fs.getattr(ino));
         reply.attr(&TTL, &file_attr(&a));
@@ -616,7 +752,7 @@ impl Filesystem for FlashlogFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        RequestCounts::bump(&self.counts.setattr);
+        self.counts.count(Op::Setattr);
         let ino = ino!(reply, ino);
         // With the write-back cache the kernel sends mtime and ctime as explicit times and
         // only atime as "now"; its ctime is the "now" of this change, so UTIME_NOW gives
@@ -657,6 +793,7 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counts.count(Op::Readlink);
         let ino = ino!(reply, ino);
         let target = tri!(reply, self.fs.readlink(ino));
         reply.data(&target);
@@ -672,6 +809,7 @@ impl Filesystem for FlashlogFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.counts.count(Op::Mknod);
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
@@ -690,6 +828,7 @@ impl Filesystem for FlashlogFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.counts.count(Op::Mkdir);
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
@@ -705,6 +844,7 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.count(Op::Unlink);
         let parent = ino!(reply, parent);
         let pin = self.pin_victim(parent, name.as_bytes());
         if let Err(e) = self.fs.unlink(parent, name.as_bytes()) {
@@ -718,6 +858,7 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.count(Op::Rmdir);
         let parent = ino!(reply, parent);
         let pin = self.pin_victim(parent, name.as_bytes());
         if let Err(e) = self.fs.rmdir(parent, name.as_bytes()) {
@@ -738,6 +879,7 @@ impl Filesystem for FlashlogFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.counts.count(Op::Symlink);
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
@@ -762,6 +904,7 @@ impl Filesystem for FlashlogFuse {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Rename);
         let parent = ino!(reply, parent);
         let newparent = ino!(reply, newparent);
         let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
@@ -799,6 +942,7 @@ impl Filesystem for FlashlogFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.counts.count(Op::Link);
         let ino = ino!(reply, ino);
         let newparent = ino!(reply, newparent);
         let a = tri!(reply, self.fs.link(ino, newparent, newname.as_bytes()));
@@ -806,6 +950,7 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.count(Op::Open);
         let ino = ino!(reply, ino);
         let a = tri!(reply, self.fs.open(ino));
         reply.opened(FileHandle(0), self.open_flags(&a));
@@ -822,6 +967,7 @@ impl Filesystem for FlashlogFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.counts.count(Op::Read);
         let ino = ino!(reply, ino);
         let mut buf = vec![0u8; size as usize];
         let n = tri!(reply, self.fs.read(ino, offset, &mut buf));
@@ -840,7 +986,7 @@ impl Filesystem for FlashlogFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        RequestCounts::bump(&self.counts.write);
+        self.counts.count(Op::Write);
         self.counts
             .write_bytes
             .fetch_add(data.len() as u64, Relaxed);
@@ -860,6 +1006,7 @@ impl Filesystem for FlashlogFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Flush);
         reply.ok();
     }
 
@@ -873,6 +1020,7 @@ impl Filesystem for FlashlogFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Release);
         let ino = ino!(reply, ino);
         tri!(reply, self.fs.release(ino));
         reply.ok();
@@ -886,7 +1034,7 @@ impl Filesystem for FlashlogFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        RequestCounts::bump(&self.counts.fsync);
+        self.counts.count(Op::Fsync);
         let ino = ino!(reply, ino);
         let t0 = std::time::Instant::now();
         let r = self.fs.fsync(ino, datasync);
@@ -894,6 +1042,23 @@ impl Filesystem for FlashlogFuse {
             .fsync_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
         tri!(reply, r);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.count(Op::Opendir);
+        reply.opened(FileHandle(0), FopenFlags::empty());
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.count(Op::Releasedir);
         reply.ok();
     }
 
@@ -905,6 +1070,7 @@ impl Filesystem for FlashlogFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.counts.count(Op::Readdir);
         let ino = ino!(reply, ino);
         let mut offset = offset;
         loop {
@@ -938,12 +1104,14 @@ impl Filesystem for FlashlogFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Fsyncdir);
         let ino = ino!(reply, ino);
         tri!(reply, self.fs.fsync(ino, datasync));
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.counts.count(Op::Statfs);
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks,
@@ -967,6 +1135,7 @@ impl Filesystem for FlashlogFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Setxattr);
         let ino = ino!(reply, ino);
         let mode = match flags {
             0 => XattrMode::Any,
@@ -985,13 +1154,14 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        RequestCounts::bump(&self.counts.getxattr);
+        self.counts.count(Op::Getxattr);
         let ino = ino!(reply, ino);
         let v = tri!(reply, self.fs.getxattr(ino, name.as_bytes()));
         reply_xattr(reply, &v, size);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.counts.count(Op::Listxattr);
         let ino = ino!(reply, ino);
         let names = tri!(reply, self.fs.listxattr(ino));
         let mut buf = Vec::new();
@@ -1003,12 +1173,14 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.count(Op::Removexattr);
         let ino = ino!(reply, ino);
         tri!(reply, self.fs.removexattr(ino, name.as_bytes()));
         reply.ok();
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.counts.count(Op::Access);
         let ino = ino!(reply, ino);
         let a = tri!(reply, self.fs.getattr(ino));
         let want = mask.bits() as u32 & 0o7;
@@ -1045,6 +1217,7 @@ impl Filesystem for FlashlogFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        self.counts.count(Op::Create);
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
@@ -1076,6 +1249,7 @@ impl Filesystem for FlashlogFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Fallocate);
         let ino = ino!(reply, ino);
         let m = match mode {
             0 => FallocMode::Allocate,
@@ -1101,6 +1275,7 @@ impl Filesystem for FlashlogFuse {
         _whence: i32,
         reply: fuser::ReplyLseek,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1117,6 +1292,7 @@ impl Filesystem for FlashlogFuse {
         _flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1131,6 +1307,7 @@ impl Filesystem for FlashlogFuse {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
+        self.counts.count(Op::Other);
         // No ioctls: what the caller gets for an unknown one on any file system.
         reply.error(Errno::ENOTTY);
     }
@@ -1143,6 +1320,7 @@ impl Filesystem for FlashlogFuse {
         _idx: u64,
         reply: fuser::ReplyBmap,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1156,6 +1334,7 @@ impl Filesystem for FlashlogFuse {
         _flags: fuser::PollFlags,
         reply: fuser::ReplyPoll,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1171,6 +1350,7 @@ impl Filesystem for FlashlogFuse {
         _pid: u32,
         reply: fuser::ReplyLock,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1187,6 +1367,7 @@ impl Filesystem for FlashlogFuse {
         _sleep: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 }
@@ -1205,6 +1386,23 @@ fn reply_xattr(reply: ReplyXattr, data: &[u8], size: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_op_is_counted_under_its_own_name() {
+        for (i, op) in Op::ALL.iter().enumerate() {
+            assert_eq!(*op as usize, i, "{op:?} is not at its own index");
+        }
+        let names: HashSet<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+        assert_eq!(names.len(), Op::ALL.len());
+        let c = RequestCounts::default();
+        c.count(Op::Create);
+        c.count(Op::Create);
+        c.count(Op::Flush);
+        assert_eq!(c.get(Op::Create), 2);
+        let s = c.summary();
+        assert!(s.starts_with("FUSE requests: write 0 "), "{s}");
+        assert!(s.ends_with("by opcode: flush 1, create 2"), "{s}");
+    }
 
     #[test]
     fn inode_numbers_are_a_bijection() {
