@@ -25,7 +25,9 @@
 //!   (flags NOREPLACE and EXCHANGE; WHITEOUT is EINVAL), link, open, read, write, release,
 //!   fsync, readdir, fsyncdir, statfs, set/get/list/removexattr, create, fallocate (modes
 //!   0, KEEP_SIZE and PUNCH_HOLE|KEEP_SIZE; others EOPNOTSUPP): by the core.
-//! - flush: nothing to do (data reaches the core on write; durability is fsync's job).
+//! - flush: ENOSYS, once: the kernel then never sends FLUSH again on this connection (data
+//!   reaches the core on write, durability is fsync's job, and POSIX locks are the
+//!   kernel's), which saves a synchronous round trip per close(2).
 //! - forget / batch_forget: drop the kernel pin of an unlinked inode, if any (the core does
 //!   not count kernel lookups otherwise).
 //! - opendir / releasedir: nothing to do (directories are not open-counted).
@@ -1007,7 +1009,13 @@ impl Filesystem for FlashlogFuse {
         reply: ReplyEmpty,
     ) {
         self.counts.count(Op::Flush);
-        reply.ok();
+        // Nothing to do here (data reaches the core on WRITE, and the kernel has already
+        // sent the dirty pages and times before FLUSH), so answer ENOSYS: the kernel then
+        // sets `no_flush` for the connection and stops sending FLUSH on every close(2), one
+        // synchronous round trip less per close. Its close path is otherwise unchanged: it
+        // still writes back the file's pages and times (`write_inode_now`) and reports their
+        // errors.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
