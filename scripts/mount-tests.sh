@@ -460,13 +460,14 @@ t_fuse_knobs() {
 
 # Requests per new file (docs/DESIGN.md, "The FUSE adapter's request path"): 200 files
 # created, written (4 KiB), closed and unlinked through a fresh mount, as the bench's
-# create+unlink job does. From the daemon's per-opcode counters (logged at unmount): FLUSH
-# comes at most once (answered ENOSYS, after which the kernel stops sending it), and the
-# rest stays within what the kernel itself sends per file (LOOKUP, CREATE, WRITE, RELEASE,
-# UNLINK one each; GETXATTR 1, GETATTR 2, SETATTR 2: see the docs). Then what those requests
-# carried must still hold: times and size of a file written, reopened, written, fsync'd and
-# closed read back the same after a kill -9 of the daemon and a remount; an unlinked open
-# file stays readable and writable until its close; fsck is clean.
+# create+unlink job does. From the daemon's per-opcode counters (logged at unmount): FLUSH,
+# OPEN, CREATE and RELEASE come at most once (answered ENOSYS, after which the kernel stops
+# sending them), each file is made with one MKNOD, and the rest stays within what the kernel
+# itself sends per file (LOOKUP, WRITE, UNLINK one each; GETXATTR 1, GETATTR 2, SETATTR 2:
+# see the docs). Then what those requests carried must still hold: times and size of a file
+# written, reopened, written, fsync'd and closed read back the same after a kill -9 of the
+# daemon and a remount; an unlinked open file stays readable and writable until its close;
+# fsck is clean.
 t_requests_per_file() {
     local rmnt=$work/req-mnt rlog=$work/req.log rpid=$work/req.pid rimg=$work/req.img pid rc=0 line
     mkdir -p "$rmnt"
@@ -488,15 +489,18 @@ PY
     wait_exit "$pid" || return 1
     line=$(grep -o "by opcode: .*" "$rlog")
     echo "200 files: $line"
+    grep -q "enabled .*NO_OPEN_SUPPORT" "$rlog" || { echo "NO_OPEN_SUPPORT not in the kernel's INIT"; cat "$rlog"; rc=1; }
     python3 - "$line" 200 <<'PY' || rc=1
 import sys
 counts = dict((k, int(v)) for k, v in (kv.rsplit(" ", 1) for kv in sys.argv[1].split(": ", 1)[1].split(", ")))
 n = int(sys.argv[2])
 slack = n // 10  # attribute and entry timeouts (1 s) of the mount root and d expire during a slow run
-budget = {"flush": 1, "create": n, "release": n, "lookup": n + slack,
+budget = {"flush": 1, "open": 1, "create": 1, "release": 1, "mknod": n, "lookup": n + slack,
           "write": n, "unlink": n, "forget": n, "getxattr": n, "getattr": 2 * n + slack,
           "setattr": 2 * n, "mkdir": 1, "statfs": 1}
 bad = [f"{k} {v} > {budget.get(k, 0)}" for k, v in counts.items() if v > budget.get(k, 0)]
+if counts.get("mknod", 0) != n:
+    bad.append(f"mknod {counts.get('mknod', 0)} != {n}")
 if bad:
     sys.exit("over budget: " + ", ".join(bad))
 PY

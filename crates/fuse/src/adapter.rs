@@ -12,7 +12,9 @@
 //! the inode nor reuse its number before that FORGET. When an unlink, rmdir or rename is
 //! about to remove the last link, the adapter opens the victim in the core (the same count
 //! that keeps unlinked open files alive), and releases it on FORGET, or at unmount for the
-//! inodes the kernel never forgot (the core then frees them).
+//! inodes the kernel never forgot (the core then frees them). Since the kernel evicts an
+//! inode only after its last close, the pin also keeps an unlinked open file alive: where
+//! the kernel opens files without asking (NO_OPEN_SUPPORT, below) it is the only count.
 //!
 //! Every request is counted by opcode ([`RequestCounts`], logged at unmount as "FUSE
 //! requests: ... by opcode: ..."); the mount tests read those counts per created file.
@@ -22,9 +24,15 @@
 //!
 //! How each request is answered:
 //! - lookup, getattr, setattr, readlink, mknod, mkdir, unlink, rmdir, symlink, rename
-//!   (flags NOREPLACE and EXCHANGE; WHITEOUT is EINVAL), link, open, read, write, release,
-//!   fsync, readdir, fsyncdir, statfs, set/get/list/removexattr, create, fallocate (modes
-//!   0, KEEP_SIZE and PUNCH_HOLE|KEEP_SIZE; others EOPNOTSUPP): by the core.
+//!   (flags NOREPLACE and EXCHANGE; WHITEOUT is EINVAL), link, read, write, fsync, readdir,
+//!   fsyncdir, statfs, set/get/list/removexattr, fallocate (modes 0, KEEP_SIZE and
+//!   PUNCH_HOLE|KEEP_SIZE; others EOPNOTSUPP): by the core.
+//! - open, create, release: where the kernel offers FUSE_NO_OPEN_SUPPORT (4.20 and later),
+//!   OPEN and CREATE answer ENOSYS, once each: the kernel then opens regular files itself
+//!   (fh 0, KEEP_CACHE), makes new ones with MKNOD, and sends no RELEASE, so a new file
+//!   costs LOOKUP + MKNOD instead of LOOKUP + CREATE + RELEASE, and opening an existing one
+//!   costs nothing. Elsewhere open and create open the inode in the core and release
+//!   closes it.
 //! - flush: ENOSYS, once: the kernel then never sends FLUSH again on this connection (data
 //!   reaches the core on write, durability is fsync's job, and POSIX locks are the
 //!   kernel's), which saves a synchronous round trip per close(2).
@@ -313,6 +321,10 @@ pub struct FlashlogFuse {
     /// INIT negotiated HANDLE_KILLPRIV_V2: the kernel leaves clearing setuid/setgid on write,
     /// truncate and chown to us (and stops asking for security.capability before writes).
     killpriv: bool,
+    /// The kernel opens regular files itself (it offers FUSE_NO_OPEN_SUPPORT): OPEN and
+    /// CREATE are answered ENOSYS, after which it sends MKNOD for a new file and neither
+    /// OPEN nor RELEASE for any file; an unlinked open file is kept by its kernel pin.
+    kernel_opens: bool,
 }
 
 impl FlashlogFuse {
@@ -323,6 +335,7 @@ impl FlashlogFuse {
             pins: Mutex::new(HashSet::new()),
             counts: Arc::new(RequestCounts::default()),
             killpriv: false,
+            kernel_opens: false,
         }
     }
 
@@ -674,6 +687,14 @@ impl Filesystem for FlashlogFuse {
                 ),
             }
         }
+        // A kernel file system has no open or release round trip, and this one needs none:
+        // file handles carry no state (fh 0, KEEP_CACHE for every file, which is what the
+        // kernel assumes without OPEN), and an unlinked file stays alive through its kernel
+        // pin until FORGET, which the kernel sends only after the last close. So let the
+        // kernel open files itself where it can (see `open` and `create`).
+        self.kernel_opens = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
         if self.cfg.core.acl {
             // The kernel checks permissions against the ACLs (and turns default_permissions
             // on); the core keeps mode and ACLs in step and applies the umask or the parent's
@@ -699,6 +720,11 @@ impl Filesystem for FlashlogFuse {
         }
         if self.killpriv {
             got.push("HANDLE_KILLPRIV_V2");
+        }
+        if self.kernel_opens {
+            got.push("NO_OPEN_SUPPORT");
+        } else {
+            missing.push("NO_OPEN_SUPPORT");
         }
         tracing::info!(
             "FUSE ABI {:?}; enabled {}; kernel lacks [{}]",
@@ -953,6 +979,12 @@ impl Filesystem for FlashlogFuse {
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.counts.count(Op::Open);
+        if self.kernel_opens {
+            // The kernel records `no_open` for the connection: it opens every regular file
+            // from now on without asking (FOPEN_KEEP_CACHE, fh 0) and sends no RELEASE.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         let ino = ino!(reply, ino);
         let a = tri!(reply, self.fs.open(ino));
         reply.opened(FileHandle(0), self.open_flags(&a));
@@ -1029,6 +1061,11 @@ impl Filesystem for FlashlogFuse {
         reply: ReplyEmpty,
     ) {
         self.counts.count(Op::Release);
+        if self.kernel_opens {
+            // Nothing was opened in the core (no RELEASE is expected at all; see `open`).
+            reply.ok();
+            return;
+        }
         let ino = ino!(reply, ino);
         tri!(reply, self.fs.release(ino));
         reply.ok();
@@ -1226,6 +1263,13 @@ impl Filesystem for FlashlogFuse {
         reply: ReplyCreate,
     ) {
         self.counts.count(Op::Create);
+        if self.kernel_opens {
+            // The kernel records `no_create` and makes the file with MKNOD (same mode, umask
+            // and ACL inheritance: `mknod`), then opens it itself: LOOKUP + MKNOD per new
+            // file instead of LOOKUP + CREATE + RELEASE.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
