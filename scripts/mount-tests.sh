@@ -496,7 +496,7 @@ counts = dict((k, int(v)) for k, v in (kv.rsplit(" ", 1) for kv in sys.argv[1].s
 n = int(sys.argv[2])
 slack = n // 10  # attribute and entry timeouts (1 s) of the mount root and d expire during a slow run
 budget = {"flush": 1, "open": 1, "create": 1, "release": 1, "mknod": n, "lookup": n + slack,
-          "write": n, "unlink": n, "forget": n, "getxattr": n, "getattr": 2 * n + slack,
+          "write": n, "unlink": n, "forget": n + 2, "getxattr": n, "getattr": 2 * n + slack,
           "setattr": 2 * n, "mkdir": 1, "statfs": 1}
 bad = [f"{k} {v} > {budget.get(k, 0)}" for k, v in counts.items() if v > budget.get(k, 0)]
 if counts.get("mknod", 0) != n:
