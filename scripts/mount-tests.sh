@@ -458,6 +458,96 @@ t_fuse_knobs() {
     [[ $rc == 0 ]] && result "bdi max_ratio 20 / 35 / 1, KILLPRIV_V2 on / on / off and image writes buffered / $direct / buffered as asked, on a mount point with a space; 4 MiB written through each reads back after a remount"
 }
 
+# Requests per new file (docs/DESIGN.md, "The FUSE adapter's request path"): 200 files
+# created, written (4 KiB), closed and unlinked through a fresh mount, as the bench's
+# create+unlink job does. From the daemon's per-opcode counters (logged at unmount): FLUSH,
+# OPEN, CREATE and RELEASE come at most once (answered ENOSYS, after which the kernel stops
+# sending them), each file is made with one MKNOD, and the rest stays within what the kernel
+# itself sends per file (LOOKUP, WRITE, UNLINK one each; GETXATTR 1, GETATTR 2, SETATTR 2:
+# see the docs). Then what those requests carried must still hold: times and size of a file
+# written, reopened, written, fsync'd and closed read back the same after a kill -9 of the
+# daemon and a remount; an unlinked open file stays readable and writable until its close;
+# fsck is clean.
+t_requests_per_file() {
+    local rmnt=$work/req-mnt rlog=$work/req.log rpid=$work/req.pid rimg=$work/req.img pid rc=0 line
+    mkdir -p "$rmnt"
+    "$FL" mkfs --size 64M "$rimg" >/dev/null || return 1
+    "$FL" mount --daemon --pid-file "$rpid" --log "$rlog" "$rimg" "$rmnt" >/dev/null || return 1
+    pid=$(cat "$rpid")
+    mkdir "$rmnt/d" || return 1
+    python3 - "$rmnt/d" 200 <<'PY' || rc=1
+import os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    p = os.path.join(d, "f%d" % (i % 64))
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, b"x" * 4096)
+    os.close(fd)
+    os.unlink(p)
+PY
+    umount "$rmnt" || return 1
+    wait_exit "$pid" || return 1
+    line=$(grep -o "by opcode: .*" "$rlog")
+    echo "200 files: $line"
+    grep -q "enabled .*NO_OPEN_SUPPORT" "$rlog" || { echo "NO_OPEN_SUPPORT not in the kernel's INIT"; cat "$rlog"; rc=1; }
+    python3 - "$line" 200 <<'PY' || rc=1
+import sys
+counts = dict((k, int(v)) for k, v in (kv.rsplit(" ", 1) for kv in sys.argv[1].split(": ", 1)[1].split(", ")))
+n = int(sys.argv[2])
+slack = n // 10  # attribute and entry timeouts (1 s) of the mount root and d expire during a slow run
+budget = {"flush": 1, "open": 1, "create": 1, "release": 1, "mknod": n, "lookup": n + slack,
+          "write": n, "unlink": n, "forget": n + 2, "getxattr": n, "getattr": 2 * n + slack,
+          "setattr": 2 * n, "mkdir": 1, "statfs": 1}
+bad = [f"{k} {v} > {budget.get(k, 0)}" for k, v in counts.items() if v > budget.get(k, 0)]
+if counts.get("mknod", 0) != n:
+    bad.append(f"mknod {counts.get('mknod', 0)} != {n}")
+if bad:
+    sys.exit("over budget: " + ", ".join(bad))
+PY
+    # Times and size after write, reopen, write, fsync and close survive a kill -9; an
+    # unlinked open file lives until its close.
+    "$FL" mount --daemon --pid-file "$rpid" --log "$rlog" "$rimg" "$rmnt" >/dev/null || return 1
+    pid=$(cat "$rpid")
+    python3 - "$rmnt" >"$work/req.times" <<'PY' || rc=1
+import os, sys, time
+m = sys.argv[1]
+p = os.path.join(m, "t")
+fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"a" * 4096)
+os.close(fd)
+time.sleep(0.05)
+fd = os.open(p, os.O_WRONLY)
+os.pwrite(fd, b"b" * 100, 4096)
+os.fsync(fd)
+os.close(fd)
+st = os.stat(p)
+assert st.st_size == 4196, st
+print(st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+u = os.path.join(m, "u")
+fd = os.open(u, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"hello ")
+os.unlink(u)
+os.write(fd, b"world")
+assert os.fstat(fd).st_nlink == 0
+assert os.pread(fd, 100, 0) == b"hello world", os.pread(fd, 100, 0)
+os.close(fd)
+assert not os.path.exists(u)
+PY
+    kill -KILL "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fusermount3 -u "$rmnt" 2>/dev/null || umount -l "$rmnt" || return 1
+    "$FL" mount --daemon --pid-file "$rpid" --log "$rlog" "$rimg" "$rmnt" >/dev/null || return 1
+    pid=$(cat "$rpid")
+    local got want
+    want=$(cat "$work/req.times")
+    got=$(python3 -c 'import os, sys; st = os.stat(sys.argv[1]); print(st.st_size, st.st_mtime_ns, st.st_ctime_ns)' "$rmnt/t")
+    [[ $got == "$want" && -n $want ]] || { echo "size mtime ctime after kill -9 and remount: '$got', before: '$want'"; rc=1; }
+    umount "$rmnt" || return 1
+    wait_exit "$pid" || return 1
+    "$FL" fsck "$rimg" >/dev/null || { echo "fsck after the request checks"; rc=1; }
+    [[ $rc == 0 ]] && result "200 create+write+close+unlink: $(sed 's/^by opcode: //' <<<"$line"); times durable after fsync + kill -9; unlinked open file ok"
+}
+
 # --device: a fresh emulated SSD in the daemon's memory with -o gc=device (D2FS on the
 # coupled-GC FTL, chosen automatically): fsync'd data and a cp -a tree read back, the
 # unmount logs the emulator's summary; gc=device on an image or a RAM device is refused
@@ -527,6 +617,7 @@ step "mount -t fuse.flashlog, fstab, nosubtype" t_mount_helper
 step "SIGTERM/SIGINT unmount cleanly" t_sigterm
 step "SIGKILL loses nothing fsync'd" t_sigkill
 step "FUSE knobs: bdi_max_ratio, killpriv" t_fuse_knobs
+step "requests per new file, times durable" t_requests_per_file
 step "--device 970pro-like -o gc=device" t_emulated
 step "final remount + umount + fsck" t_final
 echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"

@@ -12,17 +12,30 @@
 //! the inode nor reuse its number before that FORGET. When an unlink, rmdir or rename is
 //! about to remove the last link, the adapter opens the victim in the core (the same count
 //! that keeps unlinked open files alive), and releases it on FORGET, or at unmount for the
-//! inodes the kernel never forgot (the core then frees them).
+//! inodes the kernel never forgot (the core then frees them). Since the kernel evicts an
+//! inode only after its last close, the pin also keeps an unlinked open file alive: where
+//! the kernel opens files without asking (NO_OPEN_SUPPORT, below) it is the only count.
+//!
+//! Every request is counted by opcode ([`RequestCounts`], logged at unmount as "FUSE
+//! requests: ... by opcode: ..."); the mount tests read those counts per created file.
 //!
 //! Inode numbers: FUSE's root is 1, the core's is `ROOT_INO` (3). The adapter swaps 1 and 3
 //! and passes every other number through, a bijection (core nids 1 and 2 are never used).
 //!
 //! How each request is answered:
 //! - lookup, getattr, setattr, readlink, mknod, mkdir, unlink, rmdir, symlink, rename
-//!   (flags NOREPLACE and EXCHANGE; WHITEOUT is EINVAL), link, open, read, write, release,
-//!   fsync, readdir, fsyncdir, statfs, set/get/list/removexattr, create, fallocate (modes
-//!   0, KEEP_SIZE and PUNCH_HOLE|KEEP_SIZE; others EOPNOTSUPP): by the core.
-//! - flush: nothing to do (data reaches the core on write; durability is fsync's job).
+//!   (flags NOREPLACE and EXCHANGE; WHITEOUT is EINVAL), link, read, write, fsync, readdir,
+//!   fsyncdir, statfs, set/get/list/removexattr, fallocate (modes 0, KEEP_SIZE and
+//!   PUNCH_HOLE|KEEP_SIZE; others EOPNOTSUPP): by the core.
+//! - open, create, release: where the kernel offers FUSE_NO_OPEN_SUPPORT (4.20 and later),
+//!   OPEN and CREATE answer ENOSYS, once each: the kernel then opens regular files itself
+//!   (fh 0, KEEP_CACHE), makes new ones with MKNOD, and sends no RELEASE, so a new file
+//!   costs LOOKUP + MKNOD instead of LOOKUP + CREATE + RELEASE, and opening an existing one
+//!   costs nothing. Elsewhere open and create open the inode in the core and release
+//!   closes it.
+//! - flush: ENOSYS, once: the kernel then never sends FLUSH again on this connection (data
+//!   reaches the core on write, durability is fsync's job, and POSIX locks are the
+//!   kernel's), which saves a synchronous round trip per close(2).
 //! - forget / batch_forget: drop the kernel pin of an unlinked inode, if any (the core does
 //!   not count kernel lookups otherwise).
 //! - opendir / releasedir: nothing to do (directories are not open-counted).
@@ -89,19 +102,128 @@ const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
 const XATTR_CREATE: i32 = 1;
 const XATTR_REPLACE: i32 = 2;
 
+/// The requests the adapter counts, one counter per FUSE opcode that reaches it (FORGET
+/// counts inodes, so a BATCH_FORGET of n inodes counts n).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Lookup,
+    Forget,
+    Getattr,
+    Setattr,
+    Readlink,
+    Symlink,
+    Mknod,
+    Mkdir,
+    Unlink,
+    Rmdir,
+    Rename,
+    Link,
+    Open,
+    Read,
+    Write,
+    Statfs,
+    Release,
+    Fsync,
+    Setxattr,
+    Getxattr,
+    Listxattr,
+    Removexattr,
+    Flush,
+    Opendir,
+    Readdir,
+    Releasedir,
+    Fsyncdir,
+    Access,
+    Create,
+    Fallocate,
+    /// lseek, copy_file_range, ioctl, bmap, poll, getlk, setlk (all answered without the core).
+    Other,
+}
+
+impl Op {
+    pub const ALL: [Op; 31] = [
+        Op::Lookup,
+        Op::Forget,
+        Op::Getattr,
+        Op::Setattr,
+        Op::Readlink,
+        Op::Symlink,
+        Op::Mknod,
+        Op::Mkdir,
+        Op::Unlink,
+        Op::Rmdir,
+        Op::Rename,
+        Op::Link,
+        Op::Open,
+        Op::Read,
+        Op::Write,
+        Op::Statfs,
+        Op::Release,
+        Op::Fsync,
+        Op::Setxattr,
+        Op::Getxattr,
+        Op::Listxattr,
+        Op::Removexattr,
+        Op::Flush,
+        Op::Opendir,
+        Op::Readdir,
+        Op::Releasedir,
+        Op::Fsyncdir,
+        Op::Access,
+        Op::Create,
+        Op::Fallocate,
+        Op::Other,
+    ];
+
+    /// The name in the unmount log (the opcode's name in lower case).
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Lookup => "lookup",
+            Op::Forget => "forget",
+            Op::Getattr => "getattr",
+            Op::Setattr => "setattr",
+            Op::Readlink => "readlink",
+            Op::Symlink => "symlink",
+            Op::Mknod => "mknod",
+            Op::Mkdir => "mkdir",
+            Op::Unlink => "unlink",
+            Op::Rmdir => "rmdir",
+            Op::Rename => "rename",
+            Op::Link => "link",
+            Op::Open => "open",
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Statfs => "statfs",
+            Op::Release => "release",
+            Op::Fsync => "fsync",
+            Op::Setxattr => "setxattr",
+            Op::Getxattr => "getxattr",
+            Op::Listxattr => "listxattr",
+            Op::Removexattr => "removexattr",
+            Op::Flush => "flush",
+            Op::Opendir => "opendir",
+            Op::Readdir => "readdir",
+            Op::Releasedir => "releasedir",
+            Op::Fsyncdir => "fsyncdir",
+            Op::Access => "access",
+            Op::Create => "create",
+            Op::Fallocate => "fallocate",
+            Op::Other => "other",
+        }
+    }
+}
+
 /// Requests served, by kind (logged at unmount): the counters behind the request-path
-/// measurements of docs/BENCHMARKS.md ("fio"). Relaxed atomics, no lock.
+/// measurements of docs/BENCHMARKS.md ("fio") and the request counts per created file that
+/// the mount tests check. Relaxed atomics, no lock.
 #[derive(Default, Debug)]
 pub struct RequestCounts {
-    pub write: AtomicU64,
+    /// One counter per [`Op`], indexed by `Op as usize`.
+    ops: [AtomicU64; Op::ALL.len()],
     pub write_bytes: AtomicU64,
     /// Wall time spent answering WRITE (copy into the core's cache, write-back when its
     /// dirty cap is reached).
     pub write_ns: AtomicU64,
-    pub getxattr: AtomicU64,
-    pub getattr: AtomicU64,
-    pub setattr: AtomicU64,
-    pub fsync: AtomicU64,
     /// Wall time spent answering FSYNC (write-back of the core's cache, log, device flush).
     pub fsync_ns: AtomicU64,
     /// setuid/setgid cleared for the kernel (HANDLE_KILLPRIV_V2: write, truncate, chown).
@@ -113,21 +235,43 @@ impl RequestCounts {
         c.fetch_add(1, Relaxed);
     }
 
-    /// One line for the log.
+    /// Count one request of kind `op`.
+    pub fn count(&self, op: Op) {
+        Self::bump(&self.ops[op as usize]);
+    }
+
+    /// Requests of kind `op` so far.
+    pub fn get(&self, op: Op) -> u64 {
+        self.ops[op as usize].load(Relaxed)
+    }
+
+    /// One line for the log: the write path's figures first (the bench copies this line
+    /// into its report), then every opcode seen.
     pub fn summary(&self) -> String {
         let g = |c: &AtomicU64| c.load(Relaxed);
+        let writes = self.get(Op::Write);
+        let per_op: Vec<String> = Op::ALL
+            .iter()
+            .filter(|&&op| self.get(op) > 0)
+            .map(|&op| format!("{} {}", op.name(), self.get(op)))
+            .collect();
         format!(
-            "FUSE requests: write {} ({:.1} MiB, {:.1} KiB each, {:.3} s), getxattr {}, getattr {}, setattr {}, fsync {} ({:.3} s); setuid/setgid cleared {} times",
-            g(&self.write),
+            "FUSE requests: write {} ({:.1} MiB, {:.1} KiB each, {:.3} s), getxattr {}, getattr {}, setattr {}, fsync {} ({:.3} s); setuid/setgid cleared {} times; by opcode: {}",
+            writes,
             g(&self.write_bytes) as f64 / (1 << 20) as f64,
-            g(&self.write_bytes) as f64 / 1024.0 / g(&self.write).max(1) as f64,
+            g(&self.write_bytes) as f64 / 1024.0 / writes.max(1) as f64,
             g(&self.write_ns) as f64 / 1e9,
-            g(&self.getxattr),
-            g(&self.getattr),
-            g(&self.setattr),
-            g(&self.fsync),
+            self.get(Op::Getxattr),
+            self.get(Op::Getattr),
+            self.get(Op::Setattr),
+            self.get(Op::Fsync),
             g(&self.fsync_ns) as f64 / 1e9,
             g(&self.suidgid_kills),
+            if per_op.is_empty() {
+                "none".to_string()
+            } else {
+                per_op.join(", ")
+            }
         )
     }
 }
@@ -177,6 +321,10 @@ pub struct FlashlogFuse {
     /// INIT negotiated HANDLE_KILLPRIV_V2: the kernel leaves clearing setuid/setgid on write,
     /// truncate and chown to us (and stops asking for security.capability before writes).
     killpriv: bool,
+    /// The kernel opens regular files itself (it offers FUSE_NO_OPEN_SUPPORT): OPEN and
+    /// CREATE are answered ENOSYS, after which it sends MKNOD for a new file and neither
+    /// OPEN nor RELEASE for any file; an unlinked open file is kept by its kernel pin.
+    kernel_opens: bool,
 }
 
 impl FlashlogFuse {
@@ -187,6 +335,7 @@ impl FlashlogFuse {
             pins: Mutex::new(HashSet::new()),
             counts: Arc::new(RequestCounts::default()),
             killpriv: false,
+            kernel_opens: false,
         }
     }
 
@@ -538,6 +687,14 @@ impl Filesystem for FlashlogFuse {
                 ),
             }
         }
+        // A kernel file system has no open or release round trip, and this one needs none:
+        // file handles carry no state (fh 0, KEEP_CACHE for every file, which is what the
+        // kernel assumes without OPEN), and an unlinked file stays alive through its kernel
+        // pin until FORGET, which the kernel sends only after the last close. So let the
+        // kernel open files itself where it can (see `open` and `create`).
+        self.kernel_opens = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
         if self.cfg.core.acl {
             // The kernel checks permissions against the ACLs (and turns default_permissions
             // on); the core keeps mode and ACLs in step and applies the umask or the parent's
@@ -564,6 +721,11 @@ impl Filesystem for FlashlogFuse {
         if self.killpriv {
             got.push("HANDLE_KILLPRIV_V2");
         }
+        if self.kernel_opens {
+            got.push("NO_OPEN_SUPPORT");
+        } else {
+            missing.push("NO_OPEN_SUPPORT");
+        }
         tracing::info!(
             "FUSE ABI {:?}; enabled {}; kernel lacks [{}]",
             config.kernel_abi(),
@@ -580,19 +742,21 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.counts.count(Op::Forget);
         if let Ok(ino) = core_ino(ino) {
             self.unpin(ino);
         }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.counts.count(Op::Lookup);
         let parent = ino!(reply, parent);
         let a = tri!(reply, self.fs.lookup(parent, name.as_bytes()));
         reply.entry(&TTL, &file_attr(&a), Generation(0));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        RequestCounts::bump(&self.counts.getattr);
+        self.counts.count(Op::Getattr);
         let ino = ino!(reply, ino);
         let a = tri!(reply, self.fs.getattr(ino));
         reply.attr(&TTL, &file_attr(&a));
@@ -616,7 +780,7 @@ impl Filesystem for FlashlogFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        RequestCounts::bump(&self.counts.setattr);
+        self.counts.count(Op::Setattr);
         let ino = ino!(reply, ino);
         // With the write-back cache the kernel sends mtime and ctime as explicit times and
         // only atime as "now"; its ctime is the "now" of this change, so UTIME_NOW gives
@@ -657,6 +821,7 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counts.count(Op::Readlink);
         let ino = ino!(reply, ino);
         let target = tri!(reply, self.fs.readlink(ino));
         reply.data(&target);
@@ -672,6 +837,7 @@ impl Filesystem for FlashlogFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.counts.count(Op::Mknod);
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
@@ -690,6 +856,7 @@ impl Filesystem for FlashlogFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.counts.count(Op::Mkdir);
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
@@ -705,6 +872,7 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.count(Op::Unlink);
         let parent = ino!(reply, parent);
         let pin = self.pin_victim(parent, name.as_bytes());
         if let Err(e) = self.fs.unlink(parent, name.as_bytes()) {
@@ -718,6 +886,7 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.count(Op::Rmdir);
         let parent = ino!(reply, parent);
         let pin = self.pin_victim(parent, name.as_bytes());
         if let Err(e) = self.fs.rmdir(parent, name.as_bytes()) {
@@ -738,6 +907,7 @@ impl Filesystem for FlashlogFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.counts.count(Op::Symlink);
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
@@ -762,6 +932,7 @@ impl Filesystem for FlashlogFuse {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Rename);
         let parent = ino!(reply, parent);
         let newparent = ino!(reply, newparent);
         let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
@@ -799,6 +970,7 @@ impl Filesystem for FlashlogFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.counts.count(Op::Link);
         let ino = ino!(reply, ino);
         let newparent = ino!(reply, newparent);
         let a = tri!(reply, self.fs.link(ino, newparent, newname.as_bytes()));
@@ -806,6 +978,13 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.count(Op::Open);
+        if self.kernel_opens {
+            // The kernel records `no_open` for the connection: it opens every regular file
+            // from now on without asking (FOPEN_KEEP_CACHE, fh 0) and sends no RELEASE.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         let ino = ino!(reply, ino);
         let a = tri!(reply, self.fs.open(ino));
         reply.opened(FileHandle(0), self.open_flags(&a));
@@ -822,6 +1001,7 @@ impl Filesystem for FlashlogFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.counts.count(Op::Read);
         let ino = ino!(reply, ino);
         let mut buf = vec![0u8; size as usize];
         let n = tri!(reply, self.fs.read(ino, offset, &mut buf));
@@ -840,7 +1020,7 @@ impl Filesystem for FlashlogFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        RequestCounts::bump(&self.counts.write);
+        self.counts.count(Op::Write);
         self.counts
             .write_bytes
             .fetch_add(data.len() as u64, Relaxed);
@@ -860,7 +1040,14 @@ impl Filesystem for FlashlogFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        self.counts.count(Op::Flush);
+        // Nothing to do here (data reaches the core on WRITE, and the kernel has already
+        // sent the dirty pages and times before FLUSH), so answer ENOSYS: the kernel then
+        // sets `no_flush` for the connection and stops sending FLUSH on every close(2), one
+        // synchronous round trip less per close. Its close path is otherwise unchanged: it
+        // still writes back the file's pages and times (`write_inode_now`) and reports their
+        // errors.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -873,6 +1060,12 @@ impl Filesystem for FlashlogFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Release);
+        if self.kernel_opens {
+            // Nothing was opened in the core (no RELEASE is expected at all; see `open`).
+            reply.ok();
+            return;
+        }
         let ino = ino!(reply, ino);
         tri!(reply, self.fs.release(ino));
         reply.ok();
@@ -886,7 +1079,7 @@ impl Filesystem for FlashlogFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        RequestCounts::bump(&self.counts.fsync);
+        self.counts.count(Op::Fsync);
         let ino = ino!(reply, ino);
         let t0 = std::time::Instant::now();
         let r = self.fs.fsync(ino, datasync);
@@ -894,6 +1087,23 @@ impl Filesystem for FlashlogFuse {
             .fsync_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
         tri!(reply, r);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.count(Op::Opendir);
+        reply.opened(FileHandle(0), FopenFlags::empty());
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.count(Op::Releasedir);
         reply.ok();
     }
 
@@ -905,6 +1115,7 @@ impl Filesystem for FlashlogFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.counts.count(Op::Readdir);
         let ino = ino!(reply, ino);
         let mut offset = offset;
         loop {
@@ -938,12 +1149,14 @@ impl Filesystem for FlashlogFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Fsyncdir);
         let ino = ino!(reply, ino);
         tri!(reply, self.fs.fsync(ino, datasync));
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.counts.count(Op::Statfs);
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks,
@@ -967,6 +1180,7 @@ impl Filesystem for FlashlogFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Setxattr);
         let ino = ino!(reply, ino);
         let mode = match flags {
             0 => XattrMode::Any,
@@ -985,13 +1199,14 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        RequestCounts::bump(&self.counts.getxattr);
+        self.counts.count(Op::Getxattr);
         let ino = ino!(reply, ino);
         let v = tri!(reply, self.fs.getxattr(ino, name.as_bytes()));
         reply_xattr(reply, &v, size);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.counts.count(Op::Listxattr);
         let ino = ino!(reply, ino);
         let names = tri!(reply, self.fs.listxattr(ino));
         let mut buf = Vec::new();
@@ -1003,12 +1218,14 @@ impl Filesystem for FlashlogFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.count(Op::Removexattr);
         let ino = ino!(reply, ino);
         tri!(reply, self.fs.removexattr(ino, name.as_bytes()));
         reply.ok();
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.counts.count(Op::Access);
         let ino = ino!(reply, ino);
         let a = tri!(reply, self.fs.getattr(ino));
         let want = mask.bits() as u32 & 0o7;
@@ -1045,6 +1262,14 @@ impl Filesystem for FlashlogFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        self.counts.count(Op::Create);
+        if self.kernel_opens {
+            // The kernel records `no_create` and makes the file with MKNOD (same mode, umask
+            // and ACL inheritance: `mknod`), then opens it itself: LOOKUP + MKNOD per new
+            // file instead of LOOKUP + CREATE + RELEASE.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         let parent = ino!(reply, parent);
         let a = tri!(
             reply,
@@ -1076,6 +1301,7 @@ impl Filesystem for FlashlogFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Fallocate);
         let ino = ino!(reply, ino);
         let m = match mode {
             0 => FallocMode::Allocate,
@@ -1101,6 +1327,7 @@ impl Filesystem for FlashlogFuse {
         _whence: i32,
         reply: fuser::ReplyLseek,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1117,6 +1344,7 @@ impl Filesystem for FlashlogFuse {
         _flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1131,6 +1359,7 @@ impl Filesystem for FlashlogFuse {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
+        self.counts.count(Op::Other);
         // No ioctls: what the caller gets for an unknown one on any file system.
         reply.error(Errno::ENOTTY);
     }
@@ -1143,6 +1372,7 @@ impl Filesystem for FlashlogFuse {
         _idx: u64,
         reply: fuser::ReplyBmap,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1156,6 +1386,7 @@ impl Filesystem for FlashlogFuse {
         _flags: fuser::PollFlags,
         reply: fuser::ReplyPoll,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1171,6 +1402,7 @@ impl Filesystem for FlashlogFuse {
         _pid: u32,
         reply: fuser::ReplyLock,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -1187,6 +1419,7 @@ impl Filesystem for FlashlogFuse {
         _sleep: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.count(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 }
@@ -1205,6 +1438,23 @@ fn reply_xattr(reply: ReplyXattr, data: &[u8], size: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_op_is_counted_under_its_own_name() {
+        for (i, op) in Op::ALL.iter().enumerate() {
+            assert_eq!(*op as usize, i, "{op:?} is not at its own index");
+        }
+        let names: HashSet<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+        assert_eq!(names.len(), Op::ALL.len());
+        let c = RequestCounts::default();
+        c.count(Op::Create);
+        c.count(Op::Create);
+        c.count(Op::Flush);
+        assert_eq!(c.get(Op::Create), 2);
+        let s = c.summary();
+        assert!(s.starts_with("FUSE requests: write 0 "), "{s}");
+        assert!(s.ends_with("by opcode: flush 1, create 2"), "{s}");
+    }
 
     #[test]
     fn inode_numbers_are_a_bijection() {
