@@ -69,7 +69,7 @@ pub struct FsInner {
     pub poison: Mutex<Option<String>>,
     pub poisoned: AtomicBool,
     /// A checkpoint pre-pass (`writeback_before_checkpoint`) is running.
-    pub prepass_running: AtomicBool,
+    pub prepass: Mutex<()>,
     pub stats: Stats,
     /// Where the next victim search starts (shared, updated without a lock).
     pub gc_cursor: AtomicU64,

@@ -48,9 +48,12 @@ pub enum Point {
     /// A file cell waited for by the flusher (`flush.rs`: only in a round after one that
     /// wrote nothing; otherwise it skips busy files).
     CellFlusher,
+    /// A thread about to checkpoint waiting for another thread's checkpoint pre-pass
+    /// (`writeback_before_checkpoint`) instead of running its own.
+    Prepass,
 }
 
-pub const POINTS: [(Point, &str); 13] = [
+pub const POINTS: [(Point, &str); 14] = [
     (Point::OpShared, "op_lock_shared"),
     (Point::OpExclusive, "op_lock_checkpoint"),
     (Point::Cell, "file_cell"),
@@ -64,6 +67,7 @@ pub const POINTS: [(Point, &str); 13] = [
     (Point::CellGc, "file_cell_gc"),
     (Point::CellCheckpoint, "file_cell_checkpoint"),
     (Point::CellFlusher, "file_cell_flusher"),
+    (Point::Prepass, "checkpoint_prepass"),
 ];
 
 struct Counter {
