@@ -70,6 +70,9 @@ pub struct FsInner {
     pub poisoned: AtomicBool,
     /// A checkpoint pre-pass (`writeback_before_checkpoint`) is running.
     pub prepass: Mutex<()>,
+    /// `gc=device`: a thread is running the discard trigger's checkpoint
+    /// (`device_discard_due`).
+    pub discard_checkpoint_running: AtomicBool,
     pub stats: Stats,
     /// Where the next victim search starts (shared, updated without a lock).
     pub gc_cursor: AtomicU64,
