@@ -68,7 +68,9 @@ pub struct FsInner {
     pub dirty_nodes: crate::stats::Counter,
     pub poison: Mutex<Option<String>>,
     pub poisoned: AtomicBool,
-    /// A checkpoint pre-pass (`writeback_before_checkpoint`) is running.
+    /// Held by the checkpoint pre-pass (`writeback_before_checkpoint`) while it runs: one
+    /// at a time. Taken with no lock held or under `gc_lock`; held while the pass takes the
+    /// op lock (shared) and cells, never while taking `gc_lock`.
     pub prepass: Mutex<()>,
     /// `gc=device`: a thread is running the discard trigger's checkpoint
     /// (`device_discard_due`).
