@@ -363,54 +363,12 @@ mod tests {
         pool.stop();
     }
 
-    /// A RAM device whose writes wait until the gate opens.
-    struct Gated {
-        inner: RamDevice,
-        open: Mutex<bool>,
-        cv: Condvar,
-    }
-
-    impl BlockDevice for Gated {
-        fn capabilities(&self) -> &flashlog_dev::Capabilities {
-            self.inner.capabilities()
-        }
-        fn read(&self, a: u64, b: &mut [u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-            self.inner.read(a, b)
-        }
-        fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-            self.write_hinted(a, b, WriteHint::None)
-        }
-        fn write_hinted(
-            &self,
-            a: u64,
-            b: &[u8],
-            hint: WriteHint,
-        ) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-            let mut o = self.open.lock();
-            while !*o {
-                self.cv.wait(&mut o);
-            }
-            drop(o);
-            self.inner.write_hinted(a, b, hint)
-        }
-        fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-            self.inner.discard(a, n)
-        }
-        fn flush(&self) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-            self.inner.flush()
-        }
-    }
-
     /// Submitting never waits for the device (a log head is held then); `throttle`, called
     /// with the head released, waits until the queue is below its bound. The device is
     /// stalled: before, the 33rd submit blocked right there.
     #[test]
     fn submit_never_waits_and_throttle_applies_back_pressure() {
-        let dev = Arc::new(Gated {
-            inner: RamDevice::new(4096),
-            open: Mutex::new(false),
-            cv: Condvar::new(),
-        });
+        let dev = Arc::new(flashlog_dev::Gated::new(RamDevice::new(4096), false));
         let pool = IoPool::new(dev.clone(), 1);
         for i in 0..MAX_INFLIGHT as u64 + 8 {
             pool.submit(i, filled(i as u8, BLOCK_SIZE), WriteHint::Data)
@@ -428,8 +386,7 @@ mod tests {
         });
         std::thread::sleep(std::time::Duration::from_millis(50));
         released.store(true, Ordering::SeqCst);
-        *dev.open.lock() = true;
-        dev.cv.notify_all();
+        dev.set_open(true);
         t.join().unwrap();
         assert!(pool.inflight.load(Ordering::Acquire) < MAX_INFLIGHT);
         pool.wait_idle().unwrap();

@@ -183,51 +183,6 @@ fn flusher_with_overwrite_truncate_and_fsync_keeps_contents_exact() {
     remount_and_check(dev, fs, &files);
 }
 
-/// A RAM device whose writes wait while the gate is closed (a stalled device).
-struct Gated {
-    inner: RamDevice,
-    open: parking_lot::Mutex<bool>,
-    cv: parking_lot::Condvar,
-}
-
-impl Gated {
-    fn set_open(&self, open: bool) {
-        *self.open.lock() = open;
-        self.cv.notify_all();
-    }
-}
-
-impl BlockDevice for Gated {
-    fn capabilities(&self) -> &flashlog_dev::Capabilities {
-        self.inner.capabilities()
-    }
-    fn read(&self, a: u64, b: &mut [u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.inner.read(a, b)
-    }
-    fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.write_hinted(a, b, flashlog_dev::WriteHint::None)
-    }
-    fn write_hinted(
-        &self,
-        a: u64,
-        b: &[u8],
-        hint: flashlog_dev::WriteHint,
-    ) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        let mut o = self.open.lock();
-        while !*o {
-            self.cv.wait(&mut o);
-        }
-        drop(o);
-        self.inner.write_hinted(a, b, hint)
-    }
-    fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.inner.discard(a, n)
-    }
-    fn flush(&self) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.inner.flush()
-    }
-}
-
 /// The device stalls while the flusher writes a file back: the log-write queue fills
 /// (`io::MAX_INFLIGHT` buffers) and the flusher waits for room. The file's own writer must
 /// still be able to write into it: the flusher waits for the device after releasing the
@@ -242,11 +197,10 @@ fn a_writer_writes_while_the_flusher_waits_for_the_device() {
     use std::sync::mpsc::channel;
     use std::time::{Duration, Instant};
     let cap = 16u64 << 20;
-    let dev = Arc::new(Gated {
-        inner: RamDevice::new((256u64 << 20) / BS),
-        open: parking_lot::Mutex::new(true),
-        cv: parking_lot::Condvar::new(),
-    });
+    let dev = Arc::new(flashlog_dev::Gated::new(
+        RamDevice::new((256u64 << 20) / BS),
+        true,
+    ));
     let bd: Arc<dyn BlockDevice> = dev.clone();
     Fs::mkfs(bd.clone(), &MkfsOptions::default()).unwrap();
     let fs = Arc::new(Fs::mount(bd.clone(), opts(cap)).unwrap());

@@ -20,12 +20,14 @@
 //! holding a lock).
 
 mod file;
+mod gated;
 mod hint;
 mod ram;
 mod sim;
 mod upcall;
 
 pub use file::{FileDevice, DIRECT_ALIGN};
+pub use gated::Gated;
 pub use hint::{HintLog, HintedWrite};
 pub use ram::RamDevice;
 pub use sim::{CrashMode, SimDevice, SimOp};
