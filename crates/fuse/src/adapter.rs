@@ -141,75 +141,45 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 31] = [
-        Op::Lookup,
-        Op::Forget,
-        Op::Getattr,
-        Op::Setattr,
-        Op::Readlink,
-        Op::Symlink,
-        Op::Mknod,
-        Op::Mkdir,
-        Op::Unlink,
-        Op::Rmdir,
-        Op::Rename,
-        Op::Link,
-        Op::Open,
-        Op::Read,
-        Op::Write,
-        Op::Statfs,
-        Op::Release,
-        Op::Fsync,
-        Op::Setxattr,
-        Op::Getxattr,
-        Op::Listxattr,
-        Op::Removexattr,
-        Op::Flush,
-        Op::Opendir,
-        Op::Readdir,
-        Op::Releasedir,
-        Op::Fsyncdir,
-        Op::Access,
-        Op::Create,
-        Op::Fallocate,
-        Op::Other,
+    /// Every op with its name in the unmount log (the opcode's name in lower case), indexed
+    /// by `Op as usize`.
+    pub const ALL: [(Op, &'static str); 31] = [
+        (Op::Lookup, "lookup"),
+        (Op::Forget, "forget"),
+        (Op::Getattr, "getattr"),
+        (Op::Setattr, "setattr"),
+        (Op::Readlink, "readlink"),
+        (Op::Symlink, "symlink"),
+        (Op::Mknod, "mknod"),
+        (Op::Mkdir, "mkdir"),
+        (Op::Unlink, "unlink"),
+        (Op::Rmdir, "rmdir"),
+        (Op::Rename, "rename"),
+        (Op::Link, "link"),
+        (Op::Open, "open"),
+        (Op::Read, "read"),
+        (Op::Write, "write"),
+        (Op::Statfs, "statfs"),
+        (Op::Release, "release"),
+        (Op::Fsync, "fsync"),
+        (Op::Setxattr, "setxattr"),
+        (Op::Getxattr, "getxattr"),
+        (Op::Listxattr, "listxattr"),
+        (Op::Removexattr, "removexattr"),
+        (Op::Flush, "flush"),
+        (Op::Opendir, "opendir"),
+        (Op::Readdir, "readdir"),
+        (Op::Releasedir, "releasedir"),
+        (Op::Fsyncdir, "fsyncdir"),
+        (Op::Access, "access"),
+        (Op::Create, "create"),
+        (Op::Fallocate, "fallocate"),
+        (Op::Other, "other"),
     ];
 
-    /// The name in the unmount log (the opcode's name in lower case).
+    /// The name in the unmount log.
     pub fn name(self) -> &'static str {
-        match self {
-            Op::Lookup => "lookup",
-            Op::Forget => "forget",
-            Op::Getattr => "getattr",
-            Op::Setattr => "setattr",
-            Op::Readlink => "readlink",
-            Op::Symlink => "symlink",
-            Op::Mknod => "mknod",
-            Op::Mkdir => "mkdir",
-            Op::Unlink => "unlink",
-            Op::Rmdir => "rmdir",
-            Op::Rename => "rename",
-            Op::Link => "link",
-            Op::Open => "open",
-            Op::Read => "read",
-            Op::Write => "write",
-            Op::Statfs => "statfs",
-            Op::Release => "release",
-            Op::Fsync => "fsync",
-            Op::Setxattr => "setxattr",
-            Op::Getxattr => "getxattr",
-            Op::Listxattr => "listxattr",
-            Op::Removexattr => "removexattr",
-            Op::Flush => "flush",
-            Op::Opendir => "opendir",
-            Op::Readdir => "readdir",
-            Op::Releasedir => "releasedir",
-            Op::Fsyncdir => "fsyncdir",
-            Op::Access => "access",
-            Op::Create => "create",
-            Op::Fallocate => "fallocate",
-            Op::Other => "other",
-        }
+        Op::ALL[self as usize].1
     }
 }
 
@@ -252,8 +222,8 @@ impl RequestCounts {
         let writes = self.get(Op::Write);
         let per_op: Vec<String> = Op::ALL
             .iter()
-            .filter(|&&op| self.get(op) > 0)
-            .map(|&op| format!("{} {}", op.name(), self.get(op)))
+            .filter(|&&(op, _)| self.get(op) > 0)
+            .map(|&(op, name)| format!("{name} {}", self.get(op)))
             .collect();
         format!(
             "FUSE requests: write {} ({:.1} MiB, {:.1} KiB each, {:.3} s), getxattr {}, getattr {}, setattr {}, fsync {} ({:.3} s); setuid/setgid cleared {} times; by opcode: {}",
@@ -1441,10 +1411,10 @@ mod tests {
 
     #[test]
     fn every_op_is_counted_under_its_own_name() {
-        for (i, op) in Op::ALL.iter().enumerate() {
-            assert_eq!(*op as usize, i, "{op:?} is not at its own index");
+        for (i, &(op, _)) in Op::ALL.iter().enumerate() {
+            assert_eq!(op as usize, i, "{op:?} is not at its own index");
         }
-        let names: HashSet<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+        let names: HashSet<&str> = Op::ALL.iter().map(|o| o.1).collect();
         assert_eq!(names.len(), Op::ALL.len());
         let c = RequestCounts::default();
         c.count(Op::Create);
