@@ -382,7 +382,7 @@ pub(crate) fn build(
         orphans: Mutex::new(Default::default()),
         alloc_blocks: crate::space::UserBlocks::new(user_blocks, 0),
         prepass: Mutex::new(()),
-        discard_checkpoint_running: AtomicBool::new(false),
+        discard_checkpoint: Mutex::new(()),
         valid_nodes: Default::default(),
         valid_inodes: Default::default(),
         dirty_pages: Default::default(),

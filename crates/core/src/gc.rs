@@ -606,7 +606,7 @@ impl FsInner {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         let slack = self.space_slack_secs();
         let space = &self.seg.space;
-        space.headroom_below(space.app_floor() + (slack * per_sec) as i64)
+        space.shortfall(space.app_floor() + (slack * per_sec) as i64) > 0
     }
 
     /// gc=device: the device learns what died only from the discards that follow a durable
@@ -629,16 +629,9 @@ impl FsInner {
         // One thread checkpoints; the others go on writing (they stop for its exclusive
         // section only). With every writer that found it due waiting for it, 16 writers
         // waited 61 s per 10 s run, first for its pre-pass, then for the cleaning lock.
-        if fs.discard_checkpoint_running.swap(true, Ordering::AcqRel) {
+        let Some(_one) = fs.discard_checkpoint.try_lock() else {
             return Ok(());
-        }
-        struct Running<'a>(&'a std::sync::atomic::AtomicBool);
-        impl Drop for Running<'_> {
-            fn drop(&mut self) {
-                self.0.store(false, Ordering::Release);
-            }
-        }
-        let _running = Running(&fs.discard_checkpoint_running);
+        };
         fs.writeback_before_checkpoint()?;
         let _gc = fs.gc_lock.lock();
         if due() {
@@ -663,14 +656,7 @@ impl FsInner {
         let slack = self.space_slack_secs();
         let base = self.seg.reserve_sections() + dirty.div_ceil(per_sec) + slack;
         let space = &self.seg.space;
-        let line = space.app_floor() + (slack * per_sec) as i64;
-        // `H_g` first (one load on every operation); the slot caches only near the line.
-        let short = line - space.headroom_global();
-        let short = if short > 0 {
-            line - space.headroom()
-        } else {
-            short
-        };
+        let short = space.shortfall(space.app_floor() + (slack * per_sec) as i64);
         if short > 0 {
             base.max(self.seg.free_sections() + (short as u64).div_ceil(per_sec))
         } else {

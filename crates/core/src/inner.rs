@@ -72,9 +72,10 @@ pub struct FsInner {
     /// at a time. Taken with no lock held or under `gc_lock`; held while the pass takes the
     /// op lock (shared) and cells, never while taking `gc_lock`.
     pub prepass: Mutex<()>,
-    /// `gc=device`: a thread is running the discard trigger's checkpoint
-    /// (`device_discard_due`).
-    pub discard_checkpoint_running: AtomicBool,
+    /// `gc=device`: held by the thread running the discard trigger's checkpoint
+    /// (`device_discard_due`; others find it held and go on). Taken with no lock held,
+    /// before the pre-pass and `gc_lock`.
+    pub discard_checkpoint: Mutex<()>,
     pub stats: Stats,
     /// Where the next victim search starts (shared, updated without a lock).
     pub gc_cursor: AtomicU64,

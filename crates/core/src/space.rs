@@ -107,15 +107,131 @@ fn global_rmw() {
     GLOBAL_RMW.with(|c| c.set(c.get() + 1));
 }
 
+/// A count of available blocks split into a global atomic and per-slot caches of blocks
+/// already taken out of it (module comment): `total = global + sum(caches)`. The caches are
+/// used while `global >= cache_floor`; below it every call is exact. The space budget's
+/// headroom and the user blocks' free count are each one.
+struct Split {
+    global: CachePadded<AtomicI64>,
+    cache: SlotCache,
+    /// `global` at or above which the caches are used.
+    cache_floor: i64,
+}
+
+impl Split {
+    /// `avail` blocks; the caches are used while `global` is at least `margin` plus all
+    /// the caches may hold.
+    fn new(avail: i64, margin: i64) -> Self {
+        let cache = SlotCache::new(SLOT_CACHE_BLOCKS);
+        Split {
+            global: CachePadded::new(AtomicI64::new(avail)),
+            cache_floor: margin + cache.max_total() as i64,
+            cache,
+        }
+    }
+
+    fn global(&self) -> i64 {
+        self.global.load(Ordering::Acquire)
+    }
+
+    /// The exact count (sums the caches).
+    fn total(&self) -> i64 {
+        self.global() + self.cache.total() as i64
+    }
+
+    /// `global += d`, counted for the tests; returns the value before.
+    fn add(&self, d: i64) -> i64 {
+        global_rmw();
+        self.global.fetch_add(d, Ordering::AcqRel)
+    }
+
+    /// The caches may serve `n` blocks: `global` is well above every floor.
+    fn usable(&self, n: u64) -> bool {
+        self.global.load(Ordering::Relaxed) >= self.cache_floor + n as i64
+    }
+
+    /// `global -= n` if it stays at or above `floor`.
+    fn take_global(&self, n: i64, floor: i64) -> bool {
+        let ok = self
+            .global
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                (cur - n >= floor).then_some(cur - n)
+            })
+            .is_ok();
+        if ok {
+            global_rmw();
+        }
+        ok
+    }
+
+    /// `n` blocks from this thread's cache, without refilling it.
+    fn take_from_cache(&self, n: u64) -> bool {
+        n <= self.cache.cap() && self.usable(n) && self.cache.take(n)
+    }
+
+    /// `n` blocks from this thread's cache, refilled with half a cache from `global` if
+    /// short (and `global` stays at or above the cache floor).
+    fn take_cached(&self, n: u64) -> bool {
+        if self.take_from_cache(n) {
+            return true;
+        }
+        let half = self.cache.cap() / 2;
+        if n > self.cache.cap()
+            || !self.usable(n)
+            || !self.take_global((n + half) as i64, self.cache_floor)
+        {
+            return false;
+        }
+        let over = self.cache.put(half);
+        if over > 0 {
+            self.add(over as i64);
+        }
+        true
+    }
+
+    /// Move this thread's cache back to `global` (an exact call: the caches are not in use
+    /// below their floor).
+    fn return_mine(&self) {
+        let mine = self.cache.drain_mine();
+        if mine > 0 {
+            self.add(mine as i64);
+        }
+    }
+
+    /// Move every cache back to `global`; returns the blocks moved.
+    fn drain_all(&self) -> i64 {
+        let d = self.cache.drain_all() as i64;
+        if d > 0 {
+            self.add(d);
+        }
+        d
+    }
+
+    /// `n` blocks leaving at least `floor`: cached when the caches are in use, else exact,
+    /// and refused only after every cache is back in `global`.
+    fn take(&self, n: u64, floor: i64) -> bool {
+        if self.take_cached(n) {
+            return true;
+        }
+        self.return_mine();
+        let n = n as i64;
+        self.take_global(n, floor) || (self.drain_all() > 0 && self.take_global(n, floor))
+    }
+
+    /// `n` blocks back: into this thread's cache while the caches are in use.
+    fn give(&self, n: u64) {
+        let over = if self.usable(0) { self.cache.put(n) } else { n };
+        if over > 0 {
+            self.add(over as i64);
+        }
+    }
+}
+
 pub struct SpaceBudget {
     /// Blocks per section.
     bps: i64,
-    /// `H_g` above: `H` less what the slot caches hold.
-    headroom: CachePadded<AtomicI64>,
-    /// Blocks taken out of `H_g` by thread slots (module comment).
-    cache: SlotCache,
-    /// `H_g` at or above which the caches are used.
-    cache_floor: i64,
+    /// `H`: `H_g` (its `global`) and the slot caches.
+    headroom: Split,
     /// Blocks an application operation must leave: one cleaning victim's reservation.
     app_floor: i64,
     /// Blocks charged with no allowance while `H` was below zero (an accounting bug if
@@ -137,12 +253,9 @@ impl SpaceBudget {
     /// A budget over `free_secs` free sections of `bps` blocks, heads already using
     /// `used` blocks.
     pub fn new(bps: u64, free_secs: u64, used: u64) -> Self {
-        let cache = SlotCache::new(SLOT_CACHE_BLOCKS);
         SpaceBudget {
             bps: bps as i64,
-            headroom: CachePadded::new(AtomicI64::new((free_secs * bps) as i64 - used as i64)),
-            cache_floor: 4 * bps as i64 + cache.max_total() as i64,
-            cache,
+            headroom: Split::new((free_secs * bps) as i64 - used as i64, 4 * bps as i64),
             app_floor: 2 * bps as i64,
             overcommit_blocks: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
@@ -168,21 +281,18 @@ impl SpaceBudget {
         if held > target {
             let give = held - target;
             self.recovery_held.fetch_sub(give, Ordering::AcqRel);
-            self.headroom.fetch_add(give, Ordering::AcqRel);
+            self.headroom.global.fetch_add(give, Ordering::AcqRel);
             return;
         }
         let mut want = target - held;
         if want > 0 {
             // Owed: what the caches hold is headroom too, and none of it may be lent now.
-            let cached = self.cache.drain_all();
-            if cached > 0 {
-                self.headroom.fetch_add(cached as i64, Ordering::AcqRel);
-            }
+            self.headroom.drain_all();
         }
-        let mut cur = self.headroom.load(Ordering::Acquire);
+        let mut cur = self.headroom.global.load(Ordering::Acquire);
         while want > 0 && cur > 0 {
             let take = want.min(cur);
-            match self.headroom.compare_exchange_weak(
+            match self.headroom.global.compare_exchange_weak(
                 cur,
                 cur - take,
                 Ordering::AcqRel,
@@ -202,7 +312,7 @@ impl SpaceBudget {
     /// heads): the head move claims its sections from it.
     pub fn lend_recovery_reserve(&self) {
         let held = self.recovery_held.swap(0, Ordering::AcqRel);
-        self.headroom.fetch_add(held, Ordering::AcqRel);
+        self.headroom.global.fetch_add(held, Ordering::AcqRel);
     }
 
     /// Blocks the recovery reserve holds now and blocks it is still owed.
@@ -219,67 +329,32 @@ impl SpaceBudget {
     /// Current headroom `H` in blocks (negative only after an overcommit); sums the slot
     /// caches.
     pub fn headroom(&self) -> i64 {
-        self.headroom.load(Ordering::Acquire) + self.cache.total() as i64
+        self.headroom.total()
     }
 
     /// `H_g`: the headroom less what the slot caches hold (one load; `H` is at least this
     /// and at most `SLOT_CACHE_BLOCKS` per slot more).
     pub fn headroom_global(&self) -> i64 {
-        self.headroom.load(Ordering::Acquire)
+        self.headroom.global()
     }
 
-    /// Whether `headroom() < line`, reading the caches only when `H_g` is below it.
-    pub fn headroom_below(&self, line: i64) -> bool {
-        self.headroom_global() < line && self.headroom() < line
-    }
-
-    /// `H_g += d`, counted for the tests.
-    fn global_add(&self, d: i64) -> i64 {
-        global_rmw();
-        self.headroom.fetch_add(d, Ordering::AcqRel)
-    }
-
-    /// The slot caches may serve `n` blocks: `H_g` is well above every floor.
-    fn caches_usable(&self, n: u64) -> bool {
-        self.headroom.load(Ordering::Relaxed) >= self.cache_floor + n as i64
-    }
-
-    /// Take `n` blocks for this thread and half a cache more for its slot out of `H_g`,
-    /// if `H_g` stays at or above the cache floor.
-    fn refill(&self, n: u64) -> bool {
-        let half = self.cache.cap() / 2;
-        if !self.reserve_global((n + half) as i64, self.cache_floor) {
-            return false;
+    /// How far `H` is below `line` (`> 0`: short), summing the caches only when `H_g` is
+    /// below it (the per-operation checks, `budget_short` and `space_target`).
+    pub fn shortfall(&self, line: i64) -> i64 {
+        let short = line - self.headroom_global();
+        if short > 0 {
+            line - self.headroom()
+        } else {
+            short
         }
-        let over = self.cache.put(half);
-        if over > 0 {
-            self.global_add(over as i64);
-        }
-        true
-    }
-
-    /// `H_g -= n` if it stays at or above `floor`.
-    fn reserve_global(&self, n: i64, floor: i64) -> bool {
-        let ok = self
-            .headroom
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-                (cur - n >= floor).then_some(cur - n)
-            })
-            .is_ok();
-        if ok {
-            global_rmw();
-        }
-        ok
     }
 
     /// Move every cache's blocks back to `H_g` (before a refusal; settles the recovery
     /// reserve if it is owed). Returns whether there were any.
     fn drain_caches(&self) -> bool {
-        let d = self.cache.drain_all();
-        if d == 0 {
+        if self.headroom.drain_all() == 0 {
             return false;
         }
-        self.global_add(d as i64);
         if self.recovery_reserve().1 > 0 {
             self.settle_recovery_reserve();
         }
@@ -293,7 +368,9 @@ impl SpaceBudget {
 
     /// Free sections changed by `secs` (claim: -1, release after a checkpoint: +n).
     pub fn sections_changed(&self, secs: i64) {
-        self.headroom.fetch_add(secs * self.bps, Ordering::AcqRel);
+        self.headroom
+            .global
+            .fetch_add(secs * self.bps, Ordering::AcqRel);
         if secs > 0 {
             self.released.fetch_add(secs as u64, Ordering::AcqRel);
             self.settle_recovery_reserve();
@@ -308,7 +385,7 @@ impl SpaceBudget {
     /// The heads' `used` sum changed by `delta` blocks.
     pub fn used_changed(&self, delta: i64) {
         if delta != 0 {
-            self.headroom.fetch_sub(delta, Ordering::AcqRel);
+            self.headroom.global.fetch_sub(delta, Ordering::AcqRel);
         }
     }
 
@@ -343,21 +420,16 @@ impl SpaceBudget {
     }
 
     fn try_reserve_above(&self, n: u64, floor: i64, victim: bool) -> Option<Allowance<'_>> {
-        let cached = !victim
-            && floor == self.app_floor
-            && n <= self.cache.cap()
-            && self.caches_usable(n)
-            && (self.cache.take(n) || self.refill(n));
+        let h = &self.headroom;
+        let cached = !victim && floor == self.app_floor && h.take_cached(n);
         if !cached {
-            // Exact: this slot's cache goes back first (the caches are not in use below
-            // their floor), and a refusal only after every cache is back in `H_g`.
-            let mine = self.cache.drain_mine();
-            if mine > 0 {
-                self.global_add(mine as i64);
-            }
+            // Exact: this slot's cache goes back first, and a refusal only after every
+            // cache is back in `H_g` (as `Split::take`, with the recovery reserve settled
+            // in between when it is owed).
+            h.return_mine();
             let n_i = n as i64;
-            let granted = self.reserve_global(n_i, floor)
-                || (self.drain_caches() && self.reserve_global(n_i, floor));
+            let granted =
+                h.take_global(n_i, floor) || (self.drain_caches() && h.take_global(n_i, floor));
             if !granted {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
                 return None;
@@ -385,18 +457,13 @@ impl SpaceBudget {
                 n
             }
         });
-        if rest == 0
-            || (rest <= self.cache.cap() && self.caches_usable(rest) && self.cache.take(rest))
-        {
+        if rest == 0 || self.headroom.take_from_cache(rest) {
             return;
         }
-        let before = self.global_add(-(rest as i64));
+        let before = self.headroom.add(-(rest as i64));
         if before < rest as i64 {
             // Below zero in `H_g`: the caches' blocks count before it is an overcommit.
-            let cached = self.cache.drain_all() as i64;
-            if cached > 0 {
-                self.global_add(cached);
-            }
+            let cached = self.headroom.drain_all();
             let below = (rest as i64 - before.max(0) - cached).max(0);
             if below > 0 {
                 self.overcommit_blocks
@@ -408,14 +475,7 @@ impl SpaceBudget {
     /// `n` blocks of debt dropped without being written (truncate, unlink), or a block
     /// written into a hole of a used section (SSR).
     pub fn refund(&self, n: u64) {
-        let over = if self.caches_usable(0) {
-            self.cache.put(n)
-        } else {
-            n
-        };
-        if over > 0 {
-            self.global_add(over as i64);
-        }
+        self.headroom.give(n);
     }
 
     /// Give back what this thread's allowance on this budget holds beyond `keep` blocks (a
@@ -455,8 +515,8 @@ impl SpaceBudget {
 /// the checkpoint's valid-block count), with per-slot caches of blocks counted as in use
 /// but not yet handed out (module comment). `count = exact + sum(caches)`.
 pub struct UserBlocks {
-    count: CachePadded<AtomicU64>,
-    cache: SlotCache,
+    /// Blocks not in use (`limit - used`), split into `global` and the slot caches.
+    avail: Split,
     limit: u64,
 }
 
@@ -464,92 +524,42 @@ impl UserBlocks {
     /// `limit` blocks of user space, `used` of them in use.
     pub fn new(limit: u64, used: u64) -> Self {
         UserBlocks {
-            count: CachePadded::new(AtomicU64::new(used)),
-            cache: SlotCache::new(SLOT_CACHE_BLOCKS),
+            avail: Split::new(limit as i64 - used as i64, 0),
             limit,
-        }
-    }
-
-    /// The caches may serve `n` blocks: the count is at least what they may hold away
-    /// from the limit.
-    fn caches_usable(&self, n: u64) -> bool {
-        self.count.load(Ordering::Relaxed) + n + self.cache.max_total() <= self.limit
-    }
-
-    fn add_below(&self, n: u64, limit: u64) -> bool {
-        let ok = self
-            .count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-                (cur + n <= limit).then_some(cur + n)
-            })
-            .is_ok();
-        if ok {
-            global_rmw();
-        }
-        ok
-    }
-
-    fn give_back(&self, n: u64) {
-        if n > 0 {
-            global_rmw();
-            self.count.fetch_sub(n, Ordering::AcqRel);
         }
     }
 
     /// Take `n` blocks; ENOSPC only when, with every cache drained, the limit is reached.
     pub fn reserve(&self, n: u64) -> Result<()> {
-        if n <= self.cache.cap() && self.caches_usable(n) {
-            if self.cache.take(n) {
-                return Ok(());
-            }
-            let half = self.cache.cap() / 2;
-            if self.add_below(n + half, self.limit.saturating_sub(self.cache.max_total())) {
-                let over = self.cache.put(half);
-                self.give_back(over);
-                return Ok(());
-            }
+        if self.avail.take(n, 0) {
+            Ok(())
+        } else {
+            Err(Error::NoSpace)
         }
-        self.give_back(self.cache.drain_mine());
-        if self.add_below(n, self.limit) {
-            return Ok(());
-        }
-        let cached = self.cache.drain_all();
-        if cached > 0 {
-            self.give_back(cached);
-            if self.add_below(n, self.limit) {
-                return Ok(());
-            }
-        }
-        Err(Error::NoSpace)
     }
 
     /// `n` blocks are no longer in use.
     pub fn release(&self, n: u64) {
-        let over = if self.caches_usable(0) {
-            self.cache.put(n)
-        } else {
-            n
-        };
-        self.give_back(over);
+        self.avail.give(n);
     }
 
     /// Blocks in use, without limit check (roll-forward adopting blocks).
     pub fn add(&self, n: u64) {
-        self.count.fetch_add(n, Ordering::AcqRel);
+        self.avail.global.fetch_sub(n as i64, Ordering::AcqRel);
     }
 
     /// Blocks in use now: exact when nothing reserves or releases at the same time (the
     /// checkpoint, which excludes every operation); otherwise within one refill.
     pub fn used(&self) -> u64 {
-        self.count
-            .load(Ordering::Acquire)
-            .saturating_sub(self.cache.total())
+        (self.limit as i64 - self.avail.total()).max(0) as u64
     }
 
     /// Set the count (mount, mkfs: nothing else runs).
     pub fn set(&self, used: u64) {
-        self.cache.drain_all();
-        self.count.store(used, Ordering::Release);
+        self.avail.cache.drain_all();
+        self.avail
+            .global
+            .store(self.limit as i64 - used as i64, Ordering::Release);
     }
 }
 
@@ -748,10 +758,7 @@ mod tests {
             }
         });
         assert!(b.headroom_global() < b.headroom(), "the caches hold blocks");
-        assert!(
-            u.count.load(Ordering::Relaxed) > u.used(),
-            "the caches hold blocks"
-        );
+        assert!(u.avail.cache.total() > 0, "the caches hold blocks");
         // Everything down to the application floor, more than `H_g` alone has.
         let all = (b.headroom() - b.app_floor()) as u64;
         let a = b

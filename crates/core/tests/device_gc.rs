@@ -7,7 +7,6 @@ use flashlog_dev::{BlockDevice, RamDevice};
 use flashlog_ssd::{SsdConfig, SsdDevice, StoreKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const CAP: u64 = 512 << 20;
@@ -974,8 +973,8 @@ fn a_cut_before_the_discards_of_a_durable_pack_leaves_no_dead_block_on_flash() {
 
 /// `gc=device`'s discard trigger checkpoints in one thread while the other writers go on:
 /// with every writer that found the checkpoint due waiting for it (its pre-pass, then the
-/// cleaning lock), 16 writers waited 61 s per 10 s bench run. Here the flag that says a
-/// thread is at it is set by hand: overwrites that make a section's worth of dead blocks
+/// cleaning lock), 16 writers waited 61 s per 10 s bench run. Here the lock that says a
+/// thread is at it is held by the test: overwrites that make a section's worth of dead blocks
 /// wait for their discards must not checkpoint; once it is clear, the next write does.
 /// Without the rule the first write after the trigger checkpoints itself.
 #[test]
@@ -990,9 +989,7 @@ fn discard_trigger_checkpoints_in_one_thread_while_the_others_write_on() {
     let ino = fs.write_file("/f0", &data).unwrap();
     fs.sync().unwrap();
     let before = fs.stats().checkpoints;
-    inner
-        .discard_checkpoint_running
-        .store(true, Ordering::Release);
+    let running = inner.discard_checkpoint.lock(); // as if another thread were at it
     let mut round = 0u8;
     while inner.seg.dead_pending() < per_sec {
         round = round.wrapping_add(1);
@@ -1014,9 +1011,7 @@ fn discard_trigger_checkpoints_in_one_thread_while_the_others_write_on() {
         before,
         "a writer checkpointed while another thread was at it"
     );
-    inner
-        .discard_checkpoint_running
-        .store(false, Ordering::Release);
+    drop(running);
     fs.write(ino, 0, &first).unwrap();
     assert!(
         fs.stats().checkpoints > before,
