@@ -383,6 +383,7 @@ pub(crate) fn build(
         alloc_blocks: crate::space::UserBlocks::new(user_blocks, 0),
         prepass: Mutex::new(()),
         discard_checkpoint: Mutex::new(()),
+        cap_checkpoint: Mutex::new(()),
         valid_nodes: Default::default(),
         valid_inodes: Default::default(),
         dirty_pages: Default::default(),
@@ -396,7 +397,6 @@ pub(crate) fn build(
         last_op_ns: AtomicU64::new(0),
         last_cp_ns: AtomicU64::new(0),
         svp: Default::default(),
-        deferred_free: Mutex::new(Vec::new()),
         epoch: std::time::Instant::now(),
         test_hook: Default::default(),
     }
@@ -631,6 +631,7 @@ impl FsInner {
 
     fn writeback_before_checkpoint_alone(&self) -> Result<()> {
         let _role = crate::waits::as_role(crate::waits::Role::Prepass);
+        self.test_point("checkpoint:prepass");
         let t0 = std::time::Instant::now();
         for c in self.cells.all() {
             let _g = self.oplock.op();

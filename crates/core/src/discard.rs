@@ -24,10 +24,14 @@
 //! [`DiscardMap::drain_commands`]; a decoded log never names a block at or past the limit
 //! it was checked against.
 //!
-//! Lock order: none inside (the owner keeps the map and queue under one leaf lock).
+//! Lock order: none inside (the owner keeps the map and queue under one leaf lock;
+//! [`DeadMap`] is that lock for the map, with the count readable without it).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, MutexGuard};
 
 use flashlog_format::codec::{get_u32, get_u64, put_u32, put_u64};
 
@@ -54,6 +58,57 @@ const HEADER_BYTES: usize = 8;
 pub struct DiscardCmd {
     pub addr: u64,
     pub len: u64,
+}
+
+/// A volume's dead-block map (None where the policy keeps none) behind its leaf lock, with
+/// its block count mirrored in an atomic that every change under the lock updates: the
+/// per-operation "is a discard checkpoint due" test (`gc=device`) reads the count without
+/// the lock, which 16 writers on 16 cores took on every operation (DWOL 6.5 M ops/s at 8
+/// threads fell to 0.8 M at 16).
+#[derive(Default)]
+pub struct DeadMap {
+    map: Mutex<Option<DiscardMap>>,
+    pending: AtomicU64,
+}
+
+/// The locked map; the count is brought up to date when the guard is dropped.
+pub struct DeadGuard<'a> {
+    map: MutexGuard<'a, Option<DiscardMap>>,
+    pending: &'a AtomicU64,
+}
+
+impl DeadMap {
+    pub fn lock(&self) -> DeadGuard<'_> {
+        DeadGuard {
+            map: self.map.lock(),
+            pending: &self.pending,
+        }
+    }
+
+    /// Blocks in the map as of the last change (0 without a map); no lock.
+    pub fn pending_blocks(&self) -> u64 {
+        self.pending.load(Ordering::Relaxed)
+    }
+}
+
+impl std::ops::Deref for DeadGuard<'_> {
+    type Target = Option<DiscardMap>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for DeadGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+impl Drop for DeadGuard<'_> {
+    fn drop(&mut self) {
+        let n = self.map.as_ref().map_or(0, DiscardMap::pending_blocks);
+        self.pending.store(n, Ordering::Relaxed);
+    }
 }
 
 /// Blocks invalidated since the last checkpoint, by 1 GiB discard section.

@@ -221,7 +221,7 @@ pub struct SegManager {
     device_secs_from: AtomicU64,
     /// `gc=device`: blocks invalidated since the last checkpoint, discarded one by one after
     /// it is durable (`gc_device.rs`). None on other policies.
-    pub dead: Mutex<Option<crate::discard::DiscardMap>>,
+    pub dead: crate::discard::DeadMap,
     /// Discard commands a durable checkpoint logged and that still wait to be issued
     /// (`gc_none.rs` dispatches them; `gc=device`'s discard thread issues them after the
     /// checkpoint, and the next checkpoint issues what it left first).
@@ -496,7 +496,7 @@ impl SegManager {
             hook_on: AtomicBool::new(false),
             test_hook: parking_lot::RwLock::new(None),
             device_secs_from: AtomicU64::new(u64::MAX),
-            dead: Mutex::new(None),
+            dead: Default::default(),
             discards: Mutex::new(crate::discard::DiscardQueue::new()),
             held: Mutex::new(Vec::new()),
             inf: geo.infinite.then(Infinite::new),
@@ -711,7 +711,7 @@ impl SegManager {
     /// Blocks invalidated since the last checkpoint that wait for their discard (0 where
     /// the volume keeps no dead-block map).
     pub fn dead_pending(&self) -> u64 {
-        self.dead.lock().as_ref().map_or(0, |m| m.pending_blocks())
+        self.dead.pending_blocks()
     }
 
     /// `gc=device`: discard a section just claimed for a head before anything is written to

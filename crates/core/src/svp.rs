@@ -43,13 +43,15 @@ struct Shard {
 }
 
 pub struct Svp {
-    shards: Box<[Shard]>,
+    /// Cache-padded: writers of different files take neighbouring shards on every write,
+    /// and must not share their lines.
+    shards: Box<[crossbeam_utils::CachePadded<Shard>]>,
 }
 
 impl Default for Svp {
     fn default() -> Self {
         Svp {
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            shards: (0..SHARDS).map(|_| Default::default()).collect(),
         }
     }
 }

@@ -40,6 +40,16 @@ pub struct FxResult {
     /// other devices), and that as a share of thread time (threads × seconds).
     pub device_lock_wait_s: f64,
     pub device_lock_wait_share: f64,
+    /// Seconds every thread waited at the file system's own wait points (`waits.rs`: file
+    /// cells, log heads, the I/O queue, ...) during this test, that as a share of thread
+    /// time, and the point that waited longest (issue 12: under 5 % at 16 threads).
+    pub fs_lock_wait_s: f64,
+    pub fs_lock_wait_share: f64,
+    pub fs_lock_wait_top: Option<String>,
+    /// Checkpoints during this test and the seconds they took (the exclusive side of the
+    /// op lock: every operation waits for them).
+    pub checkpoints: u64,
+    pub checkpoint_s: f64,
     pub error: Option<String>,
 }
 
@@ -92,6 +102,7 @@ fn run_one(
     for test in TESTS {
         let gc0 = fs.stats();
         let w0 = dev_wait();
+        flashlog_core::waits::reset();
         let (ops, secs, lat, err) = run_workers(threads, dur, |t, stop, lat| {
             let mut n = 0u64;
             match test {
@@ -146,6 +157,14 @@ fn run_one(
         });
         let gc1 = fs.stats();
         let device_lock_wait_s = dev_wait() - w0;
+        let waits = flashlog_core::waits::snapshot();
+        let fs_lock_wait_s: f64 = waits.iter().map(|w| w.1).sum();
+        let fs_lock_wait_top = waits
+            .iter()
+            .filter(|w| w.1 > 0.0)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|w| format!("{} {:.3}s", w.0, w.1));
+        let thread_s = (threads as f64 * secs).max(1e-9);
         let ops_s = ops as f64 / secs.max(1e-9);
         out.push(FxResult {
             policy: p.label.clone(),
@@ -162,7 +181,12 @@ fn run_one(
             latency: lat.summary(),
             gc_runs: (gc1.gc_fg_runs + gc1.gc_bg_runs) - (gc0.gc_fg_runs + gc0.gc_bg_runs),
             device_lock_wait_s,
-            device_lock_wait_share: device_lock_wait_s / (threads as f64 * secs).max(1e-9),
+            device_lock_wait_share: device_lock_wait_s / thread_s,
+            fs_lock_wait_s,
+            fs_lock_wait_share: fs_lock_wait_s / thread_s,
+            fs_lock_wait_top,
+            checkpoints: gc1.checkpoints - gc0.checkpoints,
+            checkpoint_s: gc1.checkpoint_time_s - gc0.checkpoint_time_s,
             error: err,
         });
         bar.inc(1);
@@ -177,12 +201,56 @@ fn run_one(
     Ok(out)
 }
 
+/// The file system's own lock waits per test and thread count (% of thread time), the
+/// point that waited longest and the checkpoints at the largest count.
+fn waits_table(ctx: &Ctx, counts: &[usize], results: &[FxResult]) -> String {
+    let max = counts.last().copied().unwrap_or(1);
+    let mut hdr: Vec<String> = vec!["test".into(), "policy".into()];
+    for n in counts {
+        hdr.push(format!("{n} thr"));
+    }
+    hdr.push(format!("longest at {max} thr"));
+    hdr.push(format!("checkpoints at {max} thr (s)"));
+    let hdr: Vec<&str> = hdr.iter().map(|s| s.as_str()).collect();
+    let mut w = Table::new(&hdr);
+    for test in TESTS {
+        for p in &ctx.policies {
+            let get = |n: usize| {
+                results
+                    .iter()
+                    .find(|r| r.test == test && r.policy == p.label && r.threads == n)
+            };
+            let mut row = vec![test.to_string(), p.label.clone()];
+            for &n in counts {
+                row.push(get(n).map_or("-".into(), |r| {
+                    format!("{:.2}%", 100.0 * r.fs_lock_wait_share)
+                }));
+            }
+            let last = get(max);
+            row.push(
+                last.and_then(|r| r.fs_lock_wait_top.clone())
+                    .unwrap_or_else(|| "-".into()),
+            );
+            row.push(last.map_or("-".into(), |r| {
+                format!("{} ({:.2})", r.checkpoints, r.checkpoint_s)
+            }));
+            w.row(row);
+        }
+    }
+    "\nwait at the file system's own wait points (waits.rs), % of thread time:\n".to_string()
+        + &w.render()
+}
+
 fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<Report> {
     let out = &ctx.args.out;
     let mut rep = Report::new("fxmark", out, ctx.config_json());
     let mut header: Vec<String> = vec!["test".into(), "policy".into()];
     for n in counts {
         header.push(format!("{n} thr ops/s"));
+    }
+    let max = counts.last().copied().unwrap_or(1);
+    if max > 1 {
+        header.push(format!("{max} / 1"));
     }
     for n in counts {
         header.push(format!("{n} thr p99 us"));
@@ -200,6 +268,12 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
             for &n in counts {
                 row.push(get(n).map_or("-".into(), |r| num(r.ops_s)));
             }
+            if max > 1 {
+                row.push(match (get(1), get(max)) {
+                    (Some(a), Some(b)) if a.ops_s > 0.0 => format!("{:.1}x", b.ops_s / a.ops_s),
+                    _ => "-".into(),
+                });
+            }
             for &n in counts {
                 row.push(get(n).map_or("-".into(), |r| num(r.latency.p99_us)));
             }
@@ -207,6 +281,7 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
         }
     }
     let mut body = t.render();
+    body += &waits_table(ctx, counts, &results);
     if results.iter().any(|r| r.device_lock_wait_s > 0.0) {
         let mut hdr: Vec<String> = vec!["test".into(), "policy".into()];
         for n in counts {
