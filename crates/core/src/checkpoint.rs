@@ -633,17 +633,33 @@ impl FsInner {
         let _role = crate::waits::as_role(crate::waits::Role::Prepass);
         self.test_point("checkpoint:prepass");
         let t0 = std::time::Instant::now();
-        for c in self.cells.all() {
-            let _g = self.oplock.op();
-            self.check_writable()?;
-            let mut st = c.lock();
-            if st.freed || st.dirty_pages == 0 {
-                continue;
-            }
-            match self.writeback_pages(&mut st) {
-                Ok(_) => {}
-                Err(Error::NoSpace) => break,
-                Err(e) => return self.guard(Err(e)),
+        'cells: for c in self.cells.all() {
+            // A visit writes at most `FLUSH_CHUNK` pages, as the flusher's do, and releases
+            // the cell and the op lock before it waits for room in the log-write queue
+            // (`_bp`, declared first, dropped last); a file is visited until the pages it
+            // had dirty at the first visit could all have been written. Holding the cell
+            // for all of a file's pages and the device waits between them kept its writer
+            // out: on 16 cores, `gc=device`'s writers waited 5.0 s per 12 s run at
+            // `file_cell` behind the pre-pass (half of their 9 % of lock waits).
+            let mut visits: Option<u64> = None;
+            loop {
+                let _bp = self.seg.defer_throttle();
+                let _g = self.oplock.op();
+                self.check_writable()?;
+                let mut st = c.lock();
+                if st.freed || st.dirty_pages == 0 {
+                    break;
+                }
+                let left = visits.get_or_insert(st.dirty_pages.div_ceil(crate::flush::FLUSH_CHUNK));
+                match self.writeback_pages_max(&mut st, crate::flush::FLUSH_CHUNK) {
+                    Ok(_) => {}
+                    Err(Error::NoSpace) => break 'cells,
+                    Err(e) => return self.guard(Err(e)),
+                }
+                *left -= 1;
+                if *left == 0 {
+                    break;
+                }
             }
         }
         self.stats
