@@ -13,6 +13,9 @@
 #              partition has no room for 16) and on a RAM device (~7 min at 16 cores)
 #   sustained  16 threads of random 4 KiB overwrites at 90 % full on 970pro-like:4GiB,
 #              every policy (ScaleLFS Fig. 9; scale's p99.9; lock waits) (~6 min)
+#              (first lent machine, 2026-11-26: with the many-core fixes MWCL creates about
+#              twice the files, which MWUL and each volume's fsck then read back from the
+#              emulated SSD: give the SSD runs well over the 80-100 s they took before)
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script
 #              and the binary on any machine (~2 min on 2 cores)
 #
