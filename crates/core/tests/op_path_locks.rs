@@ -35,6 +35,16 @@ fn fsck_clean(dev: &dyn BlockDevice) {
     assert!(r.is_clean(), "fsck: {:?}", r.findings);
 }
 
+/// No orphan is left, every unlinked inode was freed (its nid is free again after the
+/// checkpoint: `files_free` is back to `free0`), and the unmounted volume is fsck-clean.
+fn every_inode_back(fs: Arc<Fs>, dev: &Arc<dyn BlockDevice>, free0: u64) {
+    assert!(fs.inner().orphans.lock().is_empty());
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().files_free, free0);
+    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
+    fsck_clean(&**dev);
+}
+
 /// Run `work` on another thread and wait for it at most `DEADLINE`; panics if it did not
 /// finish (the thread is left waiting on whatever the caller holds).
 fn finishes<F: FnOnce() + Send + 'static>(what: &str, work: F) {
@@ -68,12 +78,7 @@ fn scale_operations_do_not_wait_for_the_orphan_set() {
             }
         });
     }
-    assert!(fs.inner().orphans.lock().is_empty());
-    // Every unlinked inode was freed (nids come back after the checkpoint).
-    fs.sync().unwrap();
-    assert_eq!(fs.statfs().files_free, free0);
-    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
-    fsck_clean(&*dev);
+    every_inode_back(fs, &dev, free0);
 }
 
 /// `gc=device`: operations test whether a discard checkpoint is due by the dead-block map's
@@ -174,11 +179,7 @@ fn scale_unlinks_race_closes() {
     for t in threads {
         t.join().unwrap();
     }
-    assert!(fs.inner().orphans.lock().is_empty());
-    fs.sync().unwrap();
-    assert_eq!(fs.statfs().files_free, free0);
-    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
-    fsck_clean(&*dev);
+    every_inode_back(fs, &dev, free0);
 }
 
 /// The inode-cache and dirty-node caps: when creators on many threads cross one, one of

@@ -201,6 +201,18 @@ fn run_one(
     Ok(out)
 }
 
+/// The result of `test` for `policy` at `threads`.
+fn find<'a>(
+    results: &'a [FxResult],
+    test: &str,
+    policy: &str,
+    threads: usize,
+) -> Option<&'a FxResult> {
+    results
+        .iter()
+        .find(|r| r.test == test && r.policy == policy && r.threads == threads)
+}
+
 /// The file system's own lock waits per test and thread count (% of thread time), the
 /// point that waited longest and the checkpoints at the largest count.
 fn waits_table(ctx: &Ctx, counts: &[usize], results: &[FxResult]) -> String {
@@ -215,11 +227,7 @@ fn waits_table(ctx: &Ctx, counts: &[usize], results: &[FxResult]) -> String {
     let mut w = Table::new(&hdr);
     for test in TESTS {
         for p in &ctx.policies {
-            let get = |n: usize| {
-                results
-                    .iter()
-                    .find(|r| r.test == test && r.policy == p.label && r.threads == n)
-            };
+            let get = |n: usize| find(results, test, &p.label, n);
             let mut row = vec![test.to_string(), p.label.clone()];
             for &n in counts {
                 row.push(get(n).map_or("-".into(), |r| {
@@ -259,11 +267,7 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
     let mut t = Table::new(&hdr);
     for test in TESTS {
         for p in &ctx.policies {
-            let get = |n: usize| {
-                results
-                    .iter()
-                    .find(|r| r.test == test && r.policy == p.label && r.threads == n)
-            };
+            let get = |n: usize| find(&results, test, &p.label, n);
             let mut row = vec![test.to_string(), p.label.clone()];
             for &n in counts {
                 row.push(get(n).map_or("-".into(), |r| num(r.ops_s)));
@@ -293,10 +297,7 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
             for p in &ctx.policies {
                 let mut row = vec![test.to_string(), p.label.clone()];
                 for &n in counts {
-                    let r = results
-                        .iter()
-                        .find(|r| r.test == test && r.policy == p.label && r.threads == n);
-                    row.push(r.map_or("-".into(), |r| {
+                    row.push(find(&results, test, &p.label, n).map_or("-".into(), |r| {
                         format!("{:.2}%", 100.0 * r.device_lock_wait_share)
                     }));
                 }
