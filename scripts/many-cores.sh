@@ -11,11 +11,15 @@
 #              on the emulated 970pro-like SSD (4 GiB, 2 MiB sections: 16 mlogs reserve
 #              too many of its 32 MiB lines; `device` only with one mlog, its 2.4x virtual
 #              partition has no room for 16) and on a RAM device (~7 min at 16 cores)
-#   sustained  16 threads of random 4 KiB overwrites at 90 % full on 970pro-like:4GiB,
-#              every policy (ScaleLFS Fig. 9; scale's p99.9; lock waits) (~6 min)
 #              (first lent machine, 2026-11-26: with the many-core fixes MWCL creates about
 #              twice the files, which MWUL and each volume's fsck then read back from the
 #              emulated SSD: give the SSD runs well over the 80-100 s they took before)
+#   sustained  16 threads of random 4 KiB overwrites at 90 % full on 970pro-like:4GiB,
+#              every policy (ScaleLFS Fig. 9; scale's p99.9; lock waits) (~6 min)
+#   followup   what the first lent machine (2026-11-26) left unmeasured after its fixes, in
+#              one call (estimated 8-9 minutes, not yet run): fxmark on RAM with one flusher against 16 lanes,
+#              fxmark on the SSD (mlogs 16; `device` with 1), `sustained` for device, none
+#              and zf2fs
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script
 #              and the binary on any machine (~2 min on 2 cores)
 #
@@ -26,9 +30,9 @@ phase=${1:-}
 bin=${2:-target/release/flashlog}
 out=${3:-bench-out/many-cores}
 case "$phase" in
-fxmark | sustained | quick) ;;
+fxmark | sustained | followup | quick) ;;
 *)
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,/^set -u/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
@@ -74,6 +78,16 @@ fxmark)
 sustained)
     run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 40 \
         --policies "$policies,zf2fs"
+    ;;
+followup)
+    run fxmark-ram-lanes fxmark --device ram:4GiB --threads 16 --duration 2 --mlogs 16 \
+        --policies f2fs,f2fs/flushers=16,scale
+    run fxmark-ssd-mlogs16 fxmark --device 970pro-like:4GiB --segs-per-sec 1 --threads 16 \
+        --duration 1 --mlogs 16 --policies f2fs,scale,none
+    run fxmark-ssd-device fxmark --device 970pro-like:4GiB --segs-per-sec 1 --threads 16 \
+        --duration 1 --mlogs 1 --policies device
+    run sustained-rest sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
+        --policies device,none,zf2fs
     ;;
 quick)
     run fxmark-quick fxmark --threads 4 --duration 1 --mlogs 2 --policies f2fs,none

@@ -2,8 +2,9 @@
 //!
 //! Owns: [`PolicySpec`] (parsed from `f2fs`, `f2fs-lfs`, `scale`, `scale:N`, each optionally
 //! followed by emulator overrides for that policy's device, `/KEY=VALUE` repeated, e.g.
-//! `device/vop_degree=1.2` or `none/compaction_period=0`; the one host key is
-//! `io_threads=N`, the log's queue depth, e.g. `f2fs/io_threads=2`), the candidate
+//! `device/vop_degree=1.2` or `none/compaction_period=0`; the host keys are
+//! `io_threads=N`, the log's queue depth, e.g. `f2fs/io_threads=2`, and `flushers=N`, the
+//! background write-back threads, e.g. `f2fs/flushers=4`), the candidate
 //! list [`CANDIDATES`], and the probe that finds which candidates the core implements.
 //!
 //! Adding a policy is one row of [`TABLE`]. The default set is every row marked `default`
@@ -12,7 +13,7 @@
 //! the core's own message.
 
 use anyhow::{bail, Result};
-use flashlog_core::config::{ScaleFeatures, MAX_IO_THREADS};
+use flashlog_core::config::{ScaleFeatures, MAX_FLUSHERS, MAX_IO_THREADS};
 use flashlog_core::{AllocMode, Fs, GcPolicy, MkfsOptions, MountOptions};
 use flashlog_dev::{BlockDevice, RamDevice};
 use std::sync::Arc;
@@ -134,6 +135,16 @@ pub struct PolicySpec {
     /// `/io_threads=N`: the file system's log-write threads (its queue depth to the device)
     /// instead of the policy's default.
     pub io_threads: Option<usize>,
+    /// `/flushers=N`: background write-back threads (lanes) instead of the default one.
+    pub flushers: Option<usize>,
+}
+
+/// A host key's count `v` in `1..=max`, or an error naming the policy and the key.
+fn host_count(label: &str, key: &str, v: &str, max: usize) -> Result<usize> {
+    match v.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => bail!("policy {label:?}: {key} must be between 1 and {max} (got {v:?})"),
+    }
 }
 
 impl PolicySpec {
@@ -144,16 +155,16 @@ impl PolicySpec {
         let s = parts.next().unwrap_or("").trim();
         let mut ssd_set = Vec::new();
         let mut io_threads = None;
+        let mut flushers = None;
         for kv in parts {
             let kv = kv.trim();
             match kv.split_once('=') {
-                Some((k, v)) if k.trim() == "io_threads" => match v.trim().parse::<usize>() {
-                    Ok(n) if (1..=MAX_IO_THREADS).contains(&n) => io_threads = Some(n),
-                    _ => bail!(
-                        "policy {label:?}: io_threads must be between 1 and {MAX_IO_THREADS} \
-                         (got {v:?})"
-                    ),
-                },
+                Some((k, v)) if k.trim() == "io_threads" => {
+                    io_threads = Some(host_count(label, "io_threads", v, MAX_IO_THREADS)?)
+                }
+                Some((k, v)) if k.trim() == "flushers" => {
+                    flushers = Some(host_count(label, "flushers", v, MAX_FLUSHERS)?)
+                }
                 Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
                     ssd_set.push(format!("{}={}", k.trim(), v.trim()))
                 }
@@ -192,6 +203,7 @@ impl PolicySpec {
             features: features.unwrap_or(ScaleFeatures::ALL),
             ssd_set,
             io_threads,
+            flushers,
         })
     }
 
@@ -206,6 +218,9 @@ impl PolicySpec {
         o.scale = self.features;
         if let Some(n) = self.io_threads {
             o.io_threads = n;
+        }
+        if let Some(n) = self.flushers {
+            o.flushers = n;
         }
         o
     }
@@ -317,6 +332,15 @@ mod tests {
         ] {
             let e = PolicySpec::parse(bad).unwrap_err().to_string();
             assert!(e.contains("io_threads"), "{bad}: {e}");
+        }
+        // So is flushers.
+        let l = PolicySpec::parse("f2fs/flushers=4/op=0.2").unwrap();
+        assert_eq!(l.mount_options(&MountOptions::default()).flushers, 4);
+        assert_eq!(l.ssd_set, vec!["op=0.2"]);
+        assert_eq!(f.mount_options(&MountOptions::default()).flushers, 1);
+        for bad in ["f2fs/flushers=0", "f2fs/flushers=65", "f2fs/flushers=x"] {
+            let e = PolicySpec::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("flushers"), "{bad}: {e}");
         }
     }
 }

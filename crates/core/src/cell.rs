@@ -243,6 +243,29 @@ impl CellTable {
         v.sort_by_key(|c| c.ino);
         v
     }
+    /// Snapshot of the cells of lane `k` of `n` (`ino % n == k`), in inode order; only the
+    /// shards that can hold such inodes are visited when `n` divides the shard count.
+    pub fn lane(&self, k: usize, n: usize) -> Vec<Arc<InodeCell>> {
+        if n <= 1 {
+            return self.all();
+        }
+        let whole = CELL_SHARDS % n == 0;
+        let mut v: Vec<_> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !whole || i % n == k)
+            .flat_map(|(_, s)| {
+                s.lock()
+                    .values()
+                    .filter(|c| c.ino as usize % n == k)
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        v.sort_by_key(|c| c.ino);
+        v
+    }
     /// Drop cells nobody holds that are clean and closed, until at most `keep` remain.
     pub fn evict(&self, keep: usize) {
         let mut len = self.len();

@@ -384,6 +384,10 @@ pub(crate) fn build(
         prepass: Mutex::new(()),
         discard_checkpoint: Mutex::new(()),
         cap_checkpoint: Mutex::new(()),
+        mount_id: {
+            static MOUNTS: AtomicU64 = AtomicU64::new(0);
+            MOUNTS.fetch_add(1, Ordering::Relaxed)
+        },
         valid_nodes: Default::default(),
         valid_inodes: Default::default(),
         dirty_pages: Default::default(),

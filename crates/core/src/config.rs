@@ -34,6 +34,11 @@ pub const DEFAULT_GC_IDLE: Duration = Duration::from_secs(5);
 /// "Queue depth"). The ENOSPC that once kept this at two was the bench's YCSB logs really
 /// filling a 96 MiB volume (faster writers grew them further), not a race in the core.
 pub const DEFAULT_IO_THREADS: usize = 8;
+/// Background write-back threads (`flushers=N`, `flush.rs` lanes): one. More are for many
+/// cores (one per mlog with `mlog=ino` keeps each lane on its own log heads).
+pub const DEFAULT_FLUSHERS: usize = 1;
+/// The most flusher lanes a mount may ask for.
+pub const MAX_FLUSHERS: usize = 64;
 /// The most log-write threads a mount may ask for (`io_threads=N`, bench `/io_threads=N`).
 pub const MAX_IO_THREADS: usize = 64;
 /// Roll-forward walks at most this many chain blocks per main-area block count (never more
@@ -222,6 +227,8 @@ pub struct MountOptions {
     /// device); 0 writes synchronously in the caller (deterministic device order, for the
     /// crash simulator).
     pub io_threads: usize,
+    /// Background write-back threads (lanes of `flush.rs`; 1..=`MAX_FLUSHERS`).
+    pub flushers: usize,
     /// How work maps to an mlog on volumes with several (`MlogMap`).
     pub mlog_map: MlogMap,
 }
@@ -246,6 +253,7 @@ impl Default for MountOptions {
             gc_victims_per_worker: None,
             scale: ScaleFeatures::ALL,
             io_threads: DEFAULT_IO_THREADS,
+            flushers: DEFAULT_FLUSHERS,
             mlog_map: MlogMap::Ino,
         }
     }

@@ -123,8 +123,8 @@ pub struct StatFs {
 struct Background {
     stop: Arc<(Mutex<bool>, Condvar)>,
     handles: Vec<JoinHandle<()>>,
-    /// The flusher thread (stopped through `Fs::flusher`).
-    flush: Option<JoinHandle<()>>,
+    /// The flusher's threads, one per lane (stopped through `Fs::flusher`).
+    flush: Vec<JoinHandle<()>>,
 }
 
 /// Run `work` every `interval` on a named thread until `stop` is set or the volume goes
@@ -286,6 +286,9 @@ impl Fs {
     /// Mount a volume: newest valid checkpoint, then roll-forward of fsync'd data, then the
     /// orphan list.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
+        if !(1..=crate::config::MAX_FLUSHERS).contains(&opts.flushers) {
+            return Err(Error::Invalid("flushers must be between 1 and 64"));
+        }
         crate::gc_none::check_mount(dev.capabilities(), &opts)?;
         let ro = opts.read_only;
         let (inner, ck) = checkpoint::load(dev, opts)?;
@@ -330,7 +333,7 @@ impl Fs {
         // 4 of 4 with the flusher until the remount stopped writing blocks the coupled device
         // had received after the checkpoint (heads moved to fresh sections, claimed sections
         // discarded first; docs/DESIGN.md "D2FS host side").
-        let flusher = (!ro && inner.opts.io_threads > 0).then(Flusher::new);
+        let flusher = (!ro && inner.opts.io_threads > 0).then(|| Flusher::new(inner.opts.flushers));
         let fs = Fs {
             inner,
             bg: Mutex::new(None),
@@ -369,7 +372,8 @@ impl Fs {
         let flush = self
             .flusher
             .as_ref()
-            .map(|f| f.spawn(Arc::downgrade(&self.inner)));
+            .map(|f| f.spawn(Arc::downgrade(&self.inner)))
+            .unwrap_or_default();
         *self.bg.lock() = Some(Background {
             stop,
             handles,
@@ -387,7 +391,7 @@ impl Fs {
             if let Some(f) = &self.flusher {
                 f.stop();
             }
-            if let Some(h) = bg.flush {
+            for h in bg.flush {
                 let _ = h.join();
             }
         }

@@ -31,7 +31,10 @@ thread_local! {
     /// between operations and no other thread ever touches it (it was one mutex per
     /// volume that every operation of `gc=scale` took: 16 writers on 16 cores ran 20x
     /// slower than on 8).
-    static DEFERRED_FREE: std::cell::RefCell<Vec<Ino>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each entry names its mount (`FsInner::mount_id`): an operation that panicked between its
+    /// unlink and `free_deferred` must not leave an inode for another volume's next
+    /// operation on this thread to free.
+    static DEFERRED_FREE: std::cell::RefCell<Vec<(u64, Ino)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Checkpoint bookkeeping: which copy of each NAT/SIT/SSA block is current.
@@ -89,6 +92,8 @@ pub struct FsInner {
     /// Held by the one thread that checkpoints because a dirty-node or inode-cache cap was
     /// crossed (`Fs::balance`); the others that find a cap crossed go on.
     pub cap_checkpoint: Mutex<()>,
+    /// A number no other mount of this process has (thread-local state keys on it).
+    pub mount_id: u64,
     pub stats: Stats,
     /// Where the next victim search starts (shared, updated without a lock).
     pub gc_cursor: AtomicU64,
@@ -824,7 +829,12 @@ impl FsInner {
     /// `drop_link` under the victim protector: free `ino` after this operation
     /// (`free_deferred`), when its range protection can be taken with no cell locked.
     pub fn defer_free(&self, ino: Ino) {
-        DEFERRED_FREE.with(|d| d.borrow_mut().push(ino));
+        DEFERRED_FREE.with(|d| d.borrow_mut().push((self.id(), ino)));
+    }
+
+    /// This mount's identity in thread-local state (never reused within the process).
+    fn id(&self) -> u64 {
+        self.mount_id
     }
 
     /// Free the inodes this thread's operation deferred (`defer_free`): their range
@@ -837,7 +847,13 @@ impl FsInner {
         if !self.svp_on {
             return Ok(());
         }
-        let list = DEFERRED_FREE.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        let id = self.id();
+        let list: Vec<Ino> = DEFERRED_FREE.with(|d| {
+            let mut d = d.borrow_mut();
+            let mine = d.iter().filter(|e| e.0 == id).map(|e| e.1).collect();
+            d.retain(|e| e.0 != id);
+            mine
+        });
         let mut left = list.into_iter();
         while let Some(ino) = left.next() {
             if let Err(e) = self.free_deferred_one(ino) {

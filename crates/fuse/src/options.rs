@@ -177,6 +177,14 @@ impl MountConfig {
                     " (log-write threads, the queue depth to the device)",
                 )?
             }
+            "flushers" => {
+                self.core.flushers = count(
+                    key,
+                    need(val)?,
+                    flashlog_core::config::MAX_FLUSHERS,
+                    " (background write-back threads)",
+                )?
+            }
             "threads" => self.threads = count(key, need(val)?, MAX_THREADS, "")?,
             "gc_workers" => {
                 self.core.gc_workers =
@@ -280,7 +288,7 @@ impl MountConfig {
         Err(format!(
             "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, mlog=ino|thread, \
              allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
-             writeback, nowriteback, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, image_io=direct|buffered, io_threads=N, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
+             writeback, nowriteback, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, image_io=direct|buffered, io_threads=N, flushers=N, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
              _netdev, nofail, x-*"
         ))
@@ -299,7 +307,7 @@ impl MountConfig {
         let mode = format!("{:?}", c.alloc_mode).to_lowercase();
         let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
         format!(
-            "{},gc={gc},mode={mode},{}{}{}{}threads={},io_threads={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}{}",
+            "{},gc={gc},mode={mode},{}{}{}{}threads={},io_threads={},flushers={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}{}",
             if c.read_only { "ro" } else { "rw" },
             if self.allow_other { "allow_other," } else { "" },
             if self.checks_permissions() {
@@ -311,6 +319,7 @@ impl MountConfig {
             if c.inline { "inline," } else { "noinline," },
             self.threads,
             c.io_threads,
+            c.flushers,
             c.dirty_cap_bytes >> 20,
             if self.writeback_cache {
                 "writeback"
@@ -407,6 +416,9 @@ mod tests {
         assert!(!c.image_direct);
         assert_eq!(c.core.io_threads, 8);
         assert_eq!(parse("io_threads=3").unwrap().core.io_threads, 3);
+        assert_eq!(parse("flushers=4").unwrap().core.flushers, 4);
+        assert!(parse("flushers=0").unwrap_err().contains("flushers"));
+        assert!(parse("flushers=65").unwrap_err().contains("flushers"));
         assert!(parse("io_threads=0").unwrap_err().contains("io_threads"));
         assert!(!parse("image_io=buffered").unwrap().image_direct);
         assert!(parse("image_io=direct").unwrap().image_direct);
