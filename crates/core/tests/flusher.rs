@@ -127,10 +127,21 @@ fn a_stalled_flusher_never_hangs_a_writer() {
 
 /// Overwrites, truncates and fsyncs of three files from three threads while the flusher
 /// writes their pages back underneath (a 1 MiB cap keeps it busy): every file matches its
-/// model before and after a remount.
+/// model before and after a remount. With one flusher and with three lanes (`flushers=3`,
+/// one file each) and with two (a lane with two files, one with one).
 #[test]
 fn flusher_with_overwrite_truncate_and_fsync_keeps_contents_exact() {
-    let (dev, fs) = fresh(256, opts(1 << 20));
+    for lanes in [1, 3, 2] {
+        flusher_stress(lanes);
+    }
+}
+
+fn flusher_stress(lanes: usize) {
+    let o = MountOptions {
+        flushers: lanes,
+        ..opts(1 << 20)
+    };
+    let (dev, fs) = fresh(256, o);
     let ts: Vec<_> = (0..3u64)
         .map(|t| {
             let fs = fs.clone();
@@ -178,8 +189,8 @@ fn flusher_with_overwrite_truncate_and_fsync_keeps_contents_exact() {
         .collect();
     let files: Vec<_> = ts.into_iter().map(|t| t.join().unwrap()).collect();
     let wb = fs.writeback_stats();
-    eprintln!("{wb:?}");
-    assert!(wb.background_pages > 0, "{wb:?}");
+    eprintln!("{lanes} lane(s): {wb:?}");
+    assert!(wb.background_pages > 0, "{lanes} lane(s): {wb:?}");
     remount_and_check(dev, fs, &files);
 }
 
