@@ -34,6 +34,19 @@ fn chunk(file: u64, i: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Wait until the log-write queue is full (the device's gate closed): a writer of the log
+/// is parked in its wait for room. After 30 s, open the gate and fail with `why`.
+fn wait_until_queue_full(fs: &Fs, dev: &flashlog_dev::Gated<RamDevice>, why: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fs.inner().seg.io_inflight() < flashlog_core::io::MAX_INFLIGHT {
+        if std::time::Instant::now() > deadline {
+            dev.set_open(true);
+            panic!("the log-write queue never filled: {why}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 fn remount_and_check(dev: Arc<dyn BlockDevice>, fs: Arc<Fs>, files: &[(String, Vec<u8>)]) {
     Arc::into_inner(fs).expect("last handle").unmount().unwrap();
     let fs = Fs::mount(dev.clone(), opts(64 << 20)).unwrap();
@@ -206,7 +219,7 @@ fn flusher_stress(lanes: usize) {
 #[test]
 fn a_writer_writes_while_the_flusher_waits_for_the_device() {
     use std::sync::mpsc::channel;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let cap = 16u64 << 20;
     let dev = Arc::new(flashlog_dev::Gated::new(
         RamDevice::new((256u64 << 20) / BS),
@@ -240,13 +253,7 @@ fn a_writer_writes_while_the_flusher_waits_for_the_device() {
         dev.set_open(true);
         panic!("{what}");
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while fs.inner().seg.io_inflight() < flashlog_core::io::MAX_INFLIGHT {
-        if Instant::now() > deadline {
-            fail("the log-write queue never filled: the test's setup no longer stalls the flusher");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until_queue_full(&fs, &dev, "the test's setup no longer stalls the flusher");
     let mut got = Vec::new();
     for step in ["filled", "wrote"] {
         if step == "wrote" {
@@ -283,7 +290,7 @@ fn a_writer_writes_while_the_flusher_waits_for_the_device() {
 #[test]
 fn a_writer_writes_while_the_checkpoint_prepass_waits_for_the_device() {
     use std::sync::mpsc::channel;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let dev = Arc::new(flashlog_dev::Gated::new(
         RamDevice::new((256u64 << 20) / BS),
         true,
@@ -306,13 +313,7 @@ fn a_writer_writes_while_the_checkpoint_prepass_waits_for_the_device() {
         dev.set_open(true);
         panic!("{what}");
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while fs.inner().seg.io_inflight() < flashlog_core::io::MAX_INFLIGHT {
-        if Instant::now() > deadline {
-            fail("the log-write queue never filled: the pre-pass no longer stalls");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until_queue_full(&fs, &dev, "the pre-pass no longer stalls");
     let (done_tx, done_rx) = channel();
     let writer = {
         let fs = fs.clone();
