@@ -32,6 +32,17 @@ fn opts(gc: GcPolicy) -> MountOptions {
     }
 }
 
+/// Files `/f0`..`/f{MLOGS-1}`, created in that order (consecutive inode numbers).
+fn one_file_per_mlog(fs: &Fs) -> Vec<Ino> {
+    (0..MLOGS)
+        .map(|m| {
+            fs.create(ROOT_INO, format!("f{m}").as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino
+        })
+        .collect()
+}
+
 /// A RAM volume of `mib` MiB made with `MLOGS` mlogs.
 fn volume(mib: u64) -> Arc<dyn BlockDevice> {
     let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new((mib << 20) / BS));
@@ -140,13 +151,7 @@ fn thread_mapped_writers_share_no_log_head_and_no_allocator() {
     const BLOCKS: u64 = 1024; // 4 MiB per file
     std::thread::scope(|s| {
         let workers = one_worker_per_mlog(s);
-        let inos: Vec<Ino> = (0..MLOGS)
-            .map(|m| {
-                fs.create(ROOT_INO, format!("f{m}").as_bytes(), 0o644, 0, 0)
-                    .unwrap()
-                    .ino
-            })
-            .collect();
+        let inos = one_file_per_mlog(&fs);
         // The files exist; the checkpoint starts an interval in which no node of them
         // was written yet, so each file's nodes go to its writer's mlog.
         fs.sync().unwrap();
@@ -389,13 +394,7 @@ fn flusher_lanes_write_back_through_their_own_mlogs() {
         }
     })));
     const BLOCKS: u64 = 1536; // 6 MiB per file
-    let inos: Vec<Ino> = (0..MLOGS)
-        .map(|m| {
-            fs.create(ROOT_INO, format!("f{m}").as_bytes(), 0o644, 0, 0)
-                .unwrap()
-                .ino
-        })
-        .collect();
+    let inos = one_file_per_mlog(&fs);
     std::thread::scope(|s| {
         for (m, &ino) in inos.iter().enumerate() {
             let fs = fs.clone();
