@@ -655,6 +655,12 @@ impl FsInner {
         )
     }
 
+    /// `space_target` with the dirty counts' upper bounds, one load each (no shard sums):
+    /// never below `space_target`, so a check against it that passes needs no other.
+    pub fn space_target_bound(&self) -> u64 {
+        self.space_target_for(self.dirty_pages.upper() + self.dirty_nodes.upper())
+    }
+
     /// `space_target` with `dirty` pages and nodes.
     fn space_target_for(&self, dirty: u64) -> u64 {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
@@ -682,8 +688,7 @@ impl FsInner {
             // sum 32 shards each, lines that every writer's thread writes (on 16 cores this
             // check was 3 % of all samples); only a volume near its target pays for them.
             let free = fs.seg.free_sections();
-            let dirty_bound = self.dirty_pages.upper() + self.dirty_nodes.upper();
-            if free >= self.space_target_for(dirty_bound) || free >= self.space_target() {
+            if free >= self.space_target_bound() || free >= self.space_target() {
                 return Ok(());
             }
         }
