@@ -829,12 +829,7 @@ impl FsInner {
     /// `drop_link` under the victim protector: free `ino` after this operation
     /// (`free_deferred`), when its range protection can be taken with no cell locked.
     pub fn defer_free(&self, ino: Ino) {
-        DEFERRED_FREE.with(|d| d.borrow_mut().push((self.id(), ino)));
-    }
-
-    /// This mount's identity in thread-local state (never reused within the process).
-    fn id(&self) -> u64 {
-        self.mount_id
+        DEFERRED_FREE.with(|d| d.borrow_mut().push((self.mount_id, ino)));
     }
 
     /// Free the inodes this thread's operation deferred (`defer_free`): their range
@@ -847,14 +842,15 @@ impl FsInner {
         if !self.svp_on {
             return Ok(());
         }
-        let id = self.id();
-        let list: Vec<Ino> = DEFERRED_FREE.with(|d| {
+        let mine: Vec<(u64, Ino)> = DEFERRED_FREE.with(|d| {
             let mut d = d.borrow_mut();
-            let mine = d.iter().filter(|e| e.0 == id).map(|e| e.1).collect();
-            d.retain(|e| e.0 != id);
+            let (mine, others) = std::mem::take(&mut *d)
+                .into_iter()
+                .partition(|e| e.0 == self.mount_id);
+            *d = others;
             mine
         });
-        let mut left = list.into_iter();
+        let mut left = mine.into_iter().map(|e| e.1);
         while let Some(ino) = left.next() {
             if let Err(e) = self.free_deferred_one(ino) {
                 let mut orphans = self.orphans.lock();
