@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Flashlog through a real FUSE mount: the POSIX suite, fsx with fixed seeds, a
-# multi-process stress run, real tools (cp -a, tar, sqlite3, git) across a remount,
+# multi-process stress run, stress-ng's file-system stressors, real tools (cp -a, tar, sqlite3, git) across a remount,
 # every entry's metadata after cp -a / cp -p / rsync / tar (scripts/meta-check.sh), POSIX
 # ACLs (setfacl/getfacl, enforced for other users, inherited) and -o noacl, the mount(8)
 # helper and an fstab line, signals, a SIGKILL of the daemon (nothing fsync'd may be
@@ -8,10 +8,11 @@
 #
 #   scripts/mount-tests.sh            # builds nothing; run scripts/test.sh for everything
 #
-# Needs root, fuse3 (fusermount3), sqlite3, git, acl (setfacl), attr (setfattr), rsync and
-# python3 (scripts/test.sh installs them) and the release binaries (cargo build --release). Each step prints one PASS/FAIL line; the exit
+# Needs root, fuse3 (fusermount3), sqlite3, git, acl (setfacl), attr (setfattr), rsync,
+# stress-ng and python3 (scripts/test.sh installs them) and the release binaries (cargo build --release). Each step prints one PASS/FAIL line; the exit
 # status is the number of failed steps (0 = all passed).
-# Environment: KEEP=1 keeps the work directory; STRESS_SECONDS (20), FSX_OPS (20000);
+# Environment: KEEP=1 keeps the work directory; STRESS_SECONDS (20), FSX_OPS (20000),
+# STRESSNG_SECONDS (2 per stress-ng stressor);
 # ONLY=t_emulated (comma separated) runs just the named self-contained steps.
 set -uo pipefail
 
@@ -24,9 +25,9 @@ for b in flashlog flashlog-posix flashlog-fsx flashlog-stress; do
         exit 1
     fi
 done
-for t in setfacl getfacl setfattr getfattr rsync python3 setpriv; do
+for t in setfacl getfacl setfattr getfattr rsync python3 setpriv stress-ng; do
     if ! command -v "$t" >/dev/null 2>&1; then
-        echo "mount-tests: $t is missing: apt-get install acl attr rsync python3 util-linux (or run scripts/test.sh)" >&2
+        echo "mount-tests: $t is missing: apt-get install acl attr rsync python3 util-linux stress-ng (or run scripts/test.sh)" >&2
         exit 1
     fi
 done
@@ -182,6 +183,12 @@ t_fsx() {
 
 t_stress() {
     "$bin/flashlog-stress" "$mnt" --procs 4 --seconds "${STRESS_SECONDS:-20}" --seed 7
+}
+
+# stress-ng's file-system and I/O stressors with --verify (scripts/stress-ng.sh): a checker
+# from the distribution, not written against Flashlog.
+t_stress_ng() {
+    "$root/scripts/stress-ng.sh" "$mnt" "${STRESSNG_SECONDS:-2}" 2
 }
 
 # A large source tree: /usr/include when present, plus this repository's crates.
@@ -602,6 +609,7 @@ step "mount --daemon" t_mount
 step "POSIX suite (flashlog-posix)" t_posix
 step "fsx, fixed seeds (flashlog-fsx)" t_fsx
 step "stress, 4 procs (flashlog-stress)" t_stress
+step "stress-ng file-system stressors" t_stress_ng
 step "cp -a source tree in + diff" t_cp_in
 step "metadata after cp -a/-p, rsync, tar" t_meta_in
 step "POSIX ACLs (setfacl, enforcement)" t_acl
