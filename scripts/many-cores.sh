@@ -17,9 +17,11 @@
 #   sustained  16 threads of random 4 KiB overwrites at 90 % full on 970pro-like:4GiB,
 #              every policy (ScaleLFS Fig. 9; scale's p99.9; lock waits) (~6 min)
 #   followup   what the first lent machine (2026-11-26) left unmeasured after its fixes, in
-#              one call (estimated 8-9 minutes, not yet run): fxmark on RAM with one flusher against 16 lanes,
-#              fxmark on the SSD (mlogs 16; `device` with 1), `sustained` for device, none
-#              and zf2fs
+#              one call (estimated 8-9 minutes, not yet run): fxmark on RAM with one flusher
+#              against 16 lanes, fxmark on the SSD (mlogs 16; `device` with 1), `sustained`
+#              for device, none and zf2fs
+#   iplfs      issue 15's `none` against f2fs in the IPLFS slides' setting (97 % full, spare
+#              flash), 4 and 16 threads (~2 min on 2 cores; its own call: a call may last 10 min)
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script
 #              and the binary on any machine (~2 min on 2 cores)
 #
@@ -30,7 +32,7 @@ phase=${1:-}
 bin=${2:-target/release/flashlog}
 out=${3:-bench-out/many-cores}
 case "$phase" in
-fxmark | sustained | followup | quick) ;;
+fxmark | sustained | followup | iplfs | quick) ;;
 *)
     sed -n '2,/^set -u/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
@@ -63,6 +65,18 @@ run() { # NAME ARGS...: one bench run, its output in $out/NAME.log and report in
     fi
 }
 
+# Issue 15 in the IPLFS slides' setting (a file of 97 % of the user space, 2 MiB sections,
+# spare flash in the device): on 2 cores `none` is CPU-bound at ~1 GiB/s and f2fs runs at
+# 210-290 MiB/s while cleaning (3.9-5.2x); the device allows ~2.2 GiB/s (~45 s per run).
+iplfs_slides() {
+    local t
+    for t in 4 16; do
+        run "iplfs-slides-t$t" sustained --device 970pro-like:8GiB --ssd-set op=6 \
+            --segs-per-sec 1 --fill 0.97 --write-factor 6 --duration 30 --threads "$t" \
+            --policies none,f2fs
+    done
+}
+
 policies=f2fs,f2fs-lfs,scale,device,none
 case "$phase" in
 fxmark)
@@ -88,6 +102,9 @@ followup)
         --duration 1 --mlogs 1 --policies device
     run sustained-rest sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
         --policies device,none,zf2fs
+    ;;
+iplfs)
+    iplfs_slides
     ;;
 quick)
     run fxmark-quick fxmark --threads 4 --duration 1 --mlogs 2 --policies f2fs,none
