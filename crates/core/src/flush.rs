@@ -18,8 +18,9 @@
 //! through its own mlog's log heads, so lanes share neither cells nor heads. One thread was
 //! the bound of appending writers on 16 cores (fxmark DWAL 1.6x from 1 to 16 threads on a
 //! RAM device, writers waiting at the dirty cap for its rounds); more lanes are for many
-//! cores and are not yet measured on them. A wake-up wakes every lane; a round is any
-//! lane's round (writers at the hard cap wait for the next one).
+//! cores and are not yet measured on them. A wake-up wakes every lane; a writer at the hard
+//! cap waits for a round of any lane that writes pages back, and counts the flusher idle
+//! only when every lane has ended a round with none (`wait_round`).
 //!
 //! Owns: the flusher's wake-up and progress state and its counters (`WritebackStats`). The
 //! dirty-page count itself is `FsInner::dirty_pages`; what a page's write-back does (space
@@ -71,10 +72,16 @@ struct State {
     stop: bool,
     /// Wake-ups so far: every lane sleeps until this moves past what it last saw.
     wakes: u64,
-    /// Rounds finished (a round visits every file once).
-    rounds: u64,
-    /// Pages the last finished round wrote back.
-    last_round_pages: u64,
+    /// Rounds finished by each lane (a round visits every file of the lane once).
+    lane_rounds: Vec<u64>,
+    /// Pages the finished rounds of every lane wrote back.
+    round_pages: u64,
+}
+
+/// Where the flusher's rounds stood when a writer began to wait (`Flusher::mark`).
+pub struct RoundMark {
+    lane_rounds: Vec<u64>,
+    round_pages: u64,
 }
 
 /// Counters of the write-back paths (`Fs::writeback_stats`).
@@ -119,7 +126,10 @@ impl Flusher {
     pub fn new(lanes: usize) -> Arc<Flusher> {
         Arc::new(Flusher {
             lanes: lanes.max(1),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                lane_rounds: vec![0; lanes.max(1)],
+                ..State::default()
+            }),
             wake: Condvar::new(),
             progress: Condvar::new(),
             pending: AtomicBool::new(false),
@@ -166,22 +176,39 @@ impl Flusher {
         }
     }
 
-    /// Rounds finished so far (pass to `wait_round`).
-    pub fn rounds(&self) -> u64 {
-        self.state.lock().rounds
+    /// The rounds finished so far (pass to `wait_round`).
+    pub fn mark(&self) -> RoundMark {
+        let s = self.state.lock();
+        RoundMark {
+            lane_rounds: s.lane_rounds.clone(),
+            round_pages: s.round_pages,
+        }
     }
 
-    /// Wait up to `PROGRESS_WAIT` for a round after `seen` to finish; true if one did and
-    /// wrote pages back.
-    pub fn wait_round(&self, seen: u64) -> bool {
+    /// Wait up to `PROGRESS_WAIT` for progress after `seen`: true as soon as a round of
+    /// any lane ends having written pages back; false once every lane has ended a round
+    /// without, or at the deadline. A lane whose files are clean ends its rounds at once
+    /// with nothing written: only when all lanes did is the flusher idle. (A round of any
+    /// lane used to end the wait, and one that wrote nothing counted as idle, so writers
+    /// of a mount with lanes to spare wrote back themselves; `tests/flusher.rs`
+    /// `empty_lanes_do_not_send_writers_to_write_back_themselves`.)
+    pub fn wait_round(&self, seen: &RoundMark) -> bool {
         let deadline = Instant::now() + PROGRESS_WAIT;
         let mut s = self.state.lock();
-        while s.rounds == seen && !s.stop {
-            if self.progress.wait_until(&mut s, deadline).timed_out() {
-                break;
+        loop {
+            if s.round_pages != seen.round_pages {
+                return true;
+            }
+            let every_lane_ended = s
+                .lane_rounds
+                .iter()
+                .zip(&seen.lane_rounds)
+                .all(|(now, then)| now != then);
+            if s.stop || every_lane_ended || self.progress.wait_until(&mut s, deadline).timed_out()
+            {
+                return s.round_pages != seen.round_pages;
             }
         }
-        s.rounds != seen && s.last_round_pages > 0
     }
 
     /// Count one writer's wait at the hard cap.
@@ -194,10 +221,10 @@ impl Flusher {
         }
     }
 
-    fn end_round(&self, pages: u64) {
+    fn end_round(&self, lane: usize, pages: u64) {
         let mut s = self.state.lock();
-        s.rounds += 1;
-        s.last_round_pages = pages;
+        s.lane_rounds[lane] += 1;
+        s.round_pages += pages;
         self.progress.notify_all();
     }
 
@@ -278,12 +305,12 @@ impl Flusher {
             let (pages, no_space) = match r {
                 Ok(x) => x,
                 Err(e) => {
-                    self.end_round(0);
+                    self.end_round(lane, 0);
                     return Err(e);
                 }
             };
             self.background_pages.fetch_add(pages, Ordering::Relaxed);
-            self.end_round(pages);
+            self.end_round(lane, pages);
             if no_space {
                 // Write-back needs free segments: clean (as the inline path does), but give
                 // up after rounds that got nothing back; writers then take the last resort.

@@ -599,9 +599,9 @@ impl Fs {
         let t0 = std::time::Instant::now();
         let mut idle = 0;
         while inner.dirty_pages.load(Ordering::Relaxed) > cap_pages {
-            let seen = f.rounds();
+            let seen = f.mark();
             f.kick();
-            if f.wait_round(seen) {
+            if f.wait_round(&seen) {
                 idle = 0;
                 continue;
             }
