@@ -633,6 +633,16 @@ impl FsInner {
         Ok(())
     }
 
+    /// The pre-pass, unless one runs already: then false at once. For a caller whose
+    /// checkpoint the running pass's own checkpoint makes unneeded (every caller of the
+    /// pre-pass checkpoints right after it).
+    pub fn writeback_before_checkpoint_unless_running(&self) -> Result<bool> {
+        match self.prepass.try_lock() {
+            Some(_one) => self.writeback_before_checkpoint_alone().map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     fn writeback_before_checkpoint_alone(&self) -> Result<()> {
         let _role = crate::waits::as_role(crate::waits::Role::Prepass);
         self.test_point("checkpoint:prepass");

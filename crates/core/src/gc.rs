@@ -632,7 +632,13 @@ impl FsInner {
         let Some(_one) = fs.discard_checkpoint.try_lock() else {
             return Ok(());
         };
-        fs.writeback_before_checkpoint()?;
+        // A pre-pass under way means a checkpoint follows it (the upcall handler's, a
+        // cleaning round's, a sync's): it applies the upcalls and issues the discards, so
+        // go on writing instead of waiting for that pass to checkpoint again
+        // (`device_discard_checkpoint_does_not_wait_for_a_running_prepass`).
+        if !fs.writeback_before_checkpoint_unless_running()? {
+            return Ok(());
+        }
         let _gc = fs.gc_lock.lock();
         if due() {
             fs.check_writable()?;
