@@ -61,6 +61,11 @@ Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
                             before writers wait for write-back (default 20; FUSE's own
                             default is 1; needs root, else a warning)
   threads=N                 FUSE request threads (default: one per core)
+  io_threads=N              threads writing the log to the device (default 8)
+  flushers=N                background write-back threads (default 1); lane k writes
+                            back the files whose inode number is k mod N
+  image_io=buffered|direct  log writes to an image file through the host's page cache
+                            (default) or with O_DIRECT
   cp_interval=SECONDS       checkpoint timer, 0 = off (default 30)
   dirty_cap=SIZE            dirty data cached before write-back (default 64M)
   dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync: as mount(8)
