@@ -34,6 +34,7 @@ command -v stress-ng >/dev/null 2>&1 || {
     echo "stress-ng.sh: $dir is not a directory" >&2
     exit 2
 }
+dir=$(cd "$dir" && pwd)
 
 small=(--hdd-bytes 32M --iomix-bytes 32M --fallocate-bytes 32M --sync-file-bytes 32M
     --revio-bytes 32M --readahead-bytes 32M --seek-size 32M --mmap-bytes 32M
@@ -47,8 +48,10 @@ failed=() skipped=() passed=0
 for s in "${stressors[@]}"; do
     work=$dir/stress-ng-$s
     mkdir -p "$work" || exit 2
-    out=$(timeout $((secs * 10 + 60)) stress-ng --"$s" "$n" --timeout "${secs}s" --temp-path "$work" \
-        --verify "${small[@]}" 2>&1)
+    # In the directory under test: the `open` stressor also makes files in the current
+    # directory (they were left in the checkout the tests ran from).
+    out=$(cd "$work" && timeout $((secs * 10 + 60)) stress-ng --"$s" "$n" --timeout "${secs}s" \
+        --temp-path "$work" --verify "${small[@]}" 2>&1)
     rc=$?
     rm -rf "$work"
     # 0 passed, 3 no resource / not supported here, 4 not implemented: skipped.
