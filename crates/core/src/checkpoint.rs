@@ -621,8 +621,8 @@ impl FsInner {
     /// skipping held cells) also ended that, but left 1.8-2.6 s more per run to the
     /// checkpoint itself, with everything excluded.
     pub fn writeback_before_checkpoint(&self) -> Result<()> {
-        if let Some(_one) = self.prepass.try_lock() {
-            return self.writeback_before_checkpoint_alone();
+        if self.writeback_before_checkpoint_unless_running()? {
+            return Ok(());
         }
         // Another pass runs: wait for it (it writes what ours would have) instead of
         // walking the cells beside it.

@@ -124,10 +124,11 @@ pub struct Flusher {
 impl Flusher {
     /// A flusher of `lanes` threads (at least one).
     pub fn new(lanes: usize) -> Arc<Flusher> {
+        let lanes = lanes.max(1);
         Arc::new(Flusher {
-            lanes: lanes.max(1),
+            lanes,
             state: Mutex::new(State {
-                lane_rounds: vec![0; lanes.max(1)],
+                lane_rounds: vec![0; lanes],
                 ..State::default()
             }),
             wake: Condvar::new(),

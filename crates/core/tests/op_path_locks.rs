@@ -30,6 +30,19 @@ fn ram(blocks: u64) -> Arc<dyn BlockDevice> {
     dev
 }
 
+/// A formatted 512 MiB emulated SSD with the coupled-GC FTL (what `gc=device` mounts on).
+fn coupled_ssd() -> Arc<dyn BlockDevice> {
+    let mut c = SsdConfig::preset("970pro-like")
+        .unwrap()
+        .with_capacity(512 << 20)
+        .unwrap();
+    c.set("ftl", "coupled").unwrap();
+    c.store = StoreKind::Ram;
+    let dev: Arc<dyn BlockDevice> = Arc::new(SsdDevice::new(c).unwrap());
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    dev
+}
+
 fn fsck_clean(dev: &dyn BlockDevice) {
     let r = flashlog_core::fsck::fsck(dev).unwrap();
     assert!(r.is_clean(), "fsck: {:?}", r.findings);
@@ -86,15 +99,7 @@ fn scale_operations_do_not_wait_for_the_orphan_set() {
 /// in the page cache and creates files.
 #[test]
 fn device_operations_do_not_wait_for_the_dead_block_map() {
-    let mut c = SsdConfig::preset("970pro-like")
-        .unwrap()
-        .with_capacity(512 << 20)
-        .unwrap();
-    c.set("ftl", "coupled").unwrap();
-    c.store = StoreKind::Ram;
-    let ssd = Arc::new(SsdDevice::new(c).unwrap());
-    let dev: Arc<dyn BlockDevice> = ssd;
-    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let dev = coupled_ssd();
     let fs = Arc::new(Fs::mount(dev.clone(), opts("device")).unwrap());
     let a = fs.create(ROOT_INO, b"hot", 0o644, 0, 0).unwrap();
     fs.write(a.ino, 0, &[1; 4096]).unwrap();
@@ -120,22 +125,13 @@ fn device_operations_do_not_wait_for_the_dead_block_map() {
 /// checkpoint pre-pass runs goes on writing: that pass is followed by its checkpoint,
 /// which applies the upcalls and issues the discards. Before, it waited for the pass to
 /// end (a whole pre-pass: ~80 ms in the 16-thread bench on 2 cores) and then checkpointed
-/// again itself. The test holds the
-/// pre-pass, makes a section's worth of blocks die (a file written, synced, overwritten and
-/// fsync'd) and has another thread write.
+/// again itself. The test holds the pre-pass, makes a section's worth of blocks die (a file
+/// written, synced, overwritten and fsync'd) and has another thread write.
 #[test]
 fn device_discard_checkpoint_does_not_wait_for_a_running_prepass() {
-    let mut c = SsdConfig::preset("970pro-like")
-        .unwrap()
-        .with_capacity(512 << 20)
-        .unwrap();
-    c.set("ftl", "coupled").unwrap();
-    c.store = StoreKind::Ram;
-    let ssd = Arc::new(SsdDevice::new(c).unwrap());
-    let dev: Arc<dyn BlockDevice> = ssd;
-    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let dev = coupled_ssd();
     let fs = Arc::new(Fs::mount(dev.clone(), opts("device")).unwrap());
-    let per_sec = 512 * u64::from(fs.inner().sb.geo.segs_per_sec);
+    let per_sec = flashlog_format::BLOCKS_PER_SEG * u64::from(fs.inner().sb.geo.segs_per_sec);
     let a = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap();
     let chunk = vec![0x11u8; 256 << 10];
     let blocks = per_sec + 256;
