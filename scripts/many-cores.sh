@@ -22,6 +22,15 @@
 #              for device, none and zf2fs
 #   iplfs      issue 15's `none` against f2fs in the IPLFS slides' setting (97 % full, spare
 #              flash), 4 and 16 threads (~2 min on 2 cores; its own call: a call may last 10 min)
+#   lent2      the second lent machine's one call (2026-11-26, ~9 min): the core's race and
+#              space tests on 16 cores (test binaries built here, in BIN's folder, each run
+#              twice), fxmark on RAM (one flusher against 16 lanes), `sustained` for device,
+#              none and zf2fs, the IPLFS slides' setting at 16 threads, fxmark on the SSD;
+#              every run under its own time limit so that one slow run leaves the rest
+#   profile    where DWAL with flusher lanes and `none` at 97 % full spend their time on
+#              16 cores: `perf record` of each (PERF names the perf command, e.g. a copy
+#              with its libraries; reports per thread name and symbol), then fxmark DWAL on
+#              RAM with 1, 4, 8 and 16 lanes and MWCL/MWUL with 3-second phases (~6 min)
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script
 #              and the binary on any machine (~2 min on 2 cores)
 #
@@ -32,7 +41,7 @@ phase=${1:-}
 bin=${2:-target/release/flashlog}
 out=${3:-bench-out/many-cores}
 case "$phase" in
-fxmark | sustained | followup | iplfs | quick) ;;
+fxmark | sustained | followup | iplfs | lent2 | profile | quick) ;;
 *)
     sed -n '2,/^set -u/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
@@ -52,12 +61,15 @@ mkdir -p "$out"
 } >"$out/machine.txt"
 
 status=0
+limit=${LIMIT:-0} # seconds per bench run (0: none); `timeout` stops a run past it
 run() { # NAME ARGS...: one bench run, its output in $out/NAME.log and report in $out/NAME/
     local name=$1
     shift
     echo "== $name: flashlog bench $*" | tee -a "$out/$phase.log"
     local t0=$SECONDS
-    if "$bin" bench "$@" --out "$out/$name" >"$out/$name.log" 2>&1; then
+    local cap=()
+    [ "$limit" != 0 ] && cap=(timeout -s INT -k 10 "$limit")
+    if "${cap[@]}" "$bin" bench "$@" --out "$out/$name" >"$out/$name.log" 2>&1; then
         echo "   ok in $((SECONDS - t0)) s" | tee -a "$out/$phase.log"
     else
         echo "   FAILED (exit $?) in $((SECONDS - t0)) s, see $out/$name.log" | tee -a "$out/$phase.log"
@@ -105,6 +117,62 @@ followup)
     ;;
 iplfs)
     iplfs_slides
+    ;;
+lent2)
+    dir=$(dirname "$bin")
+    for i in 1 2; do
+        for t in gc_races space mlogs flusher op_path_locks scale_commit iplfs device_gc; do
+            [ -x "$dir/$t" ] || continue
+            if timeout 60 "$dir/$t" -q >"$out/test-$t-$i.log" 2>&1; then
+                echo "test $t run $i: ok" | tee -a "$out/$phase.log"
+            else
+                echo "test $t run $i: FAILED (exit $?), see test-$t-$i.log" | tee -a "$out/$phase.log"
+                status=1
+            fi
+        done
+    done
+    limit=170
+    run fxmark-ram-lanes fxmark --device ram:4GiB --threads 16 --duration 2 \
+        --mlogs 16 --policies f2fs,f2fs/flushers=16,scale
+    limit=120
+    run sustained-rest sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
+        --policies device,none,zf2fs
+    limit=100
+    run iplfs-slides-t16 sustained --device 970pro-like:8GiB --ssd-set op=6 \
+        --segs-per-sec 1 --fill 0.97 --write-factor 6 --duration 30 --threads 16 \
+        --policies none,f2fs
+    limit=90
+    run fxmark-ssd-mlogs16 fxmark --device 970pro-like:4GiB --segs-per-sec 1 --threads 16 \
+        --duration 1 --mlogs 16 --policies f2fs,scale
+    ;;
+profile)
+    perf=${PERF:-perf}
+    prof() { # NAME ARGS...: perf record of one bench run, reports in $out/NAME.perf.txt
+        local name=$1
+        shift
+        echo "== $name (perf): flashlog bench $*" | tee -a "$out/$phase.log"
+        if timeout -s INT -k 10 150 $perf record -F 999 -o "$out/$name.data" -- \
+            "$bin" bench "$@" --out "$out/$name" >"$out/$name.log" 2>&1; then
+            for what in comm comm,sym; do
+                $perf report -i "$out/$name.data" --sort "$what" --stdio 2>/dev/null |
+                    grep -v '^#' | grep -v '^$' | head -150 >>"$out/$name.perf.txt"
+            done
+            rm -f "$out/$name.data"
+        else
+            echo "   FAILED (exit $?)" | tee -a "$out/$phase.log"
+            status=1
+        fi
+    }
+    prof perf-dwal-lanes fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
+        --tests DWAL --policies f2fs/flushers=16
+    prof perf-none-slides sustained --device 970pro-like:8GiB --ssd-set op=6 \
+        --segs-per-sec 1 --fill 0.97 --write-factor 6 --duration 30 --threads 16 \
+        --policies none
+    limit=100
+    run fxmark-ram-dwal-lanes fxmark --device ram:4GiB --threads 16 --duration 2 --mlogs 16 \
+        --tests DWAL --policies f2fs,f2fs/flushers=4,f2fs/flushers=8,f2fs/flushers=16
+    run fxmark-ram-meta fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
+        --tests MWCL,MWUL --policies f2fs,scale
     ;;
 quick)
     run fxmark-quick fxmark --threads 4 --duration 1 --mlogs 2 --policies f2fs,none

@@ -162,6 +162,10 @@ pub struct BenchArgs {
     /// Max log partitions (mlogs) at mkfs: each has its own log heads and free sections.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub mlogs: u32,
+    /// fxmark: the tests to run, comma-separated, in their fixed order (MWUL unlinks what
+    /// MWCL created, so it needs MWCL): e.g. `DWAL` alone to profile appends.
+    #[arg(long, default_value = "DWOL,DWAL,MWCL,MWUL", value_name = "TESTS")]
+    pub tests: String,
     /// How writes map to an mlog (mount option `mlog=`): `ino` (the file's, ino mod mlogs)
     /// or `thread` (the writing thread's, Max's per-core mlogs).
     #[arg(long, default_value = "ino", value_name = "ino|thread")]
@@ -209,6 +213,7 @@ pub fn default_main_job() -> BenchArgs {
         segs_per_sec: "auto".into(),
         mlogs: 1,
         mlog_map: "ino".into(),
+        tests: "DWOL,DWAL,MWCL,MWUL".into(),
         quiet: false,
         flashlog_bin: None,
         no_peers: false,
@@ -263,6 +268,9 @@ impl BenchArgs {
         }
         if self.mlog_map != "ino" {
             s += &format!(" --mlog-map {}", self.mlog_map);
+        }
+        if matches!(self.experiment, Experiment::Fxmark) && self.tests != "DWOL,DWAL,MWCL,MWUL" {
+            s += &format!(" --tests {}", self.tests);
         }
         if self.no_peers {
             s += " --no-peers";

@@ -56,15 +56,42 @@ pub struct FxResult {
     pub error: Option<String>,
 }
 
+/// The tests `--tests` selects, in `TESTS` order.
+pub fn selected(list: &str) -> Result<Vec<&'static str>> {
+    let mut want = Vec::new();
+    for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let Some(&known) = TESTS.iter().find(|k| k.eq_ignore_ascii_case(t)) else {
+            return Err(anyhow!(
+                "--tests: unknown fxmark test {t:?} (tests: {})",
+                TESTS.join(", ")
+            ));
+        };
+        want.push(known);
+    }
+    if want.is_empty() {
+        return Err(anyhow!(
+            "--tests: no test selected (tests: {})",
+            TESTS.join(", ")
+        ));
+    }
+    if want.contains(&"MWUL") && !want.contains(&"MWCL") {
+        return Err(anyhow!(
+            "--tests: MWUL unlinks the files MWCL creates: select MWCL with it"
+        ));
+    }
+    Ok(TESTS.into_iter().filter(|t| want.contains(t)).collect())
+}
+
 pub fn run(ctx: &Ctx) -> Result<Report> {
+    let tests = selected(&ctx.args.tests)?;
     let counts = thread_counts(ctx.args.threads);
-    let total = (ctx.policies.len() * counts.len() * TESTS.len()) as u64;
+    let total = (ctx.policies.len() * counts.len() * tests.len()) as u64;
     let bar = ctx.bar(total, "fxmark".into(), false);
     let mut results = Vec::new();
     for p in &ctx.policies {
         for &n in &counts {
             bar.set_message(format!("{} x{n}", p.label));
-            results.extend(run_one(ctx, p, n, &bar)?);
+            results.extend(run_one(ctx, p, n, &tests, &bar)?);
         }
     }
     bar.finish_and_clear();
@@ -75,6 +102,7 @@ fn run_one(
     ctx: &Ctx,
     p: &crate::policy::PolicySpec,
     threads: usize,
+    tests: &[&'static str],
     bar: &indicatif::ProgressBar,
 ) -> Result<Vec<FxResult>> {
     let vol = Volume::open(ctx, p)?;
@@ -102,7 +130,7 @@ fn run_one(
     let created: Vec<std::sync::atomic::AtomicU64> = (0..threads).map(|_| 0.into()).collect();
     let ssd = vol.bd.ssd.clone();
     let dev_wait = || ssd.as_ref().map_or(0.0, |d| d.lock_stats().wait_s());
-    for test in TESTS {
+    for &test in tests {
         let gc0 = fs.stats();
         let w0 = dev_wait();
         let wb0 = fs.writeback_stats().throttled_ns;
@@ -231,7 +259,7 @@ fn waits_table(ctx: &Ctx, counts: &[usize], results: &[FxResult]) -> String {
     hdr.push(format!("write-back wait at {max} thr"));
     let hdr: Vec<&str> = hdr.iter().map(|s| s.as_str()).collect();
     let mut w = Table::new(&hdr);
-    for test in TESTS {
+    for test in tests_run(results) {
         for p in &ctx.policies {
             let get = |n: usize| find(results, test, &p.label, n);
             let mut row = vec![test.to_string(), p.label.clone()];
@@ -261,6 +289,14 @@ fn waits_table(ctx: &Ctx, counts: &[usize], results: &[FxResult]) -> String {
            not as a lock wait)\n"
 }
 
+/// The tests with results, in `TESTS` order (`--tests` may leave some out).
+fn tests_run(results: &[FxResult]) -> Vec<&'static str> {
+    TESTS
+        .into_iter()
+        .filter(|t| results.iter().any(|r| r.test == *t))
+        .collect()
+}
+
 fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<Report> {
     let out = &ctx.args.out;
     let mut rep = Report::new("fxmark", out, ctx.config_json());
@@ -277,7 +313,7 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
     }
     let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
     let mut t = Table::new(&hdr);
-    for test in TESTS {
+    for test in tests_run(&results) {
         for p in &ctx.policies {
             let get = |n: usize| find(&results, test, &p.label, n);
             let mut row = vec![test.to_string(), p.label.clone()];
@@ -305,7 +341,7 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
         }
         let hdr: Vec<&str> = hdr.iter().map(|s| s.as_str()).collect();
         let mut w = Table::new(&hdr);
-        for test in TESTS {
+        for test in tests_run(&results) {
             for p in &ctx.policies {
                 let mut row = vec![test.to_string(), p.label.clone()];
                 for &n in counts {
@@ -334,7 +370,7 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
         ),
         body,
     );
-    for test in TESTS {
+    for test in tests_run(&results) {
         let series: Vec<(String, Vec<(f64, f64)>)> = ctx
             .policies
             .iter()
@@ -364,4 +400,20 @@ fn build_report(ctx: &Ctx, counts: &[usize], results: Vec<FxResult>) -> Result<R
     }
     rep.results = serde_json::to_value(&results)?;
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selected;
+
+    #[test]
+    fn tests_run_in_fixed_order_and_mwul_needs_mwcl() {
+        assert_eq!(selected("mwcl,DWAL").unwrap(), ["DWAL", "MWCL"]);
+        assert_eq!(selected("DWOL,DWAL,MWCL,MWUL").unwrap().len(), 4);
+        let e = selected("MWUL").unwrap_err().to_string();
+        assert!(e.contains("MWCL"), "{e}");
+        let e = selected("DWAL,XX").unwrap_err().to_string();
+        assert!(e.contains("\"XX\""), "{e}");
+        assert!(selected(" , ").is_err());
+    }
 }
