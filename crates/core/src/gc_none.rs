@@ -40,7 +40,7 @@
 //! the device is called); the dispatcher's `Control` mutex is a leaf too. The dispatcher
 //! takes the gc lock, then the op lock exclusively, only to checkpoint.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -266,6 +266,9 @@ struct Control {
 /// `none`: no cleaning; the discard dispatcher.
 pub struct NoneCollector {
     ctl: Arc<(Mutex<Control>, Condvar)>,
+    /// `Control::kick` mirrored (set with it, cleared when the dispatcher takes it): a
+    /// writer that finds a kick pending does not take the mutex.
+    kicked: Arc<AtomicBool>,
     handle: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -279,12 +282,13 @@ impl NoneCollector {
     pub fn new() -> Self {
         NoneCollector {
             ctl: Arc::new((Mutex::new(Control::default()), Condvar::new())),
+            kicked: Arc::new(AtomicBool::new(false)),
             handle: Mutex::new(None),
         }
     }
 }
 
-fn dispatcher(weak: Weak<FsInner>, ctl: Arc<(Mutex<Control>, Condvar)>) {
+fn dispatcher(weak: Weak<FsInner>, ctl: Arc<(Mutex<Control>, Condvar)>, kicked: Arc<AtomicBool>) {
     let _role = crate::waits::as_role(crate::waits::Role::Discard);
     loop {
         {
@@ -299,6 +303,7 @@ fn dispatcher(weak: Weak<FsInner>, ctl: Arc<(Mutex<Control>, Condvar)>) {
                 return;
             }
             c.kick = false;
+            kicked.store(false, Ordering::Relaxed);
         }
         let Some(fs) = weak.upgrade() else { return };
         if fs.poisoned.load(Ordering::Acquire) {
@@ -410,18 +415,26 @@ impl crate::gc::Collector for NoneCollector {
         if free >= early_of(fs.space_target_bound()) {
             return Ok(());
         }
-        let target = fs.space_target();
+        // Near the target (a volume near full always is), every write gets here: what it
+        // reads is a memo of the target and counts mirrored in atomics, and it takes a
+        // lock only to issue commands or to kick the dispatcher (16 writers on 16 cores
+        // spent a third of their samples in these checks: docs/BENCHMARKS.md).
+        let target = fs.space_target_recent(free);
         if free >= early_of(target) {
             return Ok(());
         }
-        if !fs.seg.discards.lock().is_empty() {
+        if fs.seg.discards.count() > 0 {
             dispatch_all(fs)?;
         }
         let dead = fs.seg.dead_pending();
-        if dead > 0 && fs.seg.free_sections() < checkpoint_target_of(fs, target, dead) {
+        if dead > 0
+            && !self.kicked.load(Ordering::Relaxed)
+            && fs.seg.free_sections() < checkpoint_target_of(fs, target, dead)
+        {
             let mut c = self.ctl.0.lock();
             if !c.kick {
                 c.kick = true;
+                self.kicked.store(true, Ordering::Relaxed);
                 self.ctl.1.notify_all();
             }
         }
@@ -442,9 +455,11 @@ impl crate::gc::Collector for NoneCollector {
         *self.ctl.0.lock() = Control::default();
         let weak = Arc::downgrade(fs);
         let ctl = self.ctl.clone();
+        let kicked = self.kicked.clone();
+        self.kicked.store(false, Ordering::Relaxed);
         let h = std::thread::Builder::new()
             .name("flashlog-discard".into())
-            .spawn(move || dispatcher(weak, ctl))
+            .spawn(move || dispatcher(weak, ctl, kicked))
             .expect("spawn discard dispatcher");
         *self.handle.lock() = Some(h);
     }

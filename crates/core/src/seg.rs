@@ -225,7 +225,7 @@ pub struct SegManager {
     /// Discard commands a durable checkpoint logged and that still wait to be issued
     /// (`gc_none.rs` dispatches them; `gc=device`'s discard thread issues them after the
     /// checkpoint, and the next checkpoint issues what it left first).
-    pub discards: Mutex<crate::discard::DiscardQueue>,
+    pub discards: crate::discard::Counted<crate::discard::DiscardQueue>,
     /// `gc=device`: sections emptied before the last durable pack whose release waits for
     /// the next checkpoint (their dead blocks' discards are issued off the op lock in
     /// between, and the records that moved their blocks are acknowledged only then:
@@ -497,7 +497,7 @@ impl SegManager {
             test_hook: parking_lot::RwLock::new(None),
             device_secs_from: AtomicU64::new(u64::MAX),
             dead: Default::default(),
-            discards: Mutex::new(crate::discard::DiscardQueue::new()),
+            discards: crate::discard::Counted::new(crate::discard::DiscardQueue::new()),
             held: Mutex::new(Vec::new()),
             inf: geo.infinite.then(Infinite::new),
         };

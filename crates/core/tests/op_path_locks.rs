@@ -121,6 +121,58 @@ fn device_operations_do_not_wait_for_the_dead_block_map() {
     fsck_clean(&*dev);
 }
 
+/// `gc=none` near full, where free space always sits below twice the space target, so that
+/// every write runs the policy's room check (`NoneCollector::space_low`): it asks whether
+/// discard commands are queued by the queue's mirrored count, not under the queue's lock
+/// (16 writers on 16 cores took that lock on every write). The test fills an interval-FTL
+/// volume to that point, empties the queue, holds it, and has another thread overwrite a
+/// page and create files.
+#[test]
+fn none_writes_near_full_do_not_wait_for_the_discard_queue() {
+    let mut c = SsdConfig::preset("970pro-like")
+        .unwrap()
+        .with_capacity(256 << 20)
+        .unwrap();
+    c.set("ftl", "interval").unwrap();
+    c.store = StoreKind::Ram;
+    let dev: Arc<dyn BlockDevice> = Arc::new(SsdDevice::new(c).unwrap());
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Arc::new(Fs::mount(dev.clone(), opts("none")).unwrap());
+    // Fill, a synced MiB at a time, until free sections are below twice the target (the
+    // early target of `space_low`).
+    let big = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    let inner = fs.inner().clone();
+    let mut off = 0u64;
+    while inner.seg.free_sections() >= 2 * inner.space_target() {
+        fs.write(big.ino, off, &chunk).unwrap();
+        fs.sync().unwrap();
+        off += chunk.len() as u64;
+        assert!(off < 256 << 20, "never got near the space target");
+    }
+    let hot = fs.create(ROOT_INO, b"hot", 0o644, 0, 0).unwrap();
+    fs.write(hot.ino, 0, &[1; 4096]).unwrap();
+    flashlog_core::gc_none::dispatch_all(&inner).unwrap();
+    {
+        let held = inner.seg.discards.lock();
+        assert!(held.is_empty());
+        assert!(inner.seg.free_sections() < 2 * inner.space_target());
+        let f = fs.clone();
+        finishes("none overwrite near full", move || {
+            for i in 0..10_000u32 {
+                f.write(hot.ino, 0, &i.to_le_bytes()).unwrap();
+            }
+            for i in 0..20 {
+                f.create(ROOT_INO, format!("c{i}").as_bytes(), 0o644, 0, 0)
+                    .unwrap();
+            }
+        });
+    }
+    assert_eq!(&fs.read_file("/hot").unwrap()[..4], &9_999u32.to_le_bytes());
+    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
+    fsck_clean(&*dev);
+}
+
 /// `gc=device`: a writer that finds a discard checkpoint due while another thread's
 /// checkpoint pre-pass runs goes on writing: that pass is followed by its checkpoint,
 /// which applies the upcalls and issues the discards. Before, it waited for the pass to
