@@ -80,6 +80,28 @@ pub struct Dentry {
     pub name: Vec<u8>,
 }
 
+/// An entry in place (`Layout::scan`): the name borrows the block.
+#[derive(Clone, Copy, Debug)]
+pub struct EntryRef<'a> {
+    pub slot: usize,
+    pub hash: u32,
+    pub ino: Ino,
+    pub ftype: u8,
+    pub name: &'a [u8],
+}
+
+impl EntryRef<'_> {
+    pub fn to_dentry(self) -> Dentry {
+        Dentry {
+            slot: self.slot,
+            hash: self.hash,
+            ino: self.ino,
+            ftype: self.ftype,
+            name: self.name.to_vec(),
+        }
+    }
+}
+
 pub fn slots_for(name_len: usize) -> usize {
     name_len.div_ceil(SLOT_LEN).max(1)
 }
@@ -99,6 +121,22 @@ impl Layout {
     /// ino 0) are reported as errors, never trusted.
     pub fn entries(&self, a: &[u8]) -> FormatResult<Vec<Dentry>> {
         let mut out = Vec::new();
+        self.scan(a, |e| {
+            out.push(e.to_dentry());
+            None::<()>
+        })?;
+        Ok(out)
+    }
+
+    /// Visit the entries in slot order until `f` returns `Some` (returned); every entry
+    /// visited is checked as `entries` checks it. Nothing is allocated: a lookup on every
+    /// create (the duplicate check) built every entry of the block with its name before,
+    /// which was most of a create's CPU in a large directory (fxmark MWCL).
+    pub fn scan<'a, T>(
+        &self,
+        a: &'a [u8],
+        mut f: impl FnMut(EntryRef<'a>) -> Option<T>,
+    ) -> FormatResult<Option<T>> {
         let mut slot = 0;
         while slot < self.nslots {
             if !self.used(a, slot) {
@@ -124,24 +162,26 @@ impl Layout {
                 });
             }
             let start = self.names + slot * SLOT_LEN;
-            out.push(Dentry {
+            let e = EntryRef {
                 slot,
                 hash: get_u32(a, r),
                 ino,
                 ftype: get_u8(a, r + 10),
-                name: a[start..start + len].to_vec(),
-            });
+                name: &a[start..start + len],
+            };
+            if let Some(t) = f(e) {
+                return Ok(Some(t));
+            }
             slot += n;
         }
-        Ok(out)
+        Ok(None)
     }
 
     /// Find `name`.
     pub fn find(&self, a: &[u8], name: &[u8], hash: u32) -> FormatResult<Option<Dentry>> {
-        Ok(self
-            .entries(a)?
-            .into_iter()
-            .find(|d| d.hash == hash && d.name == name))
+        self.scan(a, |e| {
+            (e.hash == hash && e.name == name).then(|| e.to_dentry())
+        })
     }
 
     /// First run of `need` free slots.
@@ -270,6 +310,27 @@ mod tests {
         l.insert(&mut b, 199, b"z", 0, 5, ftype::REG);
         put_u16(&mut b, l.recs + 199 * REC + 8, 200); // runs past the end
         assert!(l.entries(&b).is_err());
+        assert!(
+            l.find(&b, b"y", 1).is_err(),
+            "a lookup reaches the bad record"
+        );
+    }
+
+    #[test]
+    fn find_compares_the_name_not_only_the_hash() {
+        let mut b = [0u8; BLOCK_SIZE];
+        let l = BLOCK_LAYOUT;
+        // Two names under one hash (a collision): each finds its own entry.
+        l.insert(&mut b, 3, b"first", 77, 10, ftype::REG);
+        l.insert(&mut b, 9, b"second", 77, 11, ftype::DIR);
+        let d = l.find(&b, b"second", 77).unwrap().unwrap();
+        assert_eq!(
+            (d.slot, d.ino, d.ftype, &d.name[..]),
+            (9, 11, ftype::DIR, &b"second"[..])
+        );
+        assert_eq!(l.find(&b, b"first", 77).unwrap().unwrap().ino, 10);
+        assert!(l.find(&b, b"third", 77).unwrap().is_none());
+        assert!(l.find(&b, b"first", 78).unwrap().is_none());
     }
 
     #[test]
