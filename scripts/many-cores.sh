@@ -31,6 +31,9 @@
 #              16 cores: `perf record` of each (PERF names the perf command, e.g. a copy
 #              with its libraries; reports per thread name and symbol), then fxmark DWAL on
 #              RAM with 1, 4, 8 and 16 lanes and MWCL/MWUL with 3-second phases (~6 min)
+#   verify     after the fixes the profiles led to (2026-11-26): the slides' setting at 16
+#              threads (none against f2fs, and a perf record of none), MWCL/MWUL on RAM,
+#              `sustained` for f2fs, scale and none (~4 min)
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script
 #              and the binary on any machine (~2 min on 2 cores)
 #
@@ -41,7 +44,7 @@ phase=${1:-}
 bin=${2:-target/release/flashlog}
 out=${3:-bench-out/many-cores}
 case "$phase" in
-fxmark | sustained | followup | iplfs | lent2 | profile | quick) ;;
+fxmark | sustained | followup | iplfs | lent2 | profile | verify | quick) ;;
 *)
     sed -n '2,/^set -u/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
@@ -73,6 +76,24 @@ run() { # NAME ARGS...: one bench run, its output in $out/NAME.log and report in
         echo "   ok in $((SECONDS - t0)) s" | tee -a "$out/$phase.log"
     else
         echo "   FAILED (exit $?) in $((SECONDS - t0)) s, see $out/$name.log" | tee -a "$out/$phase.log"
+        status=1
+    fi
+}
+
+perf=${PERF:-perf}
+prof() { # NAME ARGS...: perf record of one bench run, reports in $out/NAME.perf.txt
+    local name=$1
+    shift
+    echo "== $name (perf): flashlog bench $*" | tee -a "$out/$phase.log"
+    if timeout -s INT -k 10 150 $perf record -F 999 -o "$out/$name.data" -- \
+        "$bin" bench "$@" --out "$out/$name" >"$out/$name.log" 2>&1; then
+        for what in comm comm,sym; do
+            $perf report -i "$out/$name.data" --sort "$what" --stdio 2>/dev/null |
+                grep -v '^#' | grep -v '^$' | head -150 >>"$out/$name.perf.txt"
+        done
+        rm -f "$out/$name.data"
+    else
+        echo "   FAILED (exit $?)" | tee -a "$out/$phase.log"
         status=1
     fi
 }
@@ -146,23 +167,6 @@ lent2)
         --duration 1 --mlogs 16 --policies f2fs,scale
     ;;
 profile)
-    perf=${PERF:-perf}
-    prof() { # NAME ARGS...: perf record of one bench run, reports in $out/NAME.perf.txt
-        local name=$1
-        shift
-        echo "== $name (perf): flashlog bench $*" | tee -a "$out/$phase.log"
-        if timeout -s INT -k 10 150 $perf record -F 999 -o "$out/$name.data" -- \
-            "$bin" bench "$@" --out "$out/$name" >"$out/$name.log" 2>&1; then
-            for what in comm comm,sym; do
-                $perf report -i "$out/$name.data" --sort "$what" --stdio 2>/dev/null |
-                    grep -v '^#' | grep -v '^$' | head -150 >>"$out/$name.perf.txt"
-            done
-            rm -f "$out/$name.data"
-        else
-            echo "   FAILED (exit $?)" | tee -a "$out/$phase.log"
-            status=1
-        fi
-    }
     prof perf-dwal-lanes fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
         --tests DWAL --policies f2fs/flushers=16
     prof perf-none-slides sustained --device 970pro-like:8GiB --ssd-set op=6 \
@@ -173,6 +177,19 @@ profile)
         --tests DWAL --policies f2fs,f2fs/flushers=4,f2fs/flushers=8,f2fs/flushers=16
     run fxmark-ram-meta fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
         --tests MWCL,MWUL --policies f2fs,scale
+    ;;
+verify)
+    limit=100
+    run iplfs-slides-t16 sustained --device 970pro-like:8GiB --ssd-set op=6 \
+        --segs-per-sec 1 --fill 0.97 --write-factor 6 --duration 30 --threads 16 \
+        --policies none,f2fs
+    prof perf-none-slides sustained --device 970pro-like:8GiB --ssd-set op=6 \
+        --segs-per-sec 1 --fill 0.97 --write-factor 6 --duration 30 --threads 16 \
+        --policies none
+    run fxmark-ram-meta fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
+        --tests MWCL,MWUL --policies f2fs,scale
+    run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
+        --policies f2fs,scale,none
     ;;
 quick)
     run fxmark-quick fxmark --threads 4 --duration 1 --mlogs 2 --policies f2fs,none
