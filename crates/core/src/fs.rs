@@ -575,7 +575,11 @@ impl Fs {
                 return Ok(());
             };
             if over() {
-                self.sync()?;
+                self.ensure_space(false)?;
+                inner.writeback_nodes_before_checkpoint()?;
+                let _g = inner.oplock.checkpoint();
+                inner.check_writable()?;
+                inner.write_checkpoint(false)?;
             }
         }
         Ok(())

@@ -42,9 +42,9 @@ use std::time::Instant;
 const TARGET_MEMO_USES: u32 = 8;
 
 thread_local! {
-    /// This thread's last exact space target: (volume, free sections then, target, reuses
-    /// left).
-    static TARGET_MEMO: std::cell::Cell<(usize, u64, u64, u32)> =
+    /// This thread's last exact space target: (`FsInner::mount_id`, free sections then,
+    /// target, reuses left).
+    static TARGET_MEMO: std::cell::Cell<(u64, u64, u64, u32)> =
         const { std::cell::Cell::new((0, 0, 0, 0)) };
 }
 
@@ -689,7 +689,7 @@ impl FsInner {
     /// its `TARGET_MEMO_USES` reuses per thread dirtied, which the extra section covers
     /// up to 512 threads at 2 MiB sections.
     pub fn space_target_recent(&self, free: u64) -> u64 {
-        let id = self as *const FsInner as usize;
+        let id = self.mount_id;
         let memo = TARGET_MEMO.with(|m| {
             let (vol, at, target, uses) = m.get();
             if vol == id && at == free && uses > 0 {
