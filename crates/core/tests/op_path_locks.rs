@@ -30,17 +30,22 @@ fn ram(blocks: u64) -> Arc<dyn BlockDevice> {
     dev
 }
 
-/// A formatted 512 MiB emulated SSD with the coupled-GC FTL (what `gc=device` mounts on).
-fn coupled_ssd() -> Arc<dyn BlockDevice> {
+/// A formatted emulated SSD of `bytes` with FTL `ftl`.
+fn ssd(ftl: &str, bytes: u64) -> Arc<dyn BlockDevice> {
     let mut c = SsdConfig::preset("970pro-like")
         .unwrap()
-        .with_capacity(512 << 20)
+        .with_capacity(bytes)
         .unwrap();
-    c.set("ftl", "coupled").unwrap();
+    c.set("ftl", ftl).unwrap();
     c.store = StoreKind::Ram;
     let dev: Arc<dyn BlockDevice> = Arc::new(SsdDevice::new(c).unwrap());
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
     dev
+}
+
+/// A formatted 512 MiB emulated SSD with the coupled-GC FTL (what `gc=device` mounts on).
+fn coupled_ssd() -> Arc<dyn BlockDevice> {
+    ssd("coupled", 512 << 20)
 }
 
 fn fsck_clean(dev: &dyn BlockDevice) {
@@ -129,14 +134,7 @@ fn device_operations_do_not_wait_for_the_dead_block_map() {
 /// page and create files.
 #[test]
 fn none_writes_near_full_do_not_wait_for_the_discard_queue() {
-    let mut c = SsdConfig::preset("970pro-like")
-        .unwrap()
-        .with_capacity(256 << 20)
-        .unwrap();
-    c.set("ftl", "interval").unwrap();
-    c.store = StoreKind::Ram;
-    let dev: Arc<dyn BlockDevice> = Arc::new(SsdDevice::new(c).unwrap());
-    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let dev = ssd("interval", 256 << 20);
     let fs = Arc::new(Fs::mount(dev.clone(), opts("none")).unwrap());
     // Fill, a synced MiB at a time, until free sections are below twice the target (the
     // early target of `space_low`).

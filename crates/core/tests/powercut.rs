@@ -24,6 +24,103 @@ fn is_cut(e: &Error) -> bool {
 /// means "absent" is acceptable).
 type Hist = HashMap<String, Vec<Option<Vec<u8>>>>;
 
+/// Cut the power now, take the crash image in `mode`, check it with fsck and mount it.
+fn remount_after_cut(
+    sim: &SimDevice,
+    fs: Fs,
+    mode: CrashMode,
+    seed: u64,
+) -> (Arc<dyn BlockDevice>, Fs) {
+    sim.cut_now();
+    fs.abandon();
+    let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, seed));
+    let r = fsck(&*img).unwrap();
+    assert!(
+        r.is_clean(),
+        "seed {seed} {mode:?}: fsck before remount: {r}"
+    );
+    let fs = Fs::mount(img.clone(), opts()).unwrap();
+    (img, fs)
+}
+
+/// Unmount the recovered volume and check it with fsck again.
+fn unmount_clean(fs: Fs, img: &Arc<dyn BlockDevice>, mode: CrashMode, seed: u64) {
+    fs.unmount().unwrap();
+    let r = fsck(&**img).unwrap();
+    assert!(
+        r.is_clean(),
+        "seed {seed} {mode:?}: fsck after remount: {r}"
+    );
+}
+
+/// [`remount_after_cut`], then every `(name, states)` of `dir` must be in one of its
+/// states, then [`unmount_clean`].
+fn crash_and_check<'a>(
+    sim: &SimDevice,
+    fs: Fs,
+    mode: CrashMode,
+    seed: u64,
+    dir: Ino,
+    states: impl IntoIterator<Item = (&'a str, &'a [Option<Vec<u8>>])>,
+) {
+    let (img, fs) = remount_after_cut(sim, fs, mode, seed);
+    for (name, versions) in states {
+        assert_one_of(seed, mode, name, &contents(&fs, dir, name), versions);
+    }
+    unmount_clean(fs, &img, mode, seed);
+}
+
+/// What `dir/name` holds after the remount (None: absent).
+fn contents(fs: &Fs, dir: Ino, name: &str) -> Option<Vec<u8>> {
+    fs.lookup(dir, name.as_bytes()).ok().map(|a| {
+        let mut v = vec![0u8; a.size as usize];
+        let mut off = 0;
+        while off < v.len() {
+            let n = fs.read(a.ino, off as u64, &mut v[off..]).unwrap();
+            assert!(n > 0);
+            off += n;
+        }
+        v
+    })
+}
+
+/// `got` is one of the states `name` may have (PC_DEBUG: how each differs, if not).
+fn assert_one_of(
+    seed: u64,
+    mode: CrashMode,
+    name: &str,
+    got: &Option<Vec<u8>>,
+    versions: &[Option<Vec<u8>>],
+) {
+    if versions.contains(got) {
+        return;
+    }
+    if std::env::var("PC_DEBUG").is_ok() {
+        let g = got.clone().unwrap_or_default();
+        for w in versions {
+            let w = w.clone().unwrap_or_default();
+            let diff: Vec<usize> = (0..w.len().max(g.len()))
+                .filter(|&i| w.get(i) != g.get(i))
+                .collect();
+            eprintln!(
+                "{name}: want len {} got len {}: {} bytes differ, first {:?} (want {:?} got {:?})",
+                w.len(),
+                g.len(),
+                diff.len(),
+                diff.first(),
+                diff.first().map(|&i| w.get(i)),
+                diff.first().map(|&i| g.get(i))
+            );
+        }
+    }
+    panic!(
+        "seed {seed} {mode:?}: {name} has {:?} bytes, not one of its {} states since the last \
+         durable point",
+        got.as_ref().map(|g| g.len()),
+        versions.len()
+    );
+}
+
 fn run(seed: u64, mode: CrashMode) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let sim = Arc::new(SimDevice::new((64 << 20) / 4096));
@@ -113,46 +210,13 @@ fn run(seed: u64, mode: CrashMode) {
         }
     }
     let _ = result;
-    sim.cut_now();
-    fs.abandon();
-    let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, seed));
-    let r = fsck(&*img).unwrap();
-    assert!(
-        r.is_clean(),
-        "seed {seed} {mode:?}: fsck before remount: {r}"
-    );
-    let fs = Fs::mount(img.clone(), opts()).unwrap();
-    for (name, versions) in &hist {
-        let got = fs.lookup(d, name.as_bytes()).ok().map(|a| {
-            let mut v = vec![0u8; a.size as usize];
-            let mut off = 0;
-            while off < v.len() {
-                let n = fs.read(a.ino, off as u64, &mut v[off..]).unwrap();
-                assert!(n > 0);
-                off += n;
-            }
-            v
-        });
-        if !versions.contains(&got) && std::env::var("PC_DEBUG").is_ok() {
-            let w = versions[0].clone().unwrap_or_default();
-            let g = got.clone().unwrap_or_default();
-            let first = w.iter().zip(g.iter()).position(|(a, b)| a != b);
-            eprintln!(
-                "want len {} got len {} first diff {:?} (want {:?} got {:?})",
-                w.len(),
-                g.len(),
-                first,
-                first.map(|i| w[i]),
-                first.map(|i| g[i])
-            );
-        }
-        assert!(versions.contains(&got), "seed {seed} {mode:?}: {name} has {:?} bytes, not one of its {} states since the last durable point", got.as_ref().map(|g| g.len()), versions.len());
-    }
-    fs.unmount().unwrap();
-    let r = fsck(&*img).unwrap();
-    assert!(
-        r.is_clean(),
-        "seed {seed} {mode:?}: fsck after remount: {r}"
+    crash_and_check(
+        &sim,
+        fs,
+        mode,
+        seed,
+        d,
+        hist.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
     );
 }
 
@@ -266,53 +330,16 @@ fn fsynced_files_survive_power_cuts_between_cap_checkpoints() {
             }
         }
         prewritten += fs.stats().cp_prewrite_nodes;
-        sim.cut_now();
-        fs.abandon();
-        let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, seed));
-        let r = fsck(&*img).unwrap();
-        assert!(
-            r.is_clean(),
-            "seed {seed} {mode:?}: fsck before remount: {r}"
-        );
-        let fs = Fs::mount(img.clone(), opts()).unwrap();
-        for (name, versions) in names.iter().zip(&hist) {
-            let got = fs.lookup(d, name.as_bytes()).ok().map(|a| {
-                let mut v = vec![0u8; a.size as usize];
-                let mut off = 0;
-                while off < v.len() {
-                    let n = fs.read(a.ino, off as u64, &mut v[off..]).unwrap();
-                    assert!(n > 0);
-                    off += n;
-                }
-                v
-            });
-            if !versions.contains(&got) && std::env::var("PC_DEBUG").is_ok() {
-                let g = got.clone().unwrap_or_default();
-                for w in versions {
-                    let w = w.clone().unwrap_or_default();
-                    let diff: Vec<usize> = (0..w.len().max(g.len()))
-                        .filter(|&i| w.get(i) != g.get(i))
-                        .collect();
-                    eprintln!(
-                        "{name}: want len {} got len {}: {} bytes differ, first {:?} last {:?} (want {:?} got {:?})",
-                        w.len(), g.len(), diff.len(), diff.first(), diff.last(),
-                        diff.first().map(|&i| w.get(i)), diff.first().map(|&i| g.get(i))
-                    );
-                }
-            }
-            assert!(
-                versions.contains(&got),
-                "seed {seed} {mode:?}: {name} has {:?} bytes, not one of its {} states since \
-                 its last fsync",
-                got.as_ref().map(|g| g.len()),
-                versions.len()
-            );
-        }
-        fs.unmount().unwrap();
-        let r = fsck(&*img).unwrap();
-        assert!(
-            r.is_clean(),
-            "seed {seed} {mode:?}: fsck after remount: {r}"
+        crash_and_check(
+            &sim,
+            fs,
+            mode,
+            seed,
+            d,
+            names
+                .iter()
+                .map(String::as_str)
+                .zip(hist.iter().map(Vec::as_slice)),
         );
     }
     assert!(
@@ -396,18 +423,8 @@ fn multithreaded_fsyncs_survive_power_cuts() {
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        sim.cut_now();
-        Arc::try_unwrap(fs)
-            .ok()
-            .expect("threads are done")
-            .abandon();
-        let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, seed));
-        let r = fsck(&*img).unwrap();
-        assert!(
-            r.is_clean(),
-            "seed {seed} {mode:?}: fsck before remount: {r}"
-        );
-        let fs = Fs::mount(img.clone(), opts()).unwrap();
+        let fs = Arc::try_unwrap(fs).ok().expect("threads are done");
+        let (img, fs) = remount_after_cut(&sim, fs, mode, seed);
         let mut got = vec![0u8; 4096];
         for (t, per_thread) in results.iter().enumerate() {
             for (f, (durable, since)) in per_thread.iter().enumerate() {
@@ -423,11 +440,6 @@ fn multithreaded_fsyncs_survive_power_cuts() {
                 }
             }
         }
-        fs.unmount().unwrap();
-        let r = fsck(&*img).unwrap();
-        assert!(
-            r.is_clean(),
-            "seed {seed} {mode:?}: fsck after remount: {r}"
-        );
+        unmount_clean(fs, &img, mode, seed);
     }
 }
