@@ -367,6 +367,21 @@ impl BlockDevice for Counted {
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(r)
     }
+    fn write_hinted_ordered(
+        &self,
+        addr: u64,
+        buf: &[u8],
+        hint: WriteHint,
+        accepted: &mut dyn FnMut(),
+    ) -> DevResult<Completion> {
+        let n = buf.len() as u64 / 4096;
+        let r = self.traced(IoKind::Write, n, || {
+            self.inner.write_hinted_ordered(addr, buf, hint, accepted)
+        })?;
+        self.write_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(r)
+    }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.traced(IoKind::Discard, count, || self.inner.discard(addr, count))
     }

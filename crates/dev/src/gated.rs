@@ -48,6 +48,20 @@ impl<D: BlockDevice> BlockDevice for Gated<D> {
         drop(open);
         self.inner.write_hinted(addr, buf, hint)
     }
+    fn write_hinted_ordered(
+        &self,
+        addr: u64,
+        buf: &[u8],
+        hint: WriteHint,
+        accepted: &mut dyn FnMut(),
+    ) -> DevResult<Completion> {
+        let mut open = self.open.lock();
+        while !*open {
+            self.cv.wait(&mut open);
+        }
+        drop(open);
+        self.inner.write_hinted_ordered(addr, buf, hint, accepted)
+    }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.inner.discard(addr, count)
     }

@@ -73,6 +73,17 @@ impl<D: BlockDevice> BlockDevice for HintLog<D> {
         self.note(addr, buf, hint);
         Ok(c)
     }
+    fn write_hinted_ordered(
+        &self,
+        addr: u64,
+        buf: &[u8],
+        hint: WriteHint,
+        accepted: &mut dyn FnMut(),
+    ) -> DevResult<Completion> {
+        let c = self.inner.write_hinted_ordered(addr, buf, hint, accepted)?;
+        self.note(addr, buf, hint);
+        Ok(c)
+    }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.inner.discard(addr, count)
     }
@@ -131,5 +142,78 @@ mod tests {
             assert_eq!(WriteHint::from_stream_id(h.stream_id()), Some(h));
         }
         assert_eq!(WriteHint::from_stream_id(WriteHint::ALL.len() as u8), None);
+    }
+
+    /// A device that takes ordered writes early: it calls `accepted` before it returns and
+    /// counts the ordered writes it got (a plain `write_hinted` is not counted).
+    struct Early {
+        inner: RamDevice,
+        ordered: std::sync::atomic::AtomicUsize,
+    }
+
+    impl BlockDevice for Early {
+        fn capabilities(&self) -> &Capabilities {
+            self.inner.capabilities()
+        }
+        fn read(&self, addr: u64, buf: &mut [u8]) -> DevResult<Completion> {
+            self.inner.read(addr, buf)
+        }
+        fn write(&self, addr: u64, buf: &[u8]) -> DevResult<Completion> {
+            self.inner.write(addr, buf)
+        }
+        fn write_hinted_ordered(
+            &self,
+            addr: u64,
+            buf: &[u8],
+            _: WriteHint,
+            accepted: &mut dyn FnMut(),
+        ) -> DevResult<Completion> {
+            self.ordered
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            accepted();
+            self.inner.write(addr, buf)
+        }
+        fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
+            self.inner.discard(addr, count)
+        }
+        fn flush(&self) -> DevResult<Completion> {
+            self.inner.flush()
+        }
+    }
+
+    /// Every wrapper in this crate passes an ordered write on as one (the I/O pool's early
+    /// start of a zone's next buffer depends on it: `gc=device` writes through `UpcallTap`),
+    /// and `accepted` is called once.
+    #[test]
+    fn wrappers_forward_ordered_writes() {
+        let early = Arc::new(Early {
+            inner: RamDevice::new(16),
+            ordered: Default::default(),
+        });
+        let dyn_dev: Arc<dyn BlockDevice> = early.clone();
+        let tap = UpcallTap::new(dyn_dev.clone());
+        let log = HintLog::new(UpcallTap::new(dyn_dev.clone()));
+        let gated = crate::Gated::new(dyn_dev.clone(), true);
+        let wrappers: [(&str, &dyn BlockDevice); 5] = [
+            ("Arc<T>", &early),
+            ("Arc<dyn>", &dyn_dev),
+            ("UpcallTap", &tap),
+            ("HintLog over UpcallTap", &log),
+            ("Gated", &gated),
+        ];
+        let b = vec![3u8; BLOCK_SIZE];
+        for (i, (name, w)) in wrappers.into_iter().enumerate() {
+            let before = early.ordered.load(std::sync::atomic::Ordering::SeqCst);
+            let mut calls = 0;
+            w.write_hinted_ordered(i as u64, &b, WriteHint::Data, &mut || calls += 1)
+                .unwrap();
+            let after = early.ordered.load(std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(
+                after,
+                before + 1,
+                "{name} did not forward the ordered write"
+            );
+            assert_eq!(calls, 1, "{name}: accepted called {calls} times");
+        }
     }
 }

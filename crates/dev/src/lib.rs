@@ -234,6 +234,24 @@ pub trait BlockDevice: Send + Sync {
         let _ = hint;
         self.write(addr, buf)
     }
+    /// `write_hinted` that calls `accepted` once the device has taken the request in its
+    /// order: a write of another thread that starts after `accepted` returned reaches the
+    /// device after this one. A device that queues may call it before the write completes
+    /// (the emulated SSD on the wall clock: once the request is scheduled, before its time
+    /// has passed), so that a caller writing in a fixed order (one zone's buffers) can
+    /// start the next one meanwhile. The default calls it after the write returns; it is
+    /// not called when the write fails before being accepted. Wrappers forward it.
+    fn write_hinted_ordered(
+        &self,
+        addr: u64,
+        buf: &[u8],
+        hint: WriteHint,
+        accepted: &mut dyn FnMut(),
+    ) -> DevResult<Completion> {
+        let r = self.write_hinted(addr, buf, hint)?;
+        accepted();
+        Ok(r)
+    }
     /// Tell the device `count` blocks from `addr` no longer hold data.
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion>;
     /// Make every completed write durable.
@@ -289,6 +307,15 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     }
     fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
         (**self).write_hinted(addr, buf, hint)
+    }
+    fn write_hinted_ordered(
+        &self,
+        addr: u64,
+        buf: &[u8],
+        hint: WriteHint,
+        accepted: &mut dyn FnMut(),
+    ) -> DevResult<Completion> {
+        (**self).write_hinted_ordered(addr, buf, hint, accepted)
     }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         (**self).discard(addr, count)

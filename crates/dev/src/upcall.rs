@@ -155,6 +155,17 @@ impl<D: BlockDevice> BlockDevice for UpcallTap<D> {
             .write_hinted(addr, buf, hint)
             .map(|c| self.tap(c))
     }
+    fn write_hinted_ordered(
+        &self,
+        addr: u64,
+        buf: &[u8],
+        hint: WriteHint,
+        accepted: &mut dyn FnMut(),
+    ) -> DevResult<Completion> {
+        self.inner
+            .write_hinted_ordered(addr, buf, hint, accepted)
+            .map(|c| self.tap(c))
+    }
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         self.inner.discard(addr, count).map(|c| self.tap(c))
     }

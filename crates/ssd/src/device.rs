@@ -670,6 +670,30 @@ impl BlockDevice for SsdDevice {
         })
     }
 
+    /// On the wall clock the request is scheduled (its place in the device's order fixed,
+    /// its contents stored) before the thread sleeps until its completion time: `accepted`
+    /// is called in between, so a writer of one zone may start the next buffer while this
+    /// one's time passes, as a host queues several writes for an open zone in order.
+    fn write_hinted_ordered(
+        &self,
+        addr: u64,
+        buf: &[u8],
+        hint: WriteHint,
+        accepted: &mut dyn FnMut(),
+    ) -> DevResult<Completion> {
+        if self.is_virtual() {
+            let r = self.write_hinted(addr, buf, hint)?;
+            accepted();
+            return Ok(r);
+        }
+        let bytes = buf.len() as u64;
+        self.on_clock(OpKind::Write, bytes, |d, at| {
+            let timed = d.do_write(at, addr, buf, hint)?;
+            accepted();
+            Ok(timed)
+        })
+    }
+
     fn discard(&self, addr: u64, count: u64) -> DevResult<Completion> {
         if self.is_virtual() {
             return self.on_clock(OpKind::Discard, 0, |d, at| d.discard_at(at, addr, count));
