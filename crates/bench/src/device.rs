@@ -488,6 +488,30 @@ mod tests {
         assert_eq!(dev.bytes().1, 5 * 4096);
     }
 
+    /// An ordered write through `Counted` reaches the wall-clock SSD as one: it is
+    /// accepted well before its modelled 510 us pass (the I/O pool's early start of a
+    /// zone's next buffer in every bench run depends on it), and it is counted.
+    #[test]
+    fn counted_forwards_ordered_writes() {
+        let mut cfg = SsdConfig::preset("test").unwrap();
+        cfg.clock = ClockKind::Wall;
+        cfg.store = StoreKind::Ram;
+        let dev = Counted::new(Arc::new(SsdDevice::new(cfg).unwrap()));
+        let b = vec![5u8; 4096];
+        for i in 0..3 {
+            dev.write(i, &b).unwrap();
+        }
+        let mut at = None;
+        dev.write_hinted_ordered(3, &b, WriteHint::Data, &mut || at = Some(Instant::now()))
+            .unwrap();
+        let early = Instant::now().duration_since(at.expect("accepted was called"));
+        assert!(
+            early >= std::time::Duration::from_micros(200),
+            "accepted only {early:?} before the write returned"
+        );
+        assert_eq!(dev.bytes().1, 4 * 4096);
+    }
+
     #[test]
     fn specs() {
         let s = DeviceSpec::from_args("sata-like:1GiB", None, None, &[], "wall").unwrap();
