@@ -34,6 +34,10 @@
 #   verify     after the fixes the profiles led to (2026-11-26): the slides' setting at 16
 #              threads (none against f2fs, and a perf record of none), MWCL/MWUL on RAM,
 #              `sustained` for f2fs, scale and none (~4 min)
+#   next       what 2026-11-26's second session built but could not measure on 16 cores
+#              (~4 min): fxmark MWCL/MWUL on RAM (the cap checkpoint's node pre-pass), DWAL
+#              of `device` on the SSD (ordered zone writes), DWAL with 4 and 16 lanes,
+#              `sustained` for device and f2fs
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script
 #              and the binary on any machine (~2 min on 2 cores)
 #
@@ -44,7 +48,7 @@ phase=${1:-}
 bin=${2:-target/release/flashlog}
 out=${3:-bench-out/many-cores}
 case "$phase" in
-fxmark | sustained | followup | iplfs | lent2 | profile | verify | quick) ;;
+fxmark | sustained | followup | iplfs | lent2 | profile | verify | next | quick) ;;
 *)
     sed -n '2,/^set -u/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
@@ -190,6 +194,17 @@ verify)
         --tests MWCL,MWUL --policies f2fs,scale
     run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
         --policies f2fs,scale,none
+    ;;
+next)
+    limit=100
+    run fxmark-ram-meta fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
+        --tests MWCL,MWUL --policies f2fs,scale
+    run fxmark-ssd-device-dwal fxmark --device 970pro-like:4GiB --segs-per-sec 1 \
+        --threads 16 --duration 2 --mlogs 1 --tests DWAL --policies device,f2fs
+    run fxmark-ram-dwal-lanes fxmark --device ram:4GiB --threads 16 --duration 2 --mlogs 16 \
+        --tests DWAL --policies f2fs/flushers=4,f2fs/flushers=16
+    run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
+        --policies device,f2fs
     ;;
 quick)
     run fxmark-quick fxmark --threads 4 --duration 1 --mlogs 2 --policies f2fs,none
