@@ -177,11 +177,54 @@ impl Layout {
         Ok(None)
     }
 
-    /// Find `name`.
+    /// Find `name`. The scan every create's duplicate check makes over each level's bucket
+    /// (hundreds of entries a block): free slots are skipped a bitmap byte at a time, and an
+    /// entry's name is compared only when its hash and length match. Every record on the
+    /// way is length-checked (a bad length is an error, as `entries` reports it); the inode
+    /// number only of the one found.
     pub fn find(&self, a: &[u8], name: &[u8], hash: u32) -> FormatResult<Option<Dentry>> {
-        self.scan(a, |e| {
-            (e.hash == hash && e.name == name).then(|| e.to_dentry())
-        })
+        let bitmap = &a[self.bitmap..self.bitmap + self.nslots.div_ceil(8)];
+        let mut slot = 0;
+        while slot < self.nslots {
+            if slot % 8 == 0 && bitmap[slot / 8] == 0 {
+                slot += 8;
+                continue;
+            }
+            if bitmap[slot / 8] & (1 << (slot % 8)) == 0 {
+                slot += 1;
+                continue;
+            }
+            let r = self.recs + slot * REC;
+            let len = get_u16(a, r + 8) as usize;
+            let n = slots_for(len);
+            if len == 0 || len > NAME_MAX || slot + n > self.nslots {
+                return Err(FormatError::BadField {
+                    what: "dentry",
+                    field: "name_len",
+                    value: len as u64,
+                });
+            }
+            let start = self.names + slot * SLOT_LEN;
+            if len == name.len() && get_u32(a, r) == hash && &a[start..start + len] == name {
+                let ino = get_u32(a, r + 4);
+                if ino == 0 {
+                    return Err(FormatError::BadField {
+                        what: "dentry",
+                        field: "ino",
+                        value: 0,
+                    });
+                }
+                return Ok(Some(Dentry {
+                    slot,
+                    hash,
+                    ino,
+                    ftype: get_u8(a, r + 10),
+                    name: name.to_vec(),
+                }));
+            }
+            slot += n;
+        }
+        Ok(None)
     }
 
     /// First run of `need` free slots.
@@ -331,6 +374,20 @@ mod tests {
         assert_eq!(l.find(&b, b"first", 77).unwrap().unwrap().ino, 10);
         assert!(l.find(&b, b"third", 77).unwrap().is_none());
         assert!(l.find(&b, b"first", 78).unwrap().is_none());
+        // Past runs of free slots (whole bitmap bytes skipped) to the last slot, in a
+        // block and in the inline area.
+        for (layout, last) in [
+            (BLOCK_LAYOUT, BLOCK_SLOTS - 1),
+            (INLINE_LAYOUT, INLINE_SLOTS - 1),
+        ] {
+            let mut a = vec![0u8; BLOCK_SIZE];
+            layout.insert(&mut a, 16, b"mid", 5, 20, ftype::REG);
+            layout.insert(&mut a, last, b"z", 6, 21, ftype::REG);
+            assert_eq!(layout.find(&a, b"mid", 5).unwrap().unwrap().slot, 16);
+            let d = layout.find(&a, b"z", 6).unwrap().unwrap();
+            assert_eq!((d.slot, d.ino), (last, 21));
+            assert!(layout.find(&a, b"y", 6).unwrap().is_none());
+        }
     }
 
     #[test]
