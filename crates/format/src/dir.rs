@@ -181,7 +181,9 @@ impl Layout {
     /// (hundreds of entries a block): free slots are skipped a bitmap byte at a time, and an
     /// entry's name is compared only when its hash and length match. Every record on the
     /// way is length-checked (a bad length is an error, as `entries` reports it); the inode
-    /// number only of the one found.
+    /// number only of the one found. The checks are written out as in `scan`: the same
+    /// code shared through a helper gave 9 % fewer MWCL creates at 2 threads (76 k against
+    /// 83 k, 4 alternating runs on 2 cores), so the duplication stays.
     pub fn find(&self, a: &[u8], name: &[u8], hash: u32) -> FormatResult<Option<Dentry>> {
         let bitmap = &a[self.bitmap..self.bitmap + self.nslots.div_ceil(8)];
         let mut slot = 0;
