@@ -359,13 +359,7 @@ impl BlockDevice for Counted {
         self.write_hinted(addr, buf, WriteHint::None)
     }
     fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
-        let n = buf.len() as u64 / 4096;
-        let r = self.traced(IoKind::Write, n, || {
-            self.inner.write_hinted(addr, buf, hint)
-        })?;
-        self.write_bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        Ok(r)
+        self.write_hinted_ordered(addr, buf, hint, &mut || {})
     }
     fn write_hinted_ordered(
         &self,

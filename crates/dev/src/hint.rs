@@ -69,9 +69,7 @@ impl<D: BlockDevice> BlockDevice for HintLog<D> {
         Ok(c)
     }
     fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
-        let c = self.inner.write_hinted(addr, buf, hint)?;
-        self.note(addr, buf, hint);
-        Ok(c)
+        self.write_hinted_ordered(addr, buf, hint, &mut || {})
     }
     fn write_hinted_ordered(
         &self,

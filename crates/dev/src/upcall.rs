@@ -151,9 +151,7 @@ impl<D: BlockDevice> BlockDevice for UpcallTap<D> {
         self.inner.write(addr, buf).map(|c| self.tap(c))
     }
     fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
-        self.inner
-            .write_hinted(addr, buf, hint)
-            .map(|c| self.tap(c))
+        self.write_hinted_ordered(addr, buf, hint, &mut || {})
     }
     fn write_hinted_ordered(
         &self,

@@ -659,21 +659,13 @@ impl BlockDevice for SsdDevice {
     /// The hint reaches the FTL with every page (the coupled FTL's GC keeps one destination
     /// per block type; the others ignore it).
     fn write_hinted(&self, addr: u64, buf: &[u8], hint: WriteHint) -> DevResult<Completion> {
-        let bytes = buf.len() as u64;
-        if self.is_virtual() {
-            return self.on_clock(OpKind::Write, bytes, |d, at| {
-                d.write_hinted_at(at, addr, buf, hint)
-            });
-        }
-        self.on_clock(OpKind::Write, bytes, |d, at| {
-            d.do_write(at, addr, buf, hint)
-        })
+        self.write_hinted_ordered(addr, buf, hint, &mut || {})
     }
 
-    /// On the wall clock the request is scheduled (its place in the device's order fixed,
-    /// its contents stored) before the thread sleeps until its completion time: `accepted`
-    /// is called in between, so a writer of one zone may start the next buffer while this
-    /// one's time passes, as a host queues several writes for an open zone in order.
+    /// The request is scheduled (its place in the device's order fixed, its contents
+    /// stored) before the clock moves to its completion: `accepted` is called in between,
+    /// so on the wall clock a writer of one zone may start the next buffer while this one's
+    /// time passes, as a host queues several writes for an open zone in order.
     fn write_hinted_ordered(
         &self,
         addr: u64,
@@ -681,14 +673,13 @@ impl BlockDevice for SsdDevice {
         hint: WriteHint,
         accepted: &mut dyn FnMut(),
     ) -> DevResult<Completion> {
-        if self.is_virtual() {
-            let r = self.write_hinted(addr, buf, hint)?;
-            accepted();
-            return Ok(r);
-        }
-        let bytes = buf.len() as u64;
-        self.on_clock(OpKind::Write, bytes, |d, at| {
-            let timed = d.do_write(at, addr, buf, hint)?;
+        let virtual_clock = self.is_virtual();
+        self.on_clock(OpKind::Write, buf.len() as u64, |d, at| {
+            let timed = if virtual_clock {
+                d.write_hinted_at(at, addr, buf, hint)?
+            } else {
+                d.do_write(at, addr, buf, hint)?
+            };
             accepted();
             Ok(timed)
         })
