@@ -575,11 +575,7 @@ impl Fs {
                 return Ok(());
             };
             if over() {
-                self.ensure_space(false)?;
-                inner.writeback_nodes_before_checkpoint()?;
-                let _g = inner.oplock.checkpoint();
-                inner.check_writable()?;
-                inner.write_checkpoint(false)?;
+                self.checkpoint(true)?;
             }
         }
         Ok(())
@@ -683,11 +679,22 @@ impl Fs {
 
     /// Checkpoint now (sync(2)).
     pub fn sync(&self) -> Result<()> {
+        self.checkpoint(false)
+    }
+
+    /// The pre-pass (with the dirty nodes too if `nodes`: a checkpoint for the dirty-node
+    /// or inode-cache cap), then the checkpoint with every operation excluded. Nothing on a
+    /// read-only mount.
+    fn checkpoint(&self, nodes: bool) -> Result<()> {
         if self.inner.opts.read_only {
             return Ok(());
         }
         self.ensure_space(false)?;
-        self.inner.writeback_before_checkpoint()?;
+        if nodes {
+            self.inner.writeback_nodes_before_checkpoint()?;
+        } else {
+            self.inner.writeback_before_checkpoint()?;
+        }
         let _g = self.inner.oplock.checkpoint();
         self.inner.check_writable()?;
         self.inner.write_checkpoint(false)
