@@ -37,7 +37,7 @@
 //! own below `checkpoint_target`.
 //!
 //! Lock order: `SegManager::dead`, then `SegManager::discards` (leaves; never held while
-//! the device is called); the dispatcher's `Control` mutex is a leaf too. The dispatcher
+//! the device is called); the dispatcher's `Control::stop` mutex is a leaf too. The dispatcher
 //! takes the gc lock, then the op lock exclusively, only to checkpoint.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -254,21 +254,23 @@ fn reissue_log(fs: &FsInner, ck: &Checkpoint) -> Result<()> {
     issue(fs, &reissue, false)
 }
 
-/// What the dispatcher is asked to do, under its mutex.
+/// What the dispatcher is asked to do.
 #[derive(Default)]
 struct Control {
-    stop: bool,
+    /// The mount is stopping; the dispatcher sleeps on `wake` under this lock.
+    stop: Mutex<bool>,
+    wake: Condvar,
     /// A writer found free capacity below the early target with dead blocks in the map:
-    /// checkpoint now rather than at the next 50 ms round.
-    kick: bool,
+    /// checkpoint now rather than at the next 50 ms round. An atomic, so that a writer that
+    /// finds a kick pending takes no lock; a writer that sets it then takes `stop`'s lock
+    /// to notify, and the dispatcher tests it under that lock before it sleeps, so no kick
+    /// is missed.
+    kick: AtomicBool,
 }
 
 /// `none`: no cleaning; the discard dispatcher.
 pub struct NoneCollector {
-    ctl: Arc<(Mutex<Control>, Condvar)>,
-    /// `Control::kick` mirrored (set with it, cleared when the dispatcher takes it): a
-    /// writer that finds a kick pending does not take the mutex.
-    kicked: Arc<AtomicBool>,
+    ctl: Arc<Control>,
     handle: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -281,29 +283,27 @@ impl Default for NoneCollector {
 impl NoneCollector {
     pub fn new() -> Self {
         NoneCollector {
-            ctl: Arc::new((Mutex::new(Control::default()), Condvar::new())),
-            kicked: Arc::new(AtomicBool::new(false)),
+            ctl: Arc::new(Control::default()),
             handle: Mutex::new(None),
         }
     }
 }
 
-fn dispatcher(weak: Weak<FsInner>, ctl: Arc<(Mutex<Control>, Condvar)>, kicked: Arc<AtomicBool>) {
+fn dispatcher(weak: Weak<FsInner>, ctl: Arc<Control>) {
     let _role = crate::waits::as_role(crate::waits::Role::Discard);
     loop {
         {
-            let mut c = ctl.0.lock();
-            if c.stop {
+            let mut stop = ctl.stop.lock();
+            if *stop {
                 return;
             }
-            if !c.kick {
-                ctl.1.wait_for(&mut c, DISPATCH_INTERVAL);
+            if !ctl.kick.load(Ordering::Acquire) {
+                ctl.wake.wait_for(&mut stop, DISPATCH_INTERVAL);
             }
-            if c.stop {
+            if *stop {
                 return;
             }
-            c.kick = false;
-            kicked.store(false, Ordering::Relaxed);
+            ctl.kick.store(false, Ordering::Release);
         }
         let Some(fs) = weak.upgrade() else { return };
         if fs.poisoned.load(Ordering::Acquire) {
@@ -427,16 +427,14 @@ impl crate::gc::Collector for NoneCollector {
             dispatch_all(fs)?;
         }
         let dead = fs.seg.dead_pending();
+        let ctl = &self.ctl;
         if dead > 0
-            && !self.kicked.load(Ordering::Relaxed)
+            && !ctl.kick.load(Ordering::Relaxed)
             && fs.seg.free_sections() < checkpoint_target_of(fs, target, dead)
+            && !ctl.kick.swap(true, Ordering::AcqRel)
         {
-            let mut c = self.ctl.0.lock();
-            if !c.kick {
-                c.kick = true;
-                self.kicked.store(true, Ordering::Relaxed);
-                self.ctl.1.notify_all();
-            }
+            let _stop = ctl.stop.lock();
+            ctl.wake.notify_all();
         }
         Ok(())
     }
@@ -452,21 +450,20 @@ impl crate::gc::Collector for NoneCollector {
         if !fs.seg.is_infinite() || fs.opts.read_only || fs.opts.gc_interval.is_none() {
             return;
         }
-        *self.ctl.0.lock() = Control::default();
+        *self.ctl.stop.lock() = false;
+        self.ctl.kick.store(false, Ordering::Relaxed);
         let weak = Arc::downgrade(fs);
         let ctl = self.ctl.clone();
-        let kicked = self.kicked.clone();
-        self.kicked.store(false, Ordering::Relaxed);
         let h = std::thread::Builder::new()
             .name("flashlog-discard".into())
-            .spawn(move || dispatcher(weak, ctl, kicked))
+            .spawn(move || dispatcher(weak, ctl))
             .expect("spawn discard dispatcher");
         *self.handle.lock() = Some(h);
     }
 
     fn stop(&self) {
-        self.ctl.0.lock().stop = true;
-        self.ctl.1.notify_all();
+        *self.ctl.stop.lock() = true;
+        self.ctl.wake.notify_all();
         if let Some(h) = self.handle.lock().take() {
             let _ = h.join();
         }
