@@ -75,6 +75,29 @@ fn finishes<F: FnOnce() + Send + 'static>(what: &str, work: F) {
         .unwrap_or_else(|_| panic!("{what} waited for a volume-wide lock"));
 }
 
+/// On another thread, overwrite the first bytes of `ino` (`/hot`) 10,000 times, then create
+/// `creates` files; they must finish while the caller holds a lock (`finishes`).
+fn hot_overwrites_finish(what: &str, fs: &Arc<Fs>, ino: Ino, creates: usize) {
+    let f = fs.clone();
+    finishes(what, move || {
+        for i in 0..10_000u32 {
+            f.write(ino, 0, &i.to_le_bytes()).unwrap();
+        }
+        for i in 0..creates {
+            f.create(ROOT_INO, format!("c{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap();
+        }
+    });
+}
+
+/// `/hot` holds the last overwrite of `hot_overwrites_finish`; unmounted, the volume is
+/// fsck-clean.
+fn hot_reads_back_clean(fs: Arc<Fs>, dev: &Arc<dyn BlockDevice>) {
+    assert_eq!(&fs.read_file("/hot").unwrap()[..4], &9_999u32.to_le_bytes());
+    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
+    fsck_clean(&**dev);
+}
+
 /// `gc=scale`: writes, creates and unlinks of closed files take neither the orphan set (an
 /// unlinked closed file is freed after the operation, not made an orphan first) nor any
 /// list shared by all operations. The test holds the orphan set.
@@ -110,20 +133,9 @@ fn device_operations_do_not_wait_for_the_dead_block_map() {
     fs.write(a.ino, 0, &[1; 4096]).unwrap();
     {
         let _held = fs.inner().seg.dead.lock();
-        let f = fs.clone();
-        finishes("device overwrite", move || {
-            for i in 0..10_000u32 {
-                f.write(a.ino, 0, &i.to_le_bytes()).unwrap();
-            }
-            for i in 0..50 {
-                f.create(ROOT_INO, format!("c{i}").as_bytes(), 0o644, 0, 0)
-                    .unwrap();
-            }
-        });
+        hot_overwrites_finish("device overwrite", &fs, a.ino, 50);
     }
-    assert_eq!(&fs.read_file("/hot").unwrap()[..4], &9_999u32.to_le_bytes());
-    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
-    fsck_clean(&*dev);
+    hot_reads_back_clean(fs, &dev);
 }
 
 /// `gc=none` near full, where free space always sits below twice the space target, so that
@@ -155,20 +167,9 @@ fn none_writes_near_full_do_not_wait_for_the_discard_queue() {
         let held = inner.seg.discards.lock();
         assert!(held.is_empty());
         assert!(inner.seg.free_sections() < 2 * inner.space_target());
-        let f = fs.clone();
-        finishes("none overwrite near full", move || {
-            for i in 0..10_000u32 {
-                f.write(hot.ino, 0, &i.to_le_bytes()).unwrap();
-            }
-            for i in 0..20 {
-                f.create(ROOT_INO, format!("c{i}").as_bytes(), 0o644, 0, 0)
-                    .unwrap();
-            }
-        });
+        hot_overwrites_finish("none overwrite near full", &fs, hot.ino, 20);
     }
-    assert_eq!(&fs.read_file("/hot").unwrap()[..4], &9_999u32.to_le_bytes());
-    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
-    fsck_clean(&*dev);
+    hot_reads_back_clean(fs, &dev);
 }
 
 /// `gc=device`: a writer that finds a discard checkpoint due while another thread's
