@@ -126,19 +126,13 @@ impl<T: Count> Drop for CountedGuard<'_, T> {
     }
 }
 
-/// A volume's dead-block map (None where the policy keeps none), counted in blocks.
+/// A volume's dead-block map (None where the policy keeps none), counted in blocks (0
+/// without a map).
 pub type DeadMap = Counted<Option<DiscardMap>>;
 
 impl Count for Option<DiscardMap> {
     fn count(&self) -> u64 {
         self.as_ref().map_or(0, DiscardMap::pending_blocks)
-    }
-}
-
-impl DeadMap {
-    /// Blocks in the map as of the last change (0 without a map); no lock.
-    pub fn pending_blocks(&self) -> u64 {
-        self.count()
     }
 }
 

@@ -711,7 +711,7 @@ impl SegManager {
     /// Blocks invalidated since the last checkpoint that wait for their discard (0 where
     /// the volume keeps no dead-block map).
     pub fn dead_pending(&self) -> u64 {
-        self.dead.pending_blocks()
+        self.dead.count()
     }
 
     /// `gc=device`: discard a section just claimed for a head before anything is written to
