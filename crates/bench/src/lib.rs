@@ -164,7 +164,7 @@ pub struct BenchArgs {
     pub mlogs: u32,
     /// fxmark: the tests to run, comma-separated, in their fixed order (MWUL unlinks what
     /// MWCL created, so it needs MWCL): e.g. `DWAL` alone to profile appends.
-    #[arg(long, default_value = "DWOL,DWAL,MWCL,MWUL", value_name = "TESTS")]
+    #[arg(long, default_value = FXMARK_ALL_TESTS, value_name = "TESTS")]
     pub tests: String,
     /// How writes map to an mlog (mount option `mlog=`): `ino` (the file's, ino mod mlogs)
     /// or `thread` (the writing thread's, Max's per-core mlogs).
@@ -185,6 +185,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub mount_opts: Option<String>,
 }
+
+/// `--tests` when not given: every fxmark test.
+pub const FXMARK_ALL_TESTS: &str = "DWOL,DWAL,MWCL,MWUL";
 
 /// The README's main job: a short sustained run on an emulated SSD with every policy,
 /// printing the table and writing the bandwidth-over-time plot (≤ 2 minutes on 2 cores).
@@ -213,7 +216,7 @@ pub fn default_main_job() -> BenchArgs {
         segs_per_sec: "auto".into(),
         mlogs: 1,
         mlog_map: "ino".into(),
-        tests: "DWOL,DWAL,MWCL,MWUL".into(),
+        tests: FXMARK_ALL_TESTS.into(),
         quiet: false,
         flashlog_bin: None,
         no_peers: false,
@@ -269,7 +272,7 @@ impl BenchArgs {
         if self.mlog_map != "ino" {
             s += &format!(" --mlog-map {}", self.mlog_map);
         }
-        if matches!(self.experiment, Experiment::Fxmark) && self.tests != "DWOL,DWAL,MWCL,MWUL" {
+        if matches!(self.experiment, Experiment::Fxmark) && self.tests != FXMARK_ALL_TESTS {
             s += &format!(" --tests {}", self.tests);
         }
         if self.no_peers {
