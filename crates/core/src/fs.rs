@@ -567,12 +567,13 @@ impl Fs {
         };
         if over() {
             // One thread checkpoints for the caps; the others that find them crossed
-            // meanwhile go on (the checkpoint's exclusive side stops them soon enough).
+            // meanwhile help its pre-pass, then go on (the checkpoint's exclusive side
+            // stops them soon enough).
             // When each checkpointed, the 16 creators of fxmark MWCL on 16 cores made 192
             // checkpoints a second, 15 of every 16 with nothing left to write, and waited
             // for each other's pre-passes.
             let Some(_one) = inner.cap_checkpoint.try_lock() else {
-                return Ok(());
+                return inner.help_prepass();
             };
             if over() {
                 self.checkpoint(true)?;

@@ -90,8 +90,13 @@ pub struct FsInner {
     /// before the pre-pass and `gc_lock`.
     pub discard_checkpoint: Mutex<()>,
     /// Held by the one thread that checkpoints because a dirty-node or inode-cache cap was
-    /// crossed (`Fs::balance`); the others that find a cap crossed go on.
+    /// crossed (`Fs::balance`); the others that find a cap crossed help its pre-pass
+    /// (`prepass_round`) and go on.
     pub cap_checkpoint: Mutex<()>,
+    /// The cells a cap checkpoint's pre-pass is writing, while it runs: operations that
+    /// find the cap crossed take cells from it too (`help_prepass`). A leaf: held only to
+    /// publish, clear or clone the round.
+    pub prepass_round: Mutex<Option<Arc<crate::checkpoint::PrepassRound>>>,
     /// A number no other mount of this process has (thread-local state keys on it).
     pub mount_id: u64,
     pub stats: Stats,

@@ -200,6 +200,7 @@ pub struct Stats {
     pub cp_after_pack_ns: AtomicU64,
     pub cp_prewrite_ns: AtomicU64,
     pub cp_prewrite_nodes: AtomicU64,
+    pub cp_helped_nodes: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
     pub gc_lost_copies: AtomicU64,
     pub gc_reservation_returned: AtomicU64,
@@ -266,6 +267,9 @@ pub struct Counters {
     pub cp_prewrite_s: f64,
     /// Nodes the pre-pass of cap checkpoints wrote (`writeback_nodes_before_checkpoint`).
     pub cp_prewrite_nodes: u64,
+    /// Of those, the nodes operations wrote while helping a running pre-pass
+    /// (`help_prepass`).
+    pub cp_helped_nodes: u64,
     /// Blocks a collector read but did not move because a newer write or a truncate won
     /// the race (node-lock rule).
     pub gc_skipped_blocks: u64,
@@ -347,6 +351,7 @@ impl Stats {
             cp_after_pack_s: g(&self.cp_after_pack_ns) as f64 / 1e9,
             cp_prewrite_s: g(&self.cp_prewrite_ns) as f64 / 1e9,
             cp_prewrite_nodes: g(&self.cp_prewrite_nodes),
+            cp_helped_nodes: g(&self.cp_helped_nodes),
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
             gc_lost_copies: g(&self.gc_lost_copies),
             gc_reservation_returned: g(&self.gc_reservation_returned),

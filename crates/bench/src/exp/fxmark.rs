@@ -50,6 +50,13 @@ pub struct FxResult {
     /// op lock: every operation waits for them).
     pub checkpoints: u64,
     pub checkpoint_s: f64,
+    /// Where the checkpoints' time went, seconds: the pre-pass writers run beside (not in
+    /// `checkpoint_s`), then under the exclusive lock the writeback of what was left, the
+    /// metadata and pack, and the steps after the pack (`Counters::cp_*_s`).
+    pub cp_prewrite_s: f64,
+    pub cp_writeback_s: f64,
+    pub cp_meta_s: f64,
+    pub cp_after_pack_s: f64,
     /// Seconds writers waited at the dirty cap for the flusher's rounds (`balance`; not a
     /// lock wait), as a share of thread time.
     pub writeback_wait_share: f64,
@@ -219,6 +226,10 @@ fn run_one(
             fs_lock_wait_top,
             checkpoints: gc1.checkpoints - gc0.checkpoints,
             checkpoint_s: gc1.checkpoint_time_s - gc0.checkpoint_time_s,
+            cp_prewrite_s: gc1.cp_prewrite_s - gc0.cp_prewrite_s,
+            cp_writeback_s: gc1.cp_writeback_s - gc0.cp_writeback_s,
+            cp_meta_s: gc1.cp_meta_s - gc0.cp_meta_s,
+            cp_after_pack_s: gc1.cp_after_pack_s - gc0.cp_after_pack_s,
             writeback_wait_share: (fs.writeback_stats().throttled_ns - wb0) as f64 / 1e9 / thread_s,
             error: err,
         });
@@ -256,6 +267,7 @@ fn waits_table(ctx: &Ctx, counts: &[usize], results: &[FxResult]) -> String {
     }
     hdr.push(format!("longest at {max} thr"));
     hdr.push(format!("checkpoints at {max} thr (s)"));
+    hdr.push("pre-pass / writeback / meta / after (s)".into());
     hdr.push(format!("write-back wait at {max} thr"));
     let hdr: Vec<&str> = hdr.iter().map(|s| s.as_str()).collect();
     let mut w = Table::new(&hdr);
@@ -275,6 +287,12 @@ fn waits_table(ctx: &Ctx, counts: &[usize], results: &[FxResult]) -> String {
             );
             row.push(last.map_or("-".into(), |r| {
                 format!("{} ({:.2})", r.checkpoints, r.checkpoint_s)
+            }));
+            row.push(last.map_or("-".into(), |r| {
+                format!(
+                    "{:.2} / {:.2} / {:.2} / {:.2}",
+                    r.cp_prewrite_s, r.cp_writeback_s, r.cp_meta_s, r.cp_after_pack_s
+                )
             }));
             row.push(last.map_or("-".into(), |r| {
                 format!("{:.1}%", 100.0 * r.writeback_wait_share)
