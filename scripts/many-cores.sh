@@ -34,8 +34,9 @@
 #   verify     after the fixes the profiles led to (2026-11-26): the slides' setting at 16
 #              threads (none against f2fs, and a perf record of none), MWCL/MWUL on RAM,
 #              `sustained` for f2fs, scale and none (~4 min)
-#   next       what 2026-11-26's second session built but could not measure on 16 cores
-#              (~4 min): fxmark MWCL/MWUL on RAM (the cap checkpoint's node pre-pass), DWAL
+#   next       what 2026-11-26's sessions built but could not measure on 16 cores
+#              (~4 min): fxmark MWCL/MWUL on RAM (the cap checkpoint's node pre-pass, its
+#              helpers and the op lock's gate: see the checkpoint split column), DWAL
 #              of `device` on the SSD (ordered zone writes), DWAL with 4 and 16 lanes,
 #              `sustained` for device and f2fs
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script

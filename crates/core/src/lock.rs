@@ -69,16 +69,22 @@ impl OpLock {
     }
 
     /// Shared side: one file-system operation.
+    #[inline]
     pub fn op(&self) -> OpGuard<'_> {
         if self.closing.load(Ordering::Acquire) {
-            // A checkpoint is taking the shards: wait until it has them all (then at
-            // the shard, until it ends), rather than slip in on a shard it has not
-            // reached yet.
-            drop(self.gate.lock());
+            self.wait_at_gate();
         }
         OpGuard {
             _g: self.shards[thread_slot() % OP_LOCK_SHARDS].read(),
         }
+    }
+
+    /// A checkpoint is taking the shards: wait until it has them all (then at the shard,
+    /// until it ends), rather than slip in on a shard it has not reached yet.
+    #[cold]
+    #[inline(never)]
+    fn wait_at_gate(&self) {
+        drop(self.gate.lock());
     }
 
     /// Exclusive side: the checkpoint. Waits for every running operation to finish.
