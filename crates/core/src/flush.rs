@@ -5,12 +5,13 @@
 //!
 //! | dirty pages (cap = `FsInner::dirty_cap_pages`) | a writer, after its operation (`Fs::balance`) |
 //! |---|---|
-//! | <= cap/2 (`background threshold`) | nothing |
-//! | cap/2 .. cap | wakes the flusher, goes on |
+//! | <= cap/2 (background threshold, `dirty_background_pages`; cap/16 on `gc=none`) | nothing |
+//! | background .. cap | wakes the flusher, goes on |
 //! | > cap (hard cap) | wakes the flusher and waits for its rounds until <= cap |
 //! | > cap and two waits of `PROGRESS_WAIT` saw no page written | writes back itself (the old inline path, last resort) |
 //!
-//! Once woken, the flusher writes back down to cap/4 (`floor`), a file at a time, at most
+//! Once woken, the flusher writes back down to half the background threshold (`floor`:
+//! cap/4, or cap/32 on `gc=none`), a file at a time, at most
 //! `FLUSH_CHUNK` pages of one file per visit, then sleeps until woken again.
 //!
 //! Lanes (`flushers=N`, default 1): N threads, lane k writing back the files whose inode
@@ -292,7 +293,7 @@ impl Flusher {
 
     /// Write back until the dirty pages are at the floor: rounds over every cached file.
     fn pass(&self, inner: &FsInner, lane: usize) -> Result<()> {
-        let floor = inner.dirty_cap_pages() / 4;
+        let floor = inner.dirty_background_pages() / 2;
         if inner.dirty_pages.load(Ordering::Relaxed) <= floor || self.paused.load(Ordering::Acquire)
         {
             return Ok(());

@@ -590,7 +590,7 @@ impl Fs {
         let cap_pages = self.dirty_cap_pages();
         // `approx`: one load of a sharded counter on every write (`stats::Counter`).
         let dirty = inner.dirty_pages.approx();
-        if dirty <= cap_pages / 2 {
+        if dirty <= inner.dirty_background_pages() {
             return Ok(());
         }
         f.kick();

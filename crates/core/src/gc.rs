@@ -588,6 +588,22 @@ impl FsInner {
             .max(64)
     }
 
+    /// Dirty pages over which a writer wakes the flusher (the kernel's background
+    /// threshold); the flusher writes back down to half of it. Half the cap, except on an
+    /// infinite volume (`gc=none`): near full it checkpoints every ~10 ms to turn dead
+    /// blocks into free capacity, and each checkpoint writes back, with every operation
+    /// excluded, all that is dirty (~2,000 pages at the slides' 97 % fill). A sixteenth of
+    /// the cap keeps the flusher writing ahead: at 1 thread on 2 cores that halved the
+    /// checkpoints' excluded writeback and gave +9 % (docs/BENCHMARKS.md).
+    pub fn dirty_background_pages(&self) -> u64 {
+        let cap = self.dirty_cap_pages();
+        if self.seg.is_infinite() {
+            (cap / 16).max(2)
+        } else {
+            cap / 2
+        }
+    }
+
     /// Dirty nodes allowed before a checkpoint is forced (a quarter of the floor).
     pub fn dirty_nodes_cap(&self) -> u64 {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;

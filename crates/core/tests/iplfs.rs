@@ -369,3 +369,34 @@ fn a_cut_before_the_first_checkpoint_after_a_clean_mount_loses_nothing_and_leaks
         fsck_clean(&*ssd);
     }
 }
+
+/// `gc=none` checkpoints every few ms near full, and each checkpoint writes back, with
+/// every operation excluded, whatever is dirty: the flusher starts at a sixteenth of the
+/// dirty cap there (half elsewhere), so that it writes ahead of the checkpoints. Dirtying
+/// an eighth of the cap must wake it (without the lower threshold nothing is written back
+/// until a checkpoint, and the wait below runs out).
+#[test]
+fn the_flusher_writes_ahead_of_none_checkpoints() {
+    let ssd = interval(CAP);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let cap = fs.inner().dirty_cap_pages();
+    assert!(cap >= 64, "{cap}");
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    let len = (cap / 8 * 4096) as usize;
+    fs.write(f, 0, &pattern(7, len)).unwrap();
+    let t0 = std::time::Instant::now();
+    while fs.writeback_stats().background_pages == 0 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "{} dirty pages of a cap of {cap}: the flusher did not start",
+            cap / 8
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mut buf = vec![0u8; len];
+    fs.read(f, 0, &mut buf).unwrap();
+    assert!(buf == pattern(7, len));
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
+}
