@@ -3,7 +3,7 @@
 //! Checkpoint protocol (docs/DESIGN.md "Checkpoint"), with every operation excluded:
 //! 1. write back all dirty data and nodes to the logs; submit the log buffers;
 //! 2. write dirty NAT, SIT and SSA blocks to their *other* copies (flipping bits in memory);
-//! 3. flush; write the pack header and payload to pack (v % 2); flush; write the footer; flush;
+//! 3. write the pack header and payload to pack (v % 2); flush; write the footer; flush;
 //! 4. durable: the collector's `after_checkpoint` says which of the sections emptied before
 //!    the pack to discard and free now (all, except `gc=device`, which frees them one
 //!    checkpoint later, after its discards and acknowledgement: `gc_device.rs`).
@@ -924,8 +924,9 @@ impl FsInner {
             self.nat.clear_dirty(i);
         }
         self.seg.flush_meta(&mut sit_bm, &mut ssa_bm)?;
-        self.dev.flush()?;
-        // 3. The pack.
+        // 3. The pack: its header and payload go with the metadata before one flush (a
+        //    pack without its footer is not valid, and this slot is not the newest pack's),
+        //    then the footer, then a flush.
         let version = self.cp_version.load(Ordering::Acquire) + 1;
         let elapsed = cp.elapsed_base + self.epoch.elapsed().as_secs();
         let orphans: Vec<_> = self.orphans.lock().iter().copied().collect();

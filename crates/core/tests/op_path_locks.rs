@@ -8,6 +8,7 @@
 use flashlog_core::*;
 use flashlog_dev::{BlockDevice, RamDevice};
 use flashlog_ssd::{SsdConfig, SsdDevice, StoreKind};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -280,6 +281,65 @@ fn scale_unlinks_race_closes() {
     every_inode_back(fs, &dev, free0);
 }
 
+/// A formatted RAM volume mounted with an inode cache of `cache` cells (`f2fs`).
+fn small_cache_mount(cache: usize) -> (Arc<dyn BlockDevice>, MountOptions, Arc<Fs>) {
+    let dev = ram(1 << 18);
+    let o = MountOptions {
+        inode_cache_max: cache,
+        ..opts("f2fs")
+    };
+    let fs = Arc::new(Fs::mount(dev.clone(), o.clone()).unwrap());
+    (dev, o, fs)
+}
+
+/// `threads` threads each make a directory `d{t}`, meet, create `files` files in it and
+/// count themselves in `done`.
+fn create_in_parallel(fs: &Arc<Fs>, threads: usize, files: usize, done: &Arc<AtomicUsize>) {
+    let barrier = Arc::new(std::sync::Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (fs, barrier, done) = (fs.clone(), barrier.clone(), done.clone());
+            std::thread::spawn(move || {
+                let d = fs
+                    .mkdir(ROOT_INO, format!("d{t}").as_bytes(), 0o755, 0, 0)
+                    .unwrap();
+                barrier.wait();
+                for i in 0..files {
+                    fs.create(d.ino, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                        .unwrap();
+                }
+                done.fetch_add(1, SeqCst);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+/// Unmount, fsck, remount: every directory `d{t}` holds its `files` files.
+fn every_file_created(
+    fs: Arc<Fs>,
+    dev: &Arc<dyn BlockDevice>,
+    o: MountOptions,
+    threads: usize,
+    files: usize,
+) {
+    fs.set_test_hook(None);
+    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
+    fsck_clean(&**dev);
+    let fs = Fs::mount(dev.clone(), o).unwrap();
+    for t in 0..threads {
+        let d = fs.lookup(ROOT_INO, format!("d{t}").as_bytes()).unwrap();
+        assert_eq!(
+            fs.readdir(d.ino, 0, usize::MAX).unwrap().len(),
+            files + 2,
+            "d{t}"
+        );
+    }
+    fs.unmount().unwrap();
+}
+
 /// The inode-cache and dirty-node caps: when creators on many threads cross one, one of
 /// them checkpoints and the others go on; they used to checkpoint one after the other (each
 /// waiting for the previous one's pre-pass), 16 checkpoints where one was due: fxmark MWCL
@@ -290,37 +350,14 @@ fn a_crossed_cap_makes_one_checkpoint_not_one_per_thread() {
     const THREADS: usize = 8;
     const FILES: usize = 600;
     const CACHE: usize = 2048;
-    let dev = ram(1 << 18);
-    let o = MountOptions {
-        inode_cache_max: CACHE,
-        ..opts("f2fs")
-    };
-    let fs = Arc::new(Fs::mount(dev.clone(), o.clone()).unwrap());
+    let (dev, o, fs) = small_cache_mount(CACHE);
     fs.set_test_hook(Some(Arc::new(|at: &str| {
         if at == "checkpoint:prepass" {
             std::thread::sleep(Duration::from_millis(20));
         }
     })));
     let cp0 = fs.stats().checkpoints;
-    let barrier = Arc::new(std::sync::Barrier::new(THREADS));
-    let threads: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (fs, barrier) = (fs.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let d = fs
-                    .mkdir(ROOT_INO, format!("d{t}").as_bytes(), 0o755, 0, 0)
-                    .unwrap();
-                barrier.wait();
-                for i in 0..FILES {
-                    fs.create(d.ino, format!("f{i}").as_bytes(), 0o644, 0, 0)
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    create_in_parallel(&fs, THREADS, FILES, &Arc::new(AtomicUsize::new(0)));
     let cps = fs.stats().checkpoints - cp0;
     // Each checkpoint evicts down to half the cache: one is due per CACHE / 2 creates.
     let due = (THREADS * FILES / (CACHE / 2)) as u64;
@@ -329,19 +366,7 @@ fn a_crossed_cap_makes_one_checkpoint_not_one_per_thread() {
         THREADS * FILES
     );
     assert!(cps >= 1 && cps <= due + 1, "{cps} checkpoints, {due} due");
-    fs.set_test_hook(None);
-    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
-    fsck_clean(&*dev);
-    let fs = Fs::mount(dev.clone(), o).unwrap();
-    for t in 0..THREADS {
-        let d = fs.lookup(ROOT_INO, format!("d{t}").as_bytes()).unwrap();
-        assert_eq!(
-            fs.readdir(d.ino, 0, usize::MAX).unwrap().len(),
-            FILES + 2,
-            "d{t}"
-        );
-    }
-    fs.unmount().unwrap();
+    every_file_created(fs, &dev, o, THREADS, FILES);
 }
 
 /// The creators that find a cap crossed while another thread's cap checkpoint runs its
@@ -353,16 +378,10 @@ fn a_crossed_cap_makes_one_checkpoint_not_one_per_thread() {
 /// interleaving forced is "the pass waits, the creators write".
 #[test]
 fn creators_over_the_cap_write_the_prepass_nodes() {
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     const THREADS: usize = 6;
     const FILES: usize = 800;
     const CACHE: usize = 1024;
-    let dev = ram(1 << 18);
-    let o = MountOptions {
-        inode_cache_max: CACHE,
-        ..opts("f2fs")
-    };
-    let fs = Arc::new(Fs::mount(dev.clone(), o.clone()).unwrap());
+    let (dev, o, fs) = small_cache_mount(CACHE);
     let weak = Arc::downgrade(&fs);
     let done = Arc::new(AtomicUsize::new(0));
     let d = done.clone();
@@ -377,43 +396,12 @@ fn creators_over_the_cap_write_the_prepass_nodes() {
             std::thread::sleep(Duration::from_millis(1));
         }
     })));
-    let barrier = Arc::new(std::sync::Barrier::new(THREADS));
-    let threads: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (fs, barrier, done) = (fs.clone(), barrier.clone(), done.clone());
-            std::thread::spawn(move || {
-                let d = fs
-                    .mkdir(ROOT_INO, format!("d{t}").as_bytes(), 0o755, 0, 0)
-                    .unwrap();
-                barrier.wait();
-                for i in 0..FILES {
-                    fs.create(d.ino, format!("f{i}").as_bytes(), 0o644, 0, 0)
-                        .unwrap();
-                }
-                done.fetch_add(1, SeqCst);
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    fs.set_test_hook(None);
+    create_in_parallel(&fs, THREADS, FILES, &done);
     let s = fs.stats();
     eprintln!(
         "{} checkpoints; pre-pass nodes {}, {} of them by helpers",
         s.checkpoints, s.cp_prewrite_nodes, s.cp_helped_nodes
     );
     assert!(s.cp_helped_nodes > 0, "no creator helped a pre-pass");
-    Arc::try_unwrap(fs).ok().unwrap().unmount().unwrap();
-    fsck_clean(&*dev);
-    let fs = Fs::mount(dev.clone(), o).unwrap();
-    for t in 0..THREADS {
-        let d = fs.lookup(ROOT_INO, format!("d{t}").as_bytes()).unwrap();
-        assert_eq!(
-            fs.readdir(d.ino, 0, usize::MAX).unwrap().len(),
-            FILES + 2,
-            "d{t}"
-        );
-    }
-    fs.unmount().unwrap();
+    every_file_created(fs, &dev, o, THREADS, FILES);
 }
