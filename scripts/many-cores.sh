@@ -38,7 +38,8 @@
 #              (~4 min): fxmark MWCL/MWUL on RAM (the cap checkpoint's node pre-pass, its
 #              helpers and the op lock's gate: see the checkpoint split column), DWAL
 #              of `device` on the SSD (ordered zone writes), DWAL with 4 and 16 lanes,
-#              `sustained` for device and f2fs
+#              `sustained` for device and f2fs, `none` in the slides' setting (its
+#              flusher writing ahead of the checkpoints; f2fs there: 269-314 MiB/s)
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script
 #              and the binary on any machine (~2 min on 2 cores)
 #
@@ -206,6 +207,8 @@ next)
         --tests DWAL --policies f2fs/flushers=4,f2fs/flushers=16
     run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
         --policies device,f2fs
+    run iplfs-none-16 sustained --device 970pro-like:8GiB --ssd-set op=6 --segs-per-sec 1 \
+        --fill 0.97 --write-factor 6 --duration 20 --threads 16 --policies none
     ;;
 quick)
     run fxmark-quick fxmark --threads 4 --duration 1 --mlogs 2 --policies f2fs,none
