@@ -37,7 +37,8 @@
 #   next       what 2026-11-26's sessions built but could not measure on 16 cores
 #              (~4 min): fxmark MWCL/MWUL on RAM (the cap checkpoint's node pre-pass, its
 #              helpers and the op lock's gate: see the checkpoint split column), DWAL
-#              of `device` on the SSD (ordered zone writes), DWAL with 4 and 16 lanes,
+#              of `device` on the SSD (ordered zone writes), DWAL with 4 and 16 lanes
+#              and with writers writing back their own files (`own_writeback=1`),
 #              `sustained` for device and f2fs, `none` in the slides' setting (its
 #              flusher writing ahead of the checkpoints; f2fs there: 269-314 MiB/s)
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script
@@ -204,7 +205,7 @@ next)
     run fxmark-ssd-device-dwal fxmark --device 970pro-like:4GiB --segs-per-sec 1 \
         --threads 16 --duration 2 --mlogs 1 --tests DWAL --policies device,f2fs
     run fxmark-ram-dwal-lanes fxmark --device ram:4GiB --threads 16 --duration 2 --mlogs 16 \
-        --tests DWAL --policies f2fs/flushers=4,f2fs/flushers=16
+        --tests DWAL --policies f2fs/flushers=4,f2fs/flushers=16,f2fs/own_writeback=1
     run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
         --policies device,f2fs
     run iplfs-none-16 sustained --device 970pro-like:8GiB --ssd-set op=6 --segs-per-sec 1 \

@@ -3,8 +3,9 @@
 //! Owns: [`PolicySpec`] (parsed from `f2fs`, `f2fs-lfs`, `scale`, `scale:N`, each optionally
 //! followed by emulator overrides for that policy's device, `/KEY=VALUE` repeated, e.g.
 //! `device/vop_degree=1.2` or `none/compaction_period=0`; the host keys are
-//! `io_threads=N`, the log's queue depth, e.g. `f2fs/io_threads=2`, and `flushers=N`, the
-//! background write-back threads, e.g. `f2fs/flushers=4`), the candidate
+//! `io_threads=N`, the log's queue depth, e.g. `f2fs/io_threads=2`, `flushers=N`, the
+//! background write-back threads, e.g. `f2fs/flushers=4`, and `own_writeback=1`, writers
+//! over the hard dirty cap writing back their own file), the candidate
 //! list [`CANDIDATES`], and the probe that finds which candidates the core implements.
 //!
 //! Adding a policy is one row of [`TABLE`]. The default set is every row marked `default`
@@ -137,6 +138,9 @@ pub struct PolicySpec {
     pub io_threads: Option<usize>,
     /// `/flushers=N`: background write-back threads (lanes) instead of the default one.
     pub flushers: Option<usize>,
+    /// `/own_writeback=1`: writers over the hard dirty cap write back their own file
+    /// (`MountOptions::own_writeback`).
+    pub own_writeback: Option<bool>,
 }
 
 /// A host key's count `v` in `1..=max`, or an error naming the policy and the key.
@@ -156,6 +160,7 @@ impl PolicySpec {
         let mut ssd_set = Vec::new();
         let mut io_threads = None;
         let mut flushers = None;
+        let mut own_writeback = None;
         for kv in parts {
             let kv = kv.trim();
             match kv.split_once('=') {
@@ -164,6 +169,13 @@ impl PolicySpec {
                 }
                 Some((k, v)) if k.trim() == "flushers" => {
                     flushers = Some(host_count(label, "flushers", v, MAX_FLUSHERS)?)
+                }
+                Some((k, v)) if k.trim() == "own_writeback" => {
+                    own_writeback = Some(match v.trim() {
+                        "1" | "on" => true,
+                        "0" | "off" => false,
+                        _ => bail!("policy {label:?}: own_writeback is 1 or 0 (got {v:?})"),
+                    })
                 }
                 Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
                     ssd_set.push(format!("{}={}", k.trim(), v.trim()))
@@ -204,6 +216,7 @@ impl PolicySpec {
             ssd_set,
             io_threads,
             flushers,
+            own_writeback,
         })
     }
 
@@ -221,6 +234,9 @@ impl PolicySpec {
         }
         if let Some(n) = self.flushers {
             o.flushers = n;
+        }
+        if let Some(b) = self.own_writeback {
+            o.own_writeback = b;
         }
         o
     }
@@ -338,6 +354,13 @@ mod tests {
         assert_eq!(l.mount_options(&MountOptions::default()).flushers, 4);
         assert_eq!(l.ssd_set, vec!["op=0.2"]);
         assert_eq!(f.mount_options(&MountOptions::default()).flushers, 1);
+        let w = PolicySpec::parse("f2fs/own_writeback=1").unwrap();
+        assert!(w.mount_options(&MountOptions::default()).own_writeback);
+        assert!(!f.mount_options(&MountOptions::default()).own_writeback);
+        let e = PolicySpec::parse("f2fs/own_writeback=yes")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("own_writeback"), "{e}");
         for bad in ["f2fs/flushers=0", "f2fs/flushers=65", "f2fs/flushers=x"] {
             let e = PolicySpec::parse(bad).unwrap_err().to_string();
             assert!(e.contains("flushers"), "{bad}: {e}");

@@ -229,6 +229,12 @@ pub struct MountOptions {
     pub io_threads: usize,
     /// Background write-back threads (lanes of `flush.rs`; 1..=`MAX_FLUSHERS`).
     pub flushers: usize,
+    /// A writer over the hard dirty cap writes back the file it just wrote, then waits for
+    /// the flusher only if the cap is still crossed (`Fs::balance`); off: it waits for the
+    /// flusher's rounds. An experiment for many cores (per-core write-back, as Max makes
+    /// every other path per core), not the default: docs/BENCHMARKS.md "Writers writing
+    /// back their own files".
+    pub own_writeback: bool,
     /// How work maps to an mlog on volumes with several (`MlogMap`).
     pub mlog_map: MlogMap,
 }
@@ -254,6 +260,7 @@ impl Default for MountOptions {
             scale: ScaleFeatures::ALL,
             io_threads: DEFAULT_IO_THREADS,
             flushers: DEFAULT_FLUSHERS,
+            own_writeback: false,
             mlog_map: MlogMap::Ino,
         }
     }

@@ -276,6 +276,11 @@ fn lock_pair<'a>(
     }
 }
 
+thread_local! {
+    /// `own_writeback`: (mount, inode) of the file this thread wrote last.
+    static LAST_WRITTEN: std::cell::Cell<Option<(u64, Ino)>> = const { std::cell::Cell::new(None) };
+}
+
 impl Fs {
     /// Lay out a new volume.
     pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport> {
@@ -597,6 +602,15 @@ impl Fs {
         if dirty <= cap_pages {
             return Ok(());
         }
+        if inner.opts.own_writeback {
+            let own = LAST_WRITTEN.with(|o| o.get());
+            if let Some((_, ino)) = own.filter(|o| o.0 == inner.mount_id) {
+                self.write_back_own(ino)?;
+                if inner.dirty_pages.load(Ordering::Relaxed) <= cap_pages {
+                    return Ok(());
+                }
+            }
+        }
         let t0 = std::time::Instant::now();
         let mut idle = 0;
         while inner.dirty_pages.load(Ordering::Relaxed) > cap_pages {
@@ -614,6 +628,43 @@ impl Fs {
         }
         f.note_throttled(t0, false);
         Ok(())
+    }
+
+    /// `own_writeback`: write back the dirty pages of `ino` (the file this thread wrote
+    /// last) a flusher chunk at a time, as the flusher would, until it is clean or the dirty
+    /// pages are under the background threshold; nothing if another thread holds its cell
+    /// (the flusher visiting it). Short of space, it leaves the rest to the wait below and
+    /// its last resort.
+    fn write_back_own(&self, ino: Ino) -> Result<()> {
+        let _role = crate::waits::as_role(crate::waits::Role::Inline);
+        let inner = &self.inner;
+        let Some(c) = inner.cells.get(ino) else {
+            return Ok(());
+        };
+        let floor = inner.dirty_background_pages();
+        loop {
+            let _bp = inner.seg.defer_throttle();
+            let _g = inner.oplock.op();
+            inner.check_writable()?;
+            let Some(mut st) = c.try_lock() else {
+                return Ok(());
+            };
+            if st.freed || st.dirty_pages == 0 {
+                return Ok(());
+            }
+            match inner.writeback_pages_max(&mut st, crate::flush::FLUSH_CHUNK) {
+                Ok(n) => {
+                    if let Some(f) = &self.flusher {
+                        f.inline_pages.fetch_add(n, Ordering::Relaxed);
+                    }
+                }
+                Err(Error::NoSpace) => return Ok(()),
+                Err(e) => return inner.guard(Err(e)),
+            }
+            if inner.dirty_pages.load(Ordering::Relaxed) <= floor {
+                return Ok(());
+            }
+        }
     }
 
     /// Write back pages over the cap in this thread, a file at a time, down to the data
@@ -1309,6 +1360,9 @@ impl Fs {
                 return Err(Error::NotFound);
             }
             let n = fs.file_write(&mut st, off, data)?;
+            if fs.opts.own_writeback {
+                LAST_WRITTEN.with(|o| o.set(Some((fs.mount_id, ino))));
+            }
             let now = fs.now();
             st.hdr.mtime = now;
             st.hdr.ctime = now;

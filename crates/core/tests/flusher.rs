@@ -166,6 +166,60 @@ fn a_stalled_flusher_never_hangs_a_writer() {
     remount_and_check(dev, fs, &[("/f".into(), data)]);
 }
 
+/// `own_writeback`: a writer over the hard cap writes back the file it wrote instead of
+/// waiting for the flusher. With the flusher paused, two writers of 8 MiB each through a
+/// 1 MiB cap write their pages back themselves and never reach the last resort (without
+/// the option each waits two 100 ms rounds, then writes back whatever it can: an inline
+/// fallback); a writer may still wait while the other's pages keep the volume over the
+/// cap. The dirty pages stay near the cap; the files read back exactly after a remount.
+#[test]
+fn own_writeback_writers_write_their_files_back_instead_of_waiting() {
+    let cap = 1u64 << 20;
+    let (dev, fs) = fresh(
+        128,
+        MountOptions {
+            own_writeback: true,
+            ..opts(cap)
+        },
+    );
+    fs.set_flusher_paused(true);
+    let writers: Vec<_> = (0..2u64)
+        .map(|w| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let name = format!("f{w}");
+                let ino = fs
+                    .create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
+                    .unwrap()
+                    .ino;
+                let mut data = Vec::new();
+                for i in 0..8 {
+                    let c = chunk(w, i);
+                    assert_eq!(fs.write(ino, (i * MIB) as u64, &c).unwrap(), MIB);
+                    data.extend_from_slice(&c);
+                    let dirty = fs.inner().dirty_pages.load(Ordering::Relaxed);
+                    assert!(dirty <= 2 * (cap / BS) + 512, "{dirty} dirty pages");
+                }
+                (format!("/{name}"), data)
+            })
+        })
+        .collect();
+    let files: Vec<_> = writers.into_iter().map(|t| t.join().unwrap()).collect();
+    let wb = fs.writeback_stats();
+    eprintln!("{wb:?}");
+    assert_eq!(wb.background_pages, 0, "paused flusher wrote: {wb:?}");
+    assert_eq!(
+        wb.inline_fallbacks, 0,
+        "a writer took the last resort: {wb:?}"
+    );
+    assert!(
+        wb.inline_pages >= 2 * 8 * (MIB as u64 / BS) - 2 * (cap / BS),
+        "{wb:?}"
+    );
+    fs.set_flusher_paused(false);
+    remount_and_check(dev, fs, &files);
+}
+
 /// Overwrites, truncates and fsyncs of three files from three threads while the flusher
 /// writes their pages back underneath (a 1 MiB cap keeps it busy): every file matches its
 /// model before and after a remount. With one flusher and with three lanes (`flushers=3`,
