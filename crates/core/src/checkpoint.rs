@@ -812,35 +812,54 @@ impl FsInner {
         Ok(mine)
     }
 
-    /// One file of the pre-pass: its dirty pages, then (`nodes`) its dirty nodes; the
-    /// nodes written. Without `wait`, nothing if another thread holds the cell.
-    fn prepass_cell(&self, c: &InodeCell, nodes: bool, wait: bool) -> Result<u64> {
-        let lock = || if wait { Some(c.lock()) } else { c.try_lock() };
-        // A visit writes at most `FLUSH_CHUNK` pages, as the flusher's do, and releases
-        // the cell and the op lock before it waits for room in the log-write queue
-        // (`_bp`, declared first, dropped last); a file is visited until the pages it
-        // had dirty at the first visit could all have been written. Holding the cell
-        // for all of a file's pages and the device waits between them kept its writer
-        // out: on 16 cores, `gc=device`'s writers waited 5.0 s per 12 s run at
-        // `file_cell` behind the pre-pass (half of their 9 % of lock waits).
-        let mut visits: Option<u64> = None;
+    /// Write back `c`'s dirty pages in visits of at most `FLUSH_CHUNK` pages, as the
+    /// flusher does: each visit takes the op lock (shared) and the cell, and releases both
+    /// before it waits for room in the log-write queue (`_bp`, declared first, dropped
+    /// last). Holding the cell for all of a file's pages and the device waits between them
+    /// kept its writer out: on 16 cores, `gc=device`'s writers waited 5.0 s per 12 s run at
+    /// `file_cell` behind the checkpoint pre-pass (half of their 9 % of lock waits).
+    /// After each visit `more(dirty pages before it, pages it wrote)` says whether to go
+    /// on; visits end too when the file is clean or freed. `wait`: for the cell if another
+    /// thread holds it; without, false at once if one does (else true).
+    pub fn write_back_in_visits(
+        &self,
+        c: &InodeCell,
+        wait: bool,
+        mut more: impl FnMut(u64, u64) -> bool,
+    ) -> Result<bool> {
         loop {
             let _bp = self.seg.defer_throttle();
             let _g = self.oplock.op();
             self.check_writable()?;
-            let Some(mut st) = lock() else {
-                return Ok(0);
+            let Some(mut st) = (if wait { Some(c.lock()) } else { c.try_lock() }) else {
+                return Ok(false);
             };
             if st.freed || st.dirty_pages == 0 {
-                break;
+                return Ok(true);
             }
-            let left = visits.get_or_insert(st.dirty_pages.div_ceil(crate::flush::FLUSH_CHUNK));
-            self.writeback_pages_max(&mut st, crate::flush::FLUSH_CHUNK)?;
-            *left -= 1;
-            if *left == 0 {
-                break;
+            let dirty = st.dirty_pages;
+            let n = self.writeback_pages_max(&mut st, crate::flush::FLUSH_CHUNK)?;
+            if !more(dirty, n) {
+                return Ok(true);
             }
         }
+    }
+
+    /// One file of the pre-pass: its dirty pages, then (`nodes`) its dirty nodes; the
+    /// nodes written. Without `wait`, nothing if another thread holds the cell.
+    fn prepass_cell(&self, c: &InodeCell, nodes: bool, wait: bool) -> Result<u64> {
+        // A file is visited until the pages it had dirty at the first visit could all have
+        // been written: a writer that keeps dirtying it cannot hold the pass there.
+        let mut visits: Option<u64> = None;
+        let visited = self.write_back_in_visits(c, wait, |dirty, _| {
+            let left = visits.get_or_insert(dirty.div_ceil(crate::flush::FLUSH_CHUNK));
+            *left -= 1;
+            *left > 0
+        })?;
+        if !visited {
+            return Ok(0);
+        }
+        let lock = || if wait { Some(c.lock()) } else { c.try_lock() };
         if !nodes {
             return Ok(0);
         }

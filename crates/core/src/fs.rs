@@ -642,28 +642,15 @@ impl Fs {
             return Ok(());
         };
         let floor = inner.dirty_background_pages();
-        loop {
-            let _bp = inner.seg.defer_throttle();
-            let _g = inner.oplock.op();
-            inner.check_writable()?;
-            let Some(mut st) = c.try_lock() else {
-                return Ok(());
-            };
-            if st.freed || st.dirty_pages == 0 {
-                return Ok(());
+        let r = inner.write_back_in_visits(&c, false, |_, n| {
+            if let Some(f) = &self.flusher {
+                f.inline_pages.fetch_add(n, Ordering::Relaxed);
             }
-            match inner.writeback_pages_max(&mut st, crate::flush::FLUSH_CHUNK) {
-                Ok(n) => {
-                    if let Some(f) = &self.flusher {
-                        f.inline_pages.fetch_add(n, Ordering::Relaxed);
-                    }
-                }
-                Err(Error::NoSpace) => return Ok(()),
-                Err(e) => return inner.guard(Err(e)),
-            }
-            if inner.dirty_pages.load(Ordering::Relaxed) <= floor {
-                return Ok(());
-            }
+            inner.dirty_pages.load(Ordering::Relaxed) > floor
+        });
+        match r {
+            Ok(_) | Err(Error::NoSpace) => Ok(()),
+            Err(e) => inner.guard(Err(e)),
         }
     }
 

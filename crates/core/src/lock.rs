@@ -5,9 +5,10 @@
 //! Each shard is a `parking_lot::RwLock<()>`; a reader picks its shard from a per-thread
 //! slot id, so the shared side costs one uncontended atomic in the common case.
 //!
-//! The exclusive side closes a gate first, as Linux's percpu_rw_semaphore makes its readers
-//! take the slow path: from then on a new operation waits at the gate, whatever its shard,
-//! and only the operations already inside hold the checkpoint up. Taken in index order
+//! The exclusive side holds a gate while it takes the shards, as Linux's percpu_rw_semaphore
+//! makes its readers take the slow path: a new operation that finds the gate held waits for
+//! it, whatever its shard, and only the operations already inside hold the checkpoint up.
+//! Taken in index order
 //! alone, each shard kept admitting operations until the checkpoint reached it: with 16
 //! creators on 2 cores the exclusive side took 100-170 ms to get every shard, and fxmark
 //! MWCL made 20,000 more inodes meanwhile, for the checkpoint to write with everything
@@ -18,7 +19,7 @@
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Shards of the op lock: enough that threads rarely share one; 64 covers any machine this
 /// user-space file system is likely to meet without wasting much memory (64 x 128 B).
@@ -26,11 +27,10 @@ pub const OP_LOCK_SHARDS: usize = 64;
 
 pub struct OpLock {
     shards: Box<[CachePadded<RwLock<()>>]>,
-    /// Set while a checkpoint takes the shards (it holds `gate` meanwhile): operations
-    /// that see it wait for `gate` before their shard. Read on every operation, written
-    /// twice per checkpoint.
-    closing: CachePadded<AtomicBool>,
-    gate: Mutex<()>,
+    /// Held by a checkpoint while it takes the shards: an operation that finds it held
+    /// waits for it before its shard. Its state is read on every operation and written
+    /// only by checkpoints (and the operations that wait), so it has a line of its own.
+    gate: CachePadded<Mutex<()>>,
 }
 
 pub struct OpGuard<'a> {
@@ -63,15 +63,14 @@ impl OpLock {
             shards: (0..OP_LOCK_SHARDS)
                 .map(|_| CachePadded::new(RwLock::new(())))
                 .collect(),
-            closing: CachePadded::new(AtomicBool::new(false)),
-            gate: Mutex::new(()),
+            gate: CachePadded::new(Mutex::new(())),
         }
     }
 
     /// Shared side: one file-system operation.
     #[inline]
     pub fn op(&self) -> OpGuard<'_> {
-        if self.closing.load(Ordering::Acquire) {
+        if self.gate.is_locked() {
             self.wait_at_gate();
         }
         OpGuard {
@@ -90,13 +89,10 @@ impl OpLock {
     /// Exclusive side: the checkpoint. Waits for every running operation to finish.
     pub fn checkpoint(&self) -> CpGuard<'_> {
         let _gate = self.gate.lock();
-        self.closing.store(true, Ordering::Release);
-        let g = CpGuard {
+        // Once every shard is held and the gate released, operations wait at theirs.
+        CpGuard {
             _g: self.shards.iter().map(|s| s.write()).collect(),
-        };
-        // Every shard is held: operations wait at theirs now.
-        self.closing.store(false, Ordering::Release);
-        g
+        }
     }
 }
 
