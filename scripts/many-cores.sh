@@ -35,8 +35,10 @@
 #              threads (none against f2fs, and a perf record of none), MWCL/MWUL on RAM,
 #              `sustained` for f2fs, scale and none (~4 min)
 #   next       what 2026-11-26's sessions built but could not measure on 16 cores
-#              (~4 min): fxmark MWCL/MWUL on RAM (the cap checkpoint's node pre-pass, its
-#              helpers and the op lock's gate: see the checkpoint split column), DWAL
+#              (~5 min): fxmark MWCL/MWUL on RAM, mlogs 16 and 1 (the cap relief:
+#              nodes written and cells evicted without a checkpoint, with the pre-pass's
+#              helpers and the op lock's gate: see the checkpoint split, cap-relief and
+#              `cap_relief` wait columns), DWAL
 #              of `device` on the SSD (ordered zone writes), DWAL with 4 and 16 lanes
 #              and with writers writing back their own files (`own_writeback=1`),
 #              `sustained` for device and f2fs, `none` in the slides' setting (its
@@ -202,6 +204,8 @@ next)
     limit=100
     run fxmark-ram-meta fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
         --tests MWCL,MWUL --policies f2fs,scale
+    run fxmark-ram-meta-mlogs1 fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 1 \
+        --tests MWCL,MWUL --policies f2fs
     run fxmark-ssd-device-dwal fxmark --device 970pro-like:4GiB --segs-per-sec 1 \
         --threads 16 --duration 2 --mlogs 1 --tests DWAL --policies device,f2fs
     run fxmark-ram-dwal-lanes fxmark --device ram:4GiB --threads 16 --duration 2 --mlogs 16 \

@@ -1,6 +1,9 @@
 //! File cells (Max): the in-memory state of each inode, sharded by inode number.
 //!
-//! Owns: `InodeCell` (one per cached inode) and the `CellTable` that finds them. An inode's
+//! Owns: `InodeCell` (one per cached inode), the `CellTable` that finds them, and what
+//! cells evicted between checkpoints knew about the interval (`SinceCheckpoint`, kept in
+//! the table's shards until the cell is loaded again or the checkpoint ends the interval;
+//! invariant: an inode has a cell or such a record, never both). An inode's
 //! cell holds everything that belongs to that file alone: its inode block, its other node
 //! blocks (direct, indirect, xattr), and its page cache. All of it is guarded by the cell's
 //! one mutex, so node contents never need a lock of their own (every node belongs to exactly
@@ -8,7 +11,7 @@
 //!
 //! Lock order: op lock (shared) -> rename lock -> directory cells (ascending ino) -> other
 //! cells (ascending ino) -> log heads -> leaves. The table's shard locks are leaves: never
-//! held while taking a cell lock. The cell is also the lock of every node of its file (the
+//! held while taking a cell lock (`evict` only try-locks cells under one). The cell is also the lock of every node of its file (the
 //! node lock of the node-lock rule): `scale` collectors take it twice per direct-node run,
 //! to check and to remap, and write their copies in between without it
 //! (`scale::commit_dnode_run`, docs/DESIGN.md "ScaleLFS commit").
@@ -56,6 +59,10 @@ pub struct InodeState {
     /// An fsync must write a checkpoint (the inode gained or changed a name since the last
     /// checkpoint, which roll-forward cannot replay).
     pub needs_cp: bool,
+    /// Nodes of this file were written since the checkpoint without the FSYNC mark
+    /// (`FsInner::write_nodes_unsynced`): fsync writes an FSYNC inode even when nothing
+    /// is dirty.
+    pub unsynced: bool,
     /// `mlog=thread`: (checkpoint version, mlog) — the mlog this inode's nodes go to until
     /// the checkpoint after that version. Roll-forward walks the mlogs' node chains one
     /// after the other, so one inode's nodes must stay on one chain per interval
@@ -77,6 +84,7 @@ impl InodeState {
             dirty_pages: 0,
             freed: false,
             needs_cp: false,
+            unsynced: false,
             mlog: None,
         }
     }
@@ -176,8 +184,39 @@ impl InodeCell {
     }
 }
 
-/// One shard of the cell table.
-type CellShard = Mutex<HashMap<Ino, Arc<InodeCell>>>;
+/// What an evicted cell knew about the checkpoint interval it was evicted in: the state
+/// fsync needs that is not on disk (`InodeCell::is_new`, `InodeState::needs_cp`,
+/// `InodeState::unsynced`, `InodeState::mlog`, `InodeCell::names_left_at`). Kept beside the table until the cell
+/// is loaded again (which takes it back) or the interval's checkpoint ends it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SinceCheckpoint {
+    pub is_new: bool,
+    pub needs_cp: bool,
+    pub unsynced: bool,
+    pub mlog: Option<(u64, u16)>,
+    pub names_left_at: u64,
+}
+
+impl SinceCheckpoint {
+    /// Anything here that the interval after checkpoint version `epoch` still needs.
+    fn current(&self, epoch: u64) -> bool {
+        self.is_new
+            || self.needs_cp
+            || self.unsynced
+            || self.mlog.is_some_and(|(e, _)| e == epoch)
+            || self.names_left_at == epoch.wrapping_add(1)
+    }
+}
+
+/// One shard of the cell table: its cells, and what the cells evicted from it since the
+/// last checkpoint knew about the interval (never both for one inode).
+#[derive(Default)]
+struct Shard {
+    cells: HashMap<Ino, Arc<InodeCell>>,
+    gone: HashMap<Ino, SinceCheckpoint>,
+}
+
+type CellShard = Mutex<Shard>;
 
 pub struct CellTable {
     shards: Box<[CellShard]>,
@@ -186,15 +225,16 @@ pub struct CellTable {
     /// released all 128 shard locks (14 % of the CPU of a gc=none sustained bench run). A
     /// sharded counter, so that creates on 16 cores do not all bump one cache line.
     count: crate::stats::Counter,
+    /// Records in the shards' `gone` maps.
+    gone: crate::stats::Counter,
 }
 
 impl Default for CellTable {
     fn default() -> Self {
         CellTable {
-            shards: (0..CELL_SHARDS)
-                .map(|_| Mutex::new(HashMap::new()))
-                .collect(),
+            shards: (0..CELL_SHARDS).map(|_| Mutex::default()).collect(),
             count: Default::default(),
+            gone: Default::default(),
         }
     }
 }
@@ -204,20 +244,47 @@ impl CellTable {
         &self.shards[ino as usize % CELL_SHARDS]
     }
     pub fn get(&self, ino: Ino) -> Option<Arc<InodeCell>> {
-        self.shard(ino).lock().get(&ino).cloned()
+        self.shard(ino).lock().cells.get(&ino).cloned()
     }
-    /// Insert unless present; returns the cell that is in the table.
+    /// Insert a new inode's cell unless present; returns the cell that is in the table.
     pub fn insert(&self, cell: Arc<InodeCell>) -> Arc<InodeCell> {
         let mut m = self.shard(cell.ino).lock();
-        m.entry(cell.ino)
+        if m.gone.remove(&cell.ino).is_some() {
+            self.gone.fetch_sub(1, Ordering::Relaxed);
+        }
+        let Shard { cells, .. } = &mut *m;
+        cells
+            .entry(cell.ino)
             .or_insert_with(|| {
                 self.count.fetch_add(1, Ordering::Relaxed);
                 cell
             })
             .clone()
     }
+    /// Insert the cell of an inode read from disk, unless one is present (then that one is
+    /// returned and `st` dropped); it takes back what the inode's evicted cell knew about
+    /// this checkpoint interval.
+    pub fn insert_loaded(&self, mut st: InodeState) -> Arc<InodeCell> {
+        let mut m = self.shard(st.ino).lock();
+        if let Some(c) = m.cells.get(&st.ino) {
+            return c.clone();
+        }
+        let was = m.gone.remove(&st.ino);
+        if was.is_some() {
+            self.gone.fetch_sub(1, Ordering::Relaxed);
+        }
+        let was = was.unwrap_or_default();
+        st.needs_cp = was.needs_cp;
+        st.unsynced = was.unsynced;
+        st.mlog = was.mlog;
+        let c = InodeCell::new(st, was.is_new);
+        c.names_left_at.store(was.names_left_at, Ordering::Relaxed);
+        m.cells.insert(c.ino, c.clone());
+        self.count.fetch_add(1, Ordering::Relaxed);
+        c
+    }
     pub fn remove(&self, ino: Ino) {
-        if self.shard(ino).lock().remove(&ino).is_some() {
+        if self.shard(ino).lock().cells.remove(&ino).is_some() {
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -230,8 +297,42 @@ impl CellTable {
     pub fn len_approx(&self) -> usize {
         self.count.approx() as usize
     }
+    /// More than `n` cells (`Counter::over`).
+    pub fn over(&self, n: usize) -> bool {
+        self.count.over(n as u64)
+    }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+    /// Evicted cells whose interval state is kept (`SinceCheckpoint`).
+    pub fn gone_len(&self) -> usize {
+        self.gone.load(Ordering::Relaxed) as usize
+    }
+    /// Whether `ino` was created since the last checkpoint, and its `names_left_at`: from
+    /// its cell, or from what its cell knew when it was evicted (both false/0 for an inode
+    /// neither knows of: it was last cached before the checkpoint).
+    pub fn new_and_names_left(&self, ino: Ino) -> (bool, u64) {
+        let m = self.shard(ino).lock();
+        match m.cells.get(&ino) {
+            Some(c) => (
+                c.is_new.load(Ordering::Acquire),
+                c.names_left_at.load(Ordering::Acquire),
+            ),
+            None => m
+                .gone
+                .get(&ino)
+                .map_or((false, 0), |g| (g.is_new, g.names_left_at)),
+        }
+    }
+    /// Forget what evicted cells knew about the interval that a checkpoint just ended
+    /// (under the exclusive op lock).
+    pub fn end_interval(&self) {
+        for s in self.shards.iter() {
+            let mut m = s.lock();
+            let n = m.gone.len() as u64;
+            m.gone.clear();
+            self.gone.fetch_sub(n, Ordering::Relaxed);
+        }
     }
     /// Snapshot of every cell, in inode order (the checkpoint locks them in this order).
     pub fn all(&self) -> Vec<Arc<InodeCell>> {
@@ -248,6 +349,7 @@ impl CellTable {
             .filter(|(i, _)| !whole || i % n == k)
             .flat_map(|(_, s)| {
                 s.lock()
+                    .cells
                     .values()
                     .filter(|c| c.ino as usize % n == k)
                     .cloned()
@@ -258,29 +360,49 @@ impl CellTable {
         v
     }
     /// Drop cells nobody holds that are clean and closed, until at most `keep` remain.
-    pub fn evict(&self, keep: usize) {
+    /// `epoch` is the version of the last checkpoint (stable: the caller holds the op lock):
+    /// what a dropped cell knows about the interval since it is kept for its next load
+    /// (`SinceCheckpoint`), so that eviction needs no checkpoint first.
+    /// Returns the cells dropped.
+    pub fn evict(&self, keep: usize, epoch: u64) -> usize {
         let mut len = self.len();
+        let mut dropped = 0;
         for s in self.shards.iter() {
             if len <= keep {
-                return;
+                break;
             }
             let mut m = s.lock();
-            let before = m.len();
-            m.retain(|_, c| {
+            let Shard { cells, gone } = &mut *m;
+            let before = cells.len();
+            let mut kept = 0;
+            cells.retain(|&ino, c| {
                 if len <= keep || Arc::strong_count(c) > 1 || c.open.load(Ordering::Acquire) > 0 {
                     return true;
                 }
                 match c.try_lock() {
                     Some(st) if st.is_clean() && !st.freed => {
+                        let was = SinceCheckpoint {
+                            is_new: c.is_new.load(Ordering::Acquire),
+                            needs_cp: st.needs_cp,
+                            unsynced: st.unsynced,
+                            mlog: st.mlog,
+                            names_left_at: c.names_left_at.load(Ordering::Acquire),
+                        };
+                        if was.current(epoch) && gone.insert(ino, was).is_none() {
+                            kept += 1;
+                        }
                         len -= 1;
                         false
                     }
                     _ => true,
                 }
             });
+            dropped += before - cells.len();
             self.count
-                .fetch_sub((before - m.len()) as u64, Ordering::Relaxed);
+                .fetch_sub((before - cells.len()) as u64, Ordering::Relaxed);
+            self.gone.fetch_add(kept, Ordering::Relaxed);
         }
+        dropped
     }
 }
 
@@ -294,7 +416,7 @@ mod tests {
     }
 
     fn counted(t: &CellTable) -> usize {
-        t.shards.iter().map(|s| s.lock().len()).sum()
+        t.shards.iter().map(|s| s.lock().cells.len()).sum()
     }
 
     /// A wait for a cell is charged to the role of the thread that holds it: an application
@@ -356,18 +478,18 @@ mod tests {
         t.remove(5);
         assert_eq!((t.len(), counted(&t)), (299, 299));
         // Held cells stay; drop the handles of all but the first 50 and evict down to 100.
-        t.evict(0);
+        t.evict(0, 0);
         assert_eq!((t.len(), counted(&t)), (299, 299));
         let kept: Vec<_> = held[..50].to_vec();
         drop(held);
-        t.evict(100);
+        t.evict(100, 0);
         assert_eq!(t.len(), counted(&t));
         assert_eq!(t.len(), 100);
-        t.evict(0);
+        t.evict(0, 0);
         // The 50 kept, less ino 14 (removed above).
         assert_eq!((t.len(), counted(&t)), (49, 49));
         drop(kept);
-        t.evict(0);
+        t.evict(0, 0);
         assert!(t.is_empty());
         assert_eq!(counted(&t), 0);
     }

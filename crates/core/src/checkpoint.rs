@@ -384,7 +384,7 @@ pub(crate) fn build(
         alloc_blocks: crate::space::UserBlocks::new(user_blocks, 0),
         prepass: Mutex::new(()),
         discard_checkpoint: Mutex::new(()),
-        cap_checkpoint: Mutex::new(()),
+        cap_relief: Mutex::new(()),
         prepass_round: Mutex::new(None),
         mount_id: {
             static MOUNTS: AtomicU64 = AtomicU64::new(0);
@@ -603,20 +603,20 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
     Ok((fs, cpk))
 }
 
-/// A cap checkpoint's pre-pass takes another round over the cells while the last one wrote
+/// A cap relief's pre-pass takes another round over the cells while the last one wrote
 /// at least this many nodes, at most `PREPASS_ROUNDS_MAX` rounds in all.
 const PREPASS_AGAIN_NODES: u64 = 1024;
 const PREPASS_ROUNDS_MAX: u32 = 3;
 
 /// The cells of one checkpoint pre-pass, taken one at a time by the thread that runs it
-/// and, for a cap checkpoint, by the operations that help it (`FsInner::help_prepass`).
+/// and, for a cap relief, by the operations that help it (`FsInner::help_prepass`).
 /// They are split by mlog (`mlog_of`): each taker starts with its own thread's mlog and
 /// then takes from the others, so that takers on different mlogs write nodes to different
 /// heads (one shared cursor in inode order sent every helper to every mlog's heads in
 /// turn: log-head waits were 27 % of thread time in fxmark MWCL, 16 threads on 2 cores).
 pub struct PrepassRound {
     buckets: Vec<Bucket>,
-    /// Write each file's dirty nodes too, after its pages (a cap checkpoint's pass).
+    /// Write each file's dirty nodes too, after its pages (a cap relief's pass).
     nodes: bool,
     /// Nodes written in this round, by the pass and its helpers.
     written: AtomicU64,
@@ -708,27 +708,22 @@ impl FsInner {
         }
     }
 
-    /// The pre-pass of a checkpoint for the dirty-node or inode-cache cap: each file's
-    /// dirty nodes are written too, after its pages, under the shared op lock. Such a
-    /// checkpoint writes mostly nodes (fxmark MWCL: 16,384 new inodes, 64 MiB), and
-    /// with everything excluded that took 1.75 s of a 3 s phase at 16 threads on 16
-    /// cores, every creator waiting. Written here, a node is written again by the
-    /// checkpoint only if an operation dirtied it meanwhile; that is why the other
-    /// pre-passes leave nodes alone (`gc=device` and `gc=none` checkpoint every few tens
-    /// of ms under random overwrites, which dirty the same direct nodes again at once).
-    /// Roll-forward is unchanged by it: a node written without the FSYNC mark is adopted
-    /// only before a later FSYNC inode of its file, as the fsync path's own nodes are
-    /// (`recovery.rs`), and the checkpoint records the heads past it.
-    pub fn writeback_nodes_before_checkpoint(&self) -> Result<()> {
+    /// The pre-pass of a cap relief (`Fs::relieve_caps`): each file's dirty nodes are
+    /// written too, after its pages, under the shared op lock, so that clean cells can be
+    /// evicted without a checkpoint. The other pre-passes leave nodes alone (`gc=device`
+    /// and `gc=none` checkpoint every few tens of ms under random overwrites, which dirty
+    /// the same direct nodes again at once). The nodes go out without the FSYNC mark
+    /// (`write_nodes_unsynced`: a regular file's to its warm log, the file marked
+    /// `unsynced` so that its next fsync writes an FSYNC inode that adopts them).
+    pub fn writeback_nodes_for_caps(&self) -> Result<()> {
         let _one = crate::waits::lock(crate::waits::Point::Prepass, &self.prepass);
         self.writeback_before_checkpoint_alone(true)
     }
 
-    /// An operation that found a cap crossed while another thread's cap checkpoint runs
-    /// its pre-pass: take that pass's cells one at a time, as it does, until none is left
+    /// An operation that found a cap crossed while another thread's cap relief runs its
+    /// pre-pass: take that pass's cells one at a time, as it does, until none is left
     /// (Max's per-core work: one pre-pass thread writes inodes at one core's pace while
-    /// every other core makes them, and what it has not written the checkpoint writes
-    /// with every operation excluded). It holds creators back too, as the dirty cap holds
+    /// every other core makes them). It holds creators back too, as the dirty cap holds
     /// writers. Nothing when no round runs or every mlog has its helper.
     pub fn help_prepass(&self) -> Result<()> {
         // `try_lock`: an operation never waits here; one that finds the lock taken (a
@@ -770,9 +765,9 @@ impl FsInner {
                 *self.prepass_round.lock() = None;
             }
             rounds += 1;
-            // A cap checkpoint's round leaves the cells made while it ran to the exclusive
-            // side; while a round still finds many nodes to write, another round takes
-            // them first (each is shorter: the operations that made them help).
+            // A cap relief's round leaves the cells made while it ran to the next relief
+            // or checkpoint; while a round still finds many nodes to write, another round
+            // takes them first (each is shorter: the operations that made them help).
             let again = round.written.load(Ordering::Relaxed) >= PREPASS_AGAIN_NODES;
             if r.is_err() || !nodes || short || !again || rounds == PREPASS_ROUNDS_MAX {
                 break r.map(drop);
@@ -871,7 +866,7 @@ impl FsInner {
         if st.freed || !(st.dirty || st.nodes.values().any(|n| n.dirty)) {
             return Ok(0);
         }
-        self.write_all_nodes(&mut st, None)
+        self.write_nodes_unsynced(&mut st)
     }
 
     pub fn write_checkpoint(&self, umount: bool) -> Result<()> {
@@ -925,6 +920,7 @@ impl FsInner {
             }
             self.write_all_nodes(&mut st, None)?;
             st.needs_cp = false;
+            st.unsynced = false;
         }
         self.seg.submit_all()?;
         lap(&self.stats.cp_writeback_ns);
@@ -1029,7 +1025,8 @@ impl FsInner {
         self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.last_cp_ns
             .store(self.last_op_ns.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.cells.evict(self.opts.inode_cache_max / 2);
+        self.cells.end_interval();
+        self.cells.evict(self.opts.inode_cache_max / 2, version);
         Ok(())
     }
 }

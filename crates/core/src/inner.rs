@@ -89,11 +89,11 @@ pub struct FsInner {
     /// (`device_discard_due`; others find it held and go on). Taken with no lock held,
     /// before the pre-pass and `gc_lock`.
     pub discard_checkpoint: Mutex<()>,
-    /// Held by the one thread that checkpoints because a dirty-node or inode-cache cap was
-    /// crossed (`Fs::balance`); the others that find a cap crossed help its pre-pass
-    /// (`prepass_round`) and go on.
-    pub cap_checkpoint: Mutex<()>,
-    /// The cells a cap checkpoint's pre-pass is writing, while it runs: operations that
+    /// Held by the one thread that relieves a crossed dirty-node or inode-cache cap
+    /// (`Fs::relieve_caps`); the others that find a cap crossed help its pre-pass
+    /// (`prepass_round`) and go on, or wait here (helping) when it is crossed twice over.
+    pub cap_relief: Mutex<()>,
+    /// The cells a cap relief's pre-pass is writing, while it runs: operations that
     /// find the cap crossed take cells from it too (`help_prepass`). A leaf: held only to
     /// publish, clear or clone the round.
     pub prepass_round: Mutex<Option<Arc<crate::checkpoint::PrepassRound>>>,
@@ -786,6 +786,33 @@ impl FsInner {
         st: &mut InodeState,
         fsync_flags: Option<u32>,
     ) -> Result<(u64, usize)> {
+        self.write_nodes(st, fsync_flags.is_some(), fsync_flags)
+    }
+
+    /// Write the dirty nodes of `st` outside a checkpoint and an fsync (the cap pre-pass,
+    /// `Fs::relieve_caps`): a file's (anything but a directory, whose fsync checkpoints)
+    /// go to its warm node log, where roll-forward
+    /// finds them, and the file is marked `unsynced`, so that a later fsync of it writes an
+    /// FSYNC inode that adopts them even if nothing is dirty by then (recovery adopts the
+    /// nodes of a file up to its newest FSYNC inode). On a hot or cold log, an indirect
+    /// node written here was out of roll-forward's reach, and a file written here looked
+    /// clean to fsync, which then wrote nothing.
+    pub fn write_nodes_unsynced(&self, st: &mut InodeState) -> Result<u64> {
+        let warm = !st.is_dir();
+        let (n, _) = self.write_nodes(st, warm, None)?;
+        if n > 0 {
+            st.unsynced = true;
+        }
+        Ok(n)
+    }
+
+    /// `write_all_nodes_at` with every node to the warm log if `warm`.
+    fn write_nodes(
+        &self,
+        st: &mut InodeState,
+        warm: bool,
+        fsync_flags: Option<u32>,
+    ) -> Result<(u64, usize)> {
         let is_dir = st.is_dir();
         let mut nids: Vec<(Nid, NodeKind)> = st
             .nodes
@@ -796,7 +823,7 @@ impl FsInner {
         nids.sort_unstable_by_key(|(n, _)| *n);
         let mut n = 0;
         for (nid, kind) in nids {
-            let temp = if fsync_flags.is_some() {
+            let temp = if warm {
                 Temp::Warm
             } else {
                 node_temp(is_dir, kind)
@@ -806,7 +833,7 @@ impl FsInner {
             n += 1;
         }
         if st.dirty || fsync_flags.is_some() {
-            let temp = if fsync_flags.is_some() {
+            let temp = if warm {
                 Temp::Warm
             } else {
                 node_temp(is_dir, NodeKind::Inode)
@@ -899,8 +926,9 @@ impl FsInner {
             return Err(Error::Corrupt(format!("nid {ino} is not an inode")));
         }
         let hdr = node::InodeHdr::read(&blk)?;
-        let st = InodeState::new(ino, blk, hdr, false);
-        Ok(self.cells.insert(InodeCell::new(st, false)))
+        Ok(self
+            .cells
+            .insert_loaded(InodeState::new(ino, blk, hdr, false)))
     }
 
     /// Free an inode whose last link is gone and that nobody has open.

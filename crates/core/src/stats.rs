@@ -75,6 +75,16 @@ impl<const BATCH: i64> Counter<BATCH> {
     pub fn approx(&self) -> u64 {
         self.global.load(Ordering::Relaxed).max(0) as u64
     }
+    /// Whether the value is over `limit`: from `approx` (one load), or exactly for a limit
+    /// within its slack (a small cap of a test or a small configuration, which `approx`
+    /// alone would never see crossed).
+    pub fn over(&self, limit: u64) -> bool {
+        if limit < (COUNTER_SHARDS as i64 * BATCH) as u64 {
+            self.load(Ordering::Relaxed) > limit
+        } else {
+            self.approx() > limit
+        }
+    }
     /// A bound the exact value is below (one load: each shard holds less than `BATCH`).
     pub fn upper(&self) -> u64 {
         (self.global.load(Ordering::Relaxed) + COUNTER_SHARDS as i64 * BATCH).max(0) as u64
@@ -201,6 +211,7 @@ pub struct Stats {
     pub cp_prewrite_ns: AtomicU64,
     pub cp_prewrite_nodes: AtomicU64,
     pub cp_helped_nodes: AtomicU64,
+    pub cap_writebacks: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
     pub gc_lost_copies: AtomicU64,
     pub gc_reservation_returned: AtomicU64,
@@ -265,11 +276,14 @@ pub struct Counters {
     /// Seconds of writeback before checkpoints took the op lock exclusively
     /// (`writeback_before_checkpoint`; writers go on meanwhile, not in `checkpoint_time_s`).
     pub cp_prewrite_s: f64,
-    /// Nodes the pre-pass of cap checkpoints wrote (`writeback_nodes_before_checkpoint`).
+    /// Nodes the pre-pass of cap reliefs wrote (`writeback_nodes_for_caps`).
     pub cp_prewrite_nodes: u64,
     /// Of those, the nodes operations wrote while helping a running pre-pass
     /// (`help_prepass`).
     pub cp_helped_nodes: u64,
+    /// Times the dirty-node or inode-cache cap was relieved by writing nodes back and
+    /// evicting clean cells, without a checkpoint (`Fs::relieve_caps`).
+    pub cap_writebacks: u64,
     /// Blocks a collector read but did not move because a newer write or a truncate won
     /// the race (node-lock rule).
     pub gc_skipped_blocks: u64,
@@ -352,6 +366,7 @@ impl Stats {
             cp_prewrite_s: g(&self.cp_prewrite_ns) as f64 / 1e9,
             cp_prewrite_nodes: g(&self.cp_prewrite_nodes),
             cp_helped_nodes: g(&self.cp_helped_nodes),
+            cap_writebacks: g(&self.cap_writebacks),
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
             gc_lost_copies: g(&self.gc_lost_copies),
             gc_reservation_returned: g(&self.gc_reservation_returned),

@@ -51,9 +51,12 @@ pub enum Point {
     /// A thread about to checkpoint waiting for another thread's checkpoint pre-pass
     /// (`writeback_before_checkpoint`) instead of running its own.
     Prepass,
+    /// An operation that found the dirty-node or inode-cache cap crossed twice over,
+    /// waiting for the thread that relieves them (`Fs::relieve_caps`).
+    CapRelief,
 }
 
-pub const POINTS: [(Point, &str); 14] = [
+pub const POINTS: [(Point, &str); 15] = [
     (Point::OpShared, "op_lock_shared"),
     (Point::OpExclusive, "op_lock_checkpoint"),
     (Point::Cell, "file_cell"),
@@ -68,6 +71,7 @@ pub const POINTS: [(Point, &str); 14] = [
     (Point::CellCheckpoint, "file_cell_checkpoint"),
     (Point::CellFlusher, "file_cell_flusher"),
     (Point::Prepass, "checkpoint_prepass"),
+    (Point::CapRelief, "cap_relief"),
 ];
 
 struct Counter {

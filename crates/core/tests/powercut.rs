@@ -244,13 +244,13 @@ fn fsynced_files_survive_reordered_and_torn_writes() {
 /// one written since. Not replayable request for request (threads interleave freely), so a
 /// failure prints the seed and the kill mode to narrow it down.
 /// Many files created, written, rewritten and some fsync'd, with an inode cache of 32
-/// cells, so that checkpoints for its cap come every few dozen creates: their pre-pass
+/// cells, so that reliefs of its cap come every few dozen creates: their pre-pass
 /// writes each file's nodes without the FSYNC mark under the shared op lock
-/// (`writeback_nodes_before_checkpoint`), and roll-forward finds those nodes on the warm
-/// node log between the fsyncs. Power is cut at a random request; every file then holds
+/// (`writeback_nodes_for_caps`) and evicts the cells, and roll-forward finds those nodes
+/// on the warm node log between the fsyncs. Power is cut at a random request; every file then holds
 /// its fsync'd contents or one written since (or is absent if it never was fsync'd).
 #[test]
-fn fsynced_files_survive_power_cuts_between_cap_checkpoints() {
+fn fsynced_files_survive_power_cuts_between_cap_reliefs() {
     let mut prewritten = 0;
     let only: Option<u64> = std::env::var("PC_SEED").ok().and_then(|s| s.parse().ok());
     for seed in 2000..2040u64 {
@@ -296,7 +296,7 @@ fn fsynced_files_survive_power_cuts_between_cap_checkpoints() {
                 let byte: u8 = rng.random_range(1..=255);
                 let off = rng.random_range(0..2 * 4096u64);
                 // The write's state counts before the call: a write in flight when power
-                // is cut may be durable though it fails (its cap checkpoint can complete
+                // is cut may be durable though it fails (a checkpoint after its cap relief can complete
                 // before the cut is seen).
                 let c = &mut cur[f];
                 if c.len() < off as usize + len {
@@ -342,10 +342,7 @@ fn fsynced_files_survive_power_cuts_between_cap_checkpoints() {
                 .zip(hist.iter().map(Vec::as_slice)),
         );
     }
-    assert!(
-        prewritten > 0,
-        "no cap checkpoint wrote nodes in its pre-pass"
-    );
+    assert!(prewritten > 0, "no cap relief wrote nodes in its pre-pass");
 }
 
 #[test]

@@ -791,3 +791,119 @@ fn eager_cleaning_of_a_dirty_node_keeps_it_for_fsync() {
         },
     );
 }
+
+/// Between checkpoints the inode-cache cap evicts clean cells without a checkpoint
+/// (`Fs::relieve_caps`); what fsync needs to know about the interval (`is_new`, `needs_cp`,
+/// a directory's `names_left_at`) comes back with the cell when it is loaded again. Each
+/// case below makes the file (or its parent) a candidate for eviction with 48 other files
+/// on a cache of 8 inodes, checks that it was evicted with no checkpoint since the sync,
+/// then fsyncs the file (loading it, and not its parent) and cuts the power. Without the kept interval state the reloaded cell
+/// looked checkpointed: a new file was fsync'd without its name, a renamed one rolled
+/// forward under its old name, and a file in a new directory rolled forward into a
+/// directory the checkpoint does not have.
+fn evicted_then_fsynced(
+    before_sync: impl FnOnce(&Fs),
+    setup: impl FnOnce(&Fs) -> (Ino, Ino),
+    check: impl Fn(&Fs, CrashMode),
+) {
+    let sim = Arc::new(SimDevice::new((64 << 20) / 4096));
+    let dev: Arc<dyn BlockDevice> = sim.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let small = MountOptions {
+        inode_cache_max: 8,
+        ..opts()
+    };
+    let fs = Fs::mount(dev.clone(), small).unwrap();
+    let filler = fs.mkdir(ROOT_INO, b"filler", 0o755, 0, 0).unwrap().ino;
+    before_sync(&fs);
+    fs.sync().unwrap();
+    let cps = fs.stats().checkpoints;
+    let (target, file) = setup(&fs);
+    for i in 0..48 {
+        new_file(&fs, filler, format!("f{i}").as_bytes(), b"filler");
+    }
+    let evicted = fs.inner().cells.get(target).is_none();
+    assert!(
+        evicted,
+        "inode {target} was not evicted ({} cells, {} cap writebacks)",
+        fs.inner().cells.len(),
+        fs.stats().cap_writebacks
+    );
+    assert!(fs.stats().cap_writebacks > 0);
+    assert_eq!(
+        fs.stats().checkpoints,
+        cps,
+        "a checkpoint ran before the fsync: the case tests nothing"
+    );
+    fs.fsync(file, false).unwrap();
+    sim.cut_now();
+    fs.abandon();
+    for mode in CrashMode::ALL {
+        let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, 17));
+        let fs = Fs::mount(img.clone(), opts()).unwrap();
+        check(&fs, mode);
+        fs.unmount().unwrap();
+        let r = fsck(&*img).unwrap();
+        assert!(r.is_clean(), "{mode:?}: fsck after recovery: {r}");
+    }
+}
+
+#[test]
+fn a_new_file_evicted_before_its_fsync_keeps_its_name() {
+    evicted_then_fsynced(
+        |_| {},
+        |fs| {
+            let b = new_file(fs, ROOT_INO, b"b", b"new file");
+            (b, b)
+        },
+        |fs, mode| {
+            let b = fs
+                .lookup(ROOT_INO, b"b")
+                .unwrap_or_else(|e| panic!("{mode:?}: the fsync'd new file lost its name: {e}"));
+            assert_eq!(read_all(fs, b.ino), b"new file");
+        },
+    );
+}
+
+#[test]
+fn a_renamed_file_evicted_before_its_fsync_keeps_its_new_name() {
+    evicted_then_fsynced(
+        |fs| {
+            new_file(fs, ROOT_INO, b"a", b"renamed file");
+        },
+        |fs| {
+            let a = fs.lookup(ROOT_INO, b"a").unwrap().ino;
+            fs.rename(ROOT_INO, b"a", ROOT_INO, b"b", RenameFlags::default())
+                .unwrap();
+            (a, a)
+        },
+        |fs, mode| {
+            let b = fs
+                .lookup(ROOT_INO, b"b")
+                .unwrap_or_else(|e| panic!("{mode:?}: the fsync'd rename was lost: {e}"));
+            assert_eq!(read_all(fs, b.ino), b"renamed file");
+            assert!(
+                fs.lookup(ROOT_INO, b"a").is_err(),
+                "{mode:?}: a still named"
+            );
+        },
+    );
+}
+
+#[test]
+fn a_new_file_in_an_evicted_new_directory_keeps_its_name() {
+    evicted_then_fsynced(
+        |_| {},
+        |fs| {
+            let d = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().ino;
+            (d, new_file(fs, d, b"f", b"in a new directory"))
+        },
+        |fs, mode| {
+            let d = fs
+                .lookup(ROOT_INO, b"d")
+                .unwrap_or_else(|e| panic!("{mode:?}: the new directory was lost: {e}"));
+            let f = fs.lookup(d.ino, b"f").unwrap();
+            assert_eq!(read_all(fs, f.ino), b"in a new directory");
+        },
+    );
+}

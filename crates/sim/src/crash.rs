@@ -70,13 +70,16 @@ pub struct Case {
     /// Mount option `mlog=`: with `thread`, the driver runs each operation on one of
     /// [`LANES`] threads of known slots (drawn from the seed), so work spreads over mlogs.
     pub mlog_map: MlogMap,
+    /// Mount option `inode_cache_max` (0: the default). A small cache makes the cap relief
+    /// evict cells between checkpoints, so fsync meets files loaded back from disk.
+    pub inode_cache: usize,
 }
 
 impl Case {
     /// The command that replays this case.
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p flashlog-sim --release -- replay --seed {} --mode {} --cut {} --partial {} --policy {}{}{}",
+            "cargo run -p flashlog-sim --release -- replay --seed {} --mode {} --cut {} --partial {} --policy {}{}{}{}",
             self.seed,
             mode_name(self.mode),
             self.cut,
@@ -91,8 +94,20 @@ impl Case {
                 String::new()
             } else {
                 format!(" --mlog-map {}", self.mlog_map.name())
+            },
+            if self.inode_cache == 0 {
+                String::new()
+            } else {
+                format!(" --inode-cache {}", self.inode_cache)
             }
         )
+    }
+
+    pub fn mount_kind(&self) -> MountKind {
+        MountKind {
+            map: self.mlog_map,
+            inode_cache: self.inode_cache,
+        }
     }
 
     /// Seed of the crash image's choice of surviving writes (distinct per cut point).
@@ -151,12 +166,37 @@ pub struct Trace {
     pub log: Vec<String>,
 }
 
-fn mount(dev: Arc<dyn BlockDevice>, policy: GcPolicy, map: MlogMap) -> flashlog_core::Result<Fs> {
+/// How the simulation mounts: `mlog=` and the inode cache (0: the default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MountKind {
+    pub map: MlogMap,
+    pub inode_cache: usize,
+}
+
+impl From<MlogMap> for MountKind {
+    fn from(map: MlogMap) -> Self {
+        MountKind {
+            map,
+            inode_cache: 0,
+        }
+    }
+}
+
+fn mount(
+    dev: Arc<dyn BlockDevice>,
+    policy: GcPolicy,
+    kind: MountKind,
+) -> flashlog_core::Result<Fs> {
+    let base = sim_mount_options(policy);
     Fs::mount(
         dev,
         flashlog_core::MountOptions {
-            mlog_map: map,
-            ..sim_mount_options(policy)
+            mlog_map: kind.map,
+            inode_cache_max: match kind.inode_cache {
+                0 => base.inode_cache_max,
+                n => n,
+            },
+            ..base
         },
     )
 }
@@ -356,8 +396,9 @@ pub fn trace_script_map(
     script: Script,
     policy: GcPolicy,
     mlogs: u32,
-    map: MlogMap,
+    map: impl Into<MountKind>,
 ) -> Result<Trace, Failure> {
+    let map = map.into();
     let seed = match script {
         Script::Seed(s) => s,
         Script::Ops(_) => 0,
@@ -410,7 +451,7 @@ pub fn run_script_case(script: Script, case: &Case) -> Result<(), Failure> {
     let base = base_image_mlogs(case.mlogs).map_err(|e| fail(vec![e], &[]))?;
     let dev = Arc::new(SimDevice::from_image(base));
     dev.cut_at(case.cut, case.partial);
-    let (model, log) = match mount(dev.clone(), case.policy, case.mlog_map) {
+    let (model, log) = match mount(dev.clone(), case.policy, case.mount_kind()) {
         Ok(fs) => {
             let r = drive(&fs, script);
             fs.abandon();
@@ -425,7 +466,7 @@ pub fn run_script_case(script: Script, case: &Case) -> Result<(), Failure> {
     };
     dev.cut_now();
     let img = dev.crash_image(case.mode, case.image_seed());
-    check_image_map(img, &model, case.policy, case.mlog_map).map_err(|what| fail(what, &log))
+    check_image_map(img, &model, case.policy, case.mount_kind()).map_err(|what| fail(what, &log))
 }
 
 /// fsck, remount, compare, unmount, fsck again, remount again, compare again.
@@ -438,8 +479,9 @@ pub fn check_image_map(
     img: RamDevice,
     model: &Model,
     policy: GcPolicy,
-    map: MlogMap,
+    map: impl Into<MountKind>,
 ) -> Result<(), Vec<String>> {
+    let map = map.into();
     let img = Arc::new(img);
     let fsck_clean = |when: &str| -> Result<(), Vec<String>> {
         match fsck(&*img) {
@@ -506,6 +548,8 @@ pub struct RunOptions {
     pub mlogs: Vec<u32>,
     /// Mount options `mlog=` (each policy and mlog count runs with each).
     pub mlog_maps: Vec<MlogMap>,
+    /// Mount options `inode_cache_max` (0: the default; each setup above runs with each).
+    pub inode_caches: Vec<usize>,
     pub threads: usize,
     /// Stop after this many failures.
     pub max_failures: usize,
@@ -522,6 +566,7 @@ impl Default for RunOptions {
             policies: crate::POLICIES.to_vec(),
             mlogs: vec![1],
             mlog_maps: vec![MlogMap::Ino],
+            inode_caches: vec![0],
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
@@ -554,6 +599,7 @@ pub fn sampled_cases(
                 policy,
                 mlogs,
                 mlog_map: MlogMap::Ino,
+                inode_cache: 0,
             });
         }
     }
@@ -589,6 +635,7 @@ pub fn exhaustive_cases(
                     policy,
                     mlogs,
                     mlog_map: MlogMap::Ino,
+                    inode_cache: 0,
                 });
             }
         }
@@ -635,13 +682,24 @@ fn run_seeds(
                 if seed >= o.seeds.end || failed.load(Ordering::Relaxed) >= o.max_failures {
                     return;
                 }
+                let kinds: Vec<MountKind> = o
+                    .mlog_maps
+                    .iter()
+                    .flat_map(|&map| {
+                        o.inode_caches
+                            .iter()
+                            .map(move |&inode_cache| MountKind { map, inode_cache })
+                    })
+                    .collect();
+                let kinds = &kinds;
                 let setups = o.policies.iter().flat_map(|&p| {
                     o.mlogs
                         .iter()
-                        .flat_map(move |&m| o.mlog_maps.iter().map(move |&map| (p, m, map)))
+                        .flat_map(move |&m| kinds.iter().map(move |&k| (p, m, k)))
                 });
-                for (policy, mlogs, map) in setups {
-                    let t = match trace_script_map(Script::Seed(seed), policy, mlogs, map) {
+                for (policy, mlogs, kind) in setups {
+                    let map = kind.map;
+                    let t = match trace_script_map(Script::Seed(seed), policy, mlogs, kind) {
                         Ok(t) => t,
                         Err(f) => {
                             record(f);
@@ -650,6 +708,7 @@ fn run_seeds(
                     };
                     for mut case in cases_of(seed, &t.ops, policy, mlogs) {
                         case.mlog_map = map;
+                        case.inode_cache = kind.inode_cache;
                         cases.fetch_add(1, Ordering::Relaxed);
                         per_mode[mode_index(case.mode)].fetch_add(1, Ordering::Relaxed);
                         per_map[usize::from(map == MlogMap::Thread)]

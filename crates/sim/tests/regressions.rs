@@ -14,6 +14,7 @@ fn case(seed: u64, mode: CrashMode, cut: u64) -> Case {
         policy: GcPolicy::F2fs,
         mlogs: 1,
         mlog_map: flashlog_core::MlogMap::Ino,
+        inode_cache: 0,
     }
 }
 
@@ -215,6 +216,7 @@ fn two_mlogs_later_fsync_keeps_the_name() {
                 policy: GcPolicy::F2fs,
                 mlogs: 2,
                 mlog_map: flashlog_core::MlogMap::Ino,
+                inode_cache: 0,
             };
             if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
                 panic!(
@@ -291,6 +293,7 @@ fn unlink_of_a_linked_fsynced_name_then_new_file_fsync() {
                 policy: GcPolicy::F2fs,
                 mlogs,
                 mlog_map: flashlog_core::MlogMap::Ino,
+                inode_cache: 0,
             };
             if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
                 panic!("{mlogs} mlogs, {mode:?}: {:?}\n{:#?}", f.what, f.ops);

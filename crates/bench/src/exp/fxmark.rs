@@ -50,6 +50,8 @@ pub struct FxResult {
     /// op lock: every operation waits for them).
     pub checkpoints: u64,
     pub checkpoint_s: f64,
+    /// Cap reliefs (writeback and eviction without a checkpoint, `Counters::cap_writebacks`).
+    pub cap_reliefs: u64,
     /// Where the checkpoints' time went, seconds: the pre-pass writers run beside (not in
     /// `checkpoint_s`), then under the exclusive lock the writeback of what was left, the
     /// metadata and pack, and the steps after the pack (`Counters::cp_*_s`).
@@ -226,6 +228,7 @@ fn run_one(
             fs_lock_wait_top,
             checkpoints: gc1.checkpoints - gc0.checkpoints,
             checkpoint_s: gc1.checkpoint_time_s - gc0.checkpoint_time_s,
+            cap_reliefs: gc1.cap_writebacks - gc0.cap_writebacks,
             cp_prewrite_s: gc1.cp_prewrite_s - gc0.cp_prewrite_s,
             cp_writeback_s: gc1.cp_writeback_s - gc0.cp_writeback_s,
             cp_meta_s: gc1.cp_meta_s - gc0.cp_meta_s,
@@ -267,6 +270,7 @@ fn waits_table(ctx: &Ctx, counts: &[usize], results: &[FxResult]) -> String {
     }
     hdr.push(format!("longest at {max} thr"));
     hdr.push(format!("checkpoints at {max} thr (s)"));
+    hdr.push("cap reliefs".into());
     hdr.push("pre-pass / writeback / meta / after (s)".into());
     hdr.push(format!("write-back wait at {max} thr"));
     let hdr: Vec<&str> = hdr.iter().map(|s| s.as_str()).collect();
@@ -288,6 +292,7 @@ fn waits_table(ctx: &Ctx, counts: &[usize], results: &[FxResult]) -> String {
             row.push(last.map_or("-".into(), |r| {
                 format!("{} ({:.2})", r.checkpoints, r.checkpoint_s)
             }));
+            row.push(last.map_or("-".into(), |r| r.cap_reliefs.to_string()));
             row.push(last.map_or("-".into(), |r| {
                 format!(
                     "{:.2} / {:.2} / {:.2} / {:.2}",

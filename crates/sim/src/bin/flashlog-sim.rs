@@ -45,6 +45,10 @@ enum Cmd {
         /// four threads of known slots, drawn from the seed).
         #[arg(long, default_value = "ino")]
         mlog_map: String,
+        /// Mount options `inode_cache_max`, comma separated (0: the default). A small
+        /// cache (4) evicts cells between checkpoints, before the fsyncs.
+        #[arg(long, default_value = "0")]
+        inode_cache: String,
     },
     /// gc=device (D2FS) on the emulated coupled-GC SSD: power cuts between device
     /// migration, upcall, host apply, checkpoint and acknowledgement. Without --cut, every
@@ -104,6 +108,9 @@ enum Cmd {
         /// Mount option `mlog=` (ino or thread).
         #[arg(long, default_value = "ino")]
         mlog_map: MlogMap,
+        /// Mount option `inode_cache_max` (0: the default).
+        #[arg(long, default_value_t = 0)]
+        inode_cache: usize,
     },
     /// Crash at every point of the seed's trace (littlefs style).
     Exhaustive {
@@ -123,6 +130,10 @@ enum Cmd {
         /// four threads of known slots, drawn from the seed).
         #[arg(long, default_value = "ino")]
         mlog_map: String,
+        /// Mount options `inode_cache_max`, comma separated (0: the default). A small
+        /// cache (4) evicts cells between checkpoints, before the fsyncs.
+        #[arg(long, default_value = "0")]
+        inode_cache: String,
     },
     /// Print a seed's operations and device requests (no crash).
     Trace {
@@ -135,6 +146,9 @@ enum Cmd {
         /// Mount option `mlog=` (ino or thread).
         #[arg(long, default_value = "ino")]
         mlog_map: MlogMap,
+        /// Mount option `inode_cache_max` (0: the default).
+        #[arg(long, default_value_t = 0)]
+        inode_cache: usize,
     },
     /// Inject a device fault: the `at`-th request of a kind fails (or, without --at, every
     /// request number of the seed's trace in turn).
@@ -185,6 +199,12 @@ fn mlog_counts(s: &str) -> Result<Vec<u32>, String> {
 
 fn mlog_maps(s: &str) -> Result<Vec<MlogMap>, String> {
     s.split(',').map(|m| m.parse()).collect()
+}
+
+fn inode_caches(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',')
+        .map(|c| c.parse().map_err(|e| format!("inode cache {c:?}: {e}")))
+        .collect()
 }
 
 fn seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
@@ -299,6 +319,7 @@ fn real_main() -> Result<ExitCode, String> {
             policies: p,
             mlogs,
             mlog_map,
+            inode_cache,
         } => {
             let mut pols = policies(&p)?;
             let device = pols.contains(&GcPolicy::Device);
@@ -334,6 +355,7 @@ fn real_main() -> Result<ExitCode, String> {
                 policies: pols,
                 mlogs: mlog_counts(&mlogs)?,
                 mlog_maps: mlog_maps(&mlog_map)?,
+                inode_caches: inode_caches(&inode_cache)?,
                 cuts_per_mode: cuts,
                 threads: threads(t),
                 max_failures,
@@ -432,6 +454,7 @@ fn real_main() -> Result<ExitCode, String> {
             policy,
             mlogs,
             mlog_map,
+            inode_cache,
         } => {
             mlog_counts(&mlogs.to_string())?;
             let case = Case {
@@ -442,6 +465,7 @@ fn real_main() -> Result<ExitCode, String> {
                 policy,
                 mlogs,
                 mlog_map,
+                inode_cache,
             };
             match crash::run_case(&case) {
                 Ok(()) => {
@@ -461,12 +485,14 @@ fn real_main() -> Result<ExitCode, String> {
             threads: t,
             mlogs,
             mlog_map,
+            inode_cache,
         } => {
             let o = RunOptions {
                 seeds: seed..seed + count,
                 modes: modes(&mode)?,
                 mlogs: mlog_counts(&mlogs)?,
                 mlog_maps: mlog_maps(&mlog_map)?,
+                inode_caches: inode_caches(&inode_cache)?,
                 threads: threads(t),
                 ..Default::default()
             };
@@ -477,7 +503,16 @@ fn real_main() -> Result<ExitCode, String> {
             policy,
             mlogs,
             mlog_map,
-        } => match crash::trace_script_map(crash::Script::Seed(seed), policy, mlogs, mlog_map) {
+            inode_cache,
+        } => match crash::trace_script_map(
+            crash::Script::Seed(seed),
+            policy,
+            mlogs,
+            crash::MountKind {
+                map: mlog_map,
+                inode_cache,
+            },
+        ) {
             Ok(t) => {
                 for (i, o) in t.log.iter().enumerate() {
                     println!("op {i:3}: {o}");
