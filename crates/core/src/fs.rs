@@ -660,7 +660,7 @@ impl Fs {
             u64::from((inner.node_version.load(Ordering::Relaxed) as u32).saturating_sub(1));
         let long = inner.cells.gone_len() as u64
             > INTERVAL_CAPS * inner.opts.inode_cache_max as u64
-            || nodes_since > INTERVAL_CAPS * inner.dirty_nodes_cap();
+            || nodes_since > INTERVAL_CAPS * inner.opts.dirty_nodes_max;
         if long || (evicted == 0 && self.over_caps(2)) {
             let _g = inner.oplock.checkpoint();
             inner.check_writable()?;
