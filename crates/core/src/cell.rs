@@ -238,6 +238,10 @@ type InoMap<V> = HashMap<Ino, V, std::hash::BuildHasherDefault<InoHash>>;
 struct Shard {
     cells: InoMap<Arc<InodeCell>>,
     gone: InoMap<SinceCheckpoint>,
+    /// Cells removed from this shard (evicted or freed) since the mount: a load that read
+    /// its inode while one was removed may have read a block older than the cell the
+    /// removal dropped (`insert_loaded`).
+    removals: u64,
 }
 
 type CellShard = Mutex<Shard>;
@@ -270,6 +274,12 @@ impl CellTable {
     pub fn get(&self, ino: Ino) -> Option<Arc<InodeCell>> {
         self.shard(ino).lock().cells.get(&ino).cloned()
     }
+    /// The cell of `ino`, or, when none is cached, the mark a load of it passes to
+    /// `insert_loaded`.
+    pub fn get_or_mark(&self, ino: Ino) -> Result<Arc<InodeCell>, u64> {
+        let m = self.shard(ino).lock();
+        m.cells.get(&ino).cloned().ok_or(m.removals)
+    }
     /// Insert a new inode's cell unless present; returns the cell that is in the table.
     pub fn insert(&self, cell: Arc<InodeCell>) -> Arc<InodeCell> {
         let mut m = self.shard(cell.ino).lock();
@@ -285,13 +295,20 @@ impl CellTable {
             })
             .clone()
     }
-    /// Insert the cell of an inode read from disk, unless one is present (then that one is
-    /// returned and `st` dropped); it takes back what the inode's evicted cell knew about
-    /// this checkpoint interval.
-    pub fn insert_loaded(&self, mut st: InodeState) -> Arc<InodeCell> {
+    /// Insert the cell of an inode read from disk after `get_or_mark` gave `mark`, unless
+    /// one is present (then that one is returned and `st` dropped); it takes back what the
+    /// inode's evicted cell knew about this checkpoint interval. None if a cell of the
+    /// shard was removed since the mark: between the read and now another thread may have
+    /// loaded the inode, changed it, written it back and evicted it (the cap relief does
+    /// that under the shared op lock), and `st` would bring the older inode back; the
+    /// caller reads it again.
+    pub fn insert_loaded(&self, mut st: InodeState, mark: u64) -> Option<Arc<InodeCell>> {
         let mut m = self.shard(st.ino).lock();
         if let Some(c) = m.cells.get(&st.ino) {
-            return c.clone();
+            return Some(c.clone());
+        }
+        if m.removals != mark {
+            return None;
         }
         let was = m.gone.remove(&st.ino);
         if was.is_some() {
@@ -305,10 +322,12 @@ impl CellTable {
         c.names_left_at.store(was.names_left_at, Ordering::Relaxed);
         m.cells.insert(c.ino, c.clone());
         self.count.fetch_add(1, Ordering::Relaxed);
-        c
+        Some(c)
     }
     pub fn remove(&self, ino: Ino) {
-        if self.shard(ino).lock().cells.remove(&ino).is_some() {
+        let mut m = self.shard(ino).lock();
+        if m.cells.remove(&ino).is_some() {
+            m.removals += 1;
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -396,7 +415,11 @@ impl CellTable {
                 break;
             }
             let mut m = s.lock();
-            let Shard { cells, gone } = &mut *m;
+            let Shard {
+                cells,
+                gone,
+                removals,
+            } = &mut *m;
             let before = cells.len();
             let mut kept = 0;
             cells.retain(|&ino, c| {
@@ -422,6 +445,7 @@ impl CellTable {
                 }
             });
             dropped += before - cells.len();
+            *removals += (before - cells.len()) as u64;
             self.count
                 .fetch_sub((before - cells.len()) as u64, Ordering::Relaxed);
             self.gone.fetch_add(kept, Ordering::Relaxed);

@@ -914,21 +914,28 @@ impl FsInner {
 
     /// Load an inode's cell (from the table or disk).
     pub fn cell(&self, ino: Ino) -> Result<Arc<InodeCell>> {
-        if let Some(c) = self.cells.get(ino) {
-            return Ok(c);
+        loop {
+            let mark = match self.cells.get_or_mark(ino) {
+                Ok(c) => return Ok(c),
+                Err(mark) => mark,
+            };
+            if !self.nat.valid(ino) || self.nat.ino(ino) != ino || self.nat.addr(ino) == NULL_ADDR {
+                return Err(Error::NotFound);
+            }
+            let blk = self.read_node(ino, ino)?;
+            let f = node::footer(&blk);
+            if f.kind() != Some(NodeKind::Inode) {
+                return Err(Error::Corrupt(format!("nid {ino} is not an inode")));
+            }
+            let hdr = node::InodeHdr::read(&blk)?;
+            self.test_point("cell:read");
+            if let Some(c) = self
+                .cells
+                .insert_loaded(InodeState::new(ino, blk, hdr, false), mark)
+            {
+                return Ok(c);
+            }
         }
-        if !self.nat.valid(ino) || self.nat.ino(ino) != ino || self.nat.addr(ino) == NULL_ADDR {
-            return Err(Error::NotFound);
-        }
-        let blk = self.read_node(ino, ino)?;
-        let f = node::footer(&blk);
-        if f.kind() != Some(NodeKind::Inode) {
-            return Err(Error::Corrupt(format!("nid {ino} is not an inode")));
-        }
-        let hdr = node::InodeHdr::read(&blk)?;
-        Ok(self
-            .cells
-            .insert_loaded(InodeState::new(ino, blk, hdr, false)))
     }
 
     /// Free an inode whose last link is gone and that nobody has open.

@@ -418,3 +418,61 @@ fn creators_over_the_cap_write_the_prepass_nodes() {
     assert!(s.cp_helped_nodes > 0, "no creator helped a pre-pass");
     every_file_created(fs, &dev, o, THREADS, FILES);
 }
+
+/// A load of an evicted inode races a load, change, write-back and eviction of the same
+/// inode by another thread: the cap relief evicts under the shared op lock, so a reader's
+/// load may have read the inode block before the other thread's change was written, and
+/// must not put that older inode back in the table. The hook stops the loader right after
+/// its read (`cell:read`) while the main thread chmods the file, writes its nodes back
+/// (the relief's pre-pass) and evicts it; then the loader inserts. Without the table's
+/// removal mark the loader's stale cell went in and the chmod was lost (mode 0644).
+#[test]
+fn a_load_racing_an_eviction_does_not_bring_back_an_older_inode() {
+    let dev = ram(1 << 16);
+    let fs = Arc::new(Fs::mount(dev, opts("f2fs")).unwrap());
+    let ino = fs.create(ROOT_INO, b"x", 0o644, 0, 0).unwrap().ino;
+    fs.sync().unwrap();
+    let evict = |fs: &Fs| {
+        let epoch = fs.inner().cp_version.load(SeqCst);
+        fs.inner().cells.evict(0, epoch);
+        assert!(fs.inner().cells.get(ino).is_none(), "not evicted");
+    };
+    evict(&fs);
+    let (read_tx, read_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let hook_chans = std::sync::Mutex::new(Some((read_tx, go_rx)));
+    fs.set_test_hook(Some(Arc::new(move |at: &str| {
+        if at != "cell:read" || std::thread::current().name() != Some("loader") {
+            return;
+        }
+        // Only the loader's first read waits.
+        if let Some((read, go)) = hook_chans.lock().unwrap().take() {
+            read.send(()).unwrap();
+            go.recv().unwrap();
+        }
+    })));
+    let loader = {
+        let fs = fs.clone();
+        std::thread::Builder::new()
+            .name("loader".into())
+            .spawn(move || fs.getattr(ino).unwrap().mode)
+            .unwrap()
+    };
+    read_rx.recv().unwrap();
+    let mode = SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    fs.setattr(ino, &mode).unwrap();
+    fs.inner().writeback_nodes_for_caps().unwrap();
+    evict(&fs);
+    go_tx.send(()).unwrap();
+    let seen = loader.join().unwrap();
+    fs.set_test_hook(None);
+    assert_eq!(seen & 0o7777, 0o600, "the loader saw the older inode");
+    assert_eq!(
+        fs.getattr(ino).unwrap().mode & 0o7777,
+        0o600,
+        "the chmod was lost"
+    );
+}
