@@ -160,8 +160,14 @@ fn crash_and_check(setup: impl FnOnce(&Fs), check: impl Fn(&Fs, CrashMode)) {
     setup(&fs);
     sim.cut_now();
     fs.abandon();
+    check_every_mode(&sim, 11, check);
+}
+
+/// Remount the crash image of `sim` under every kill mode (images drawn with `seed`), check
+/// fsck before and after, and hand the recovered volume to `check`.
+fn check_every_mode(sim: &SimDevice, seed: u64, check: impl Fn(&Fs, CrashMode)) {
     for mode in CrashMode::ALL {
-        let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, 11));
+        let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, seed));
         let r = fsck(&*img).unwrap();
         assert!(r.is_clean(), "{mode:?}: fsck before recovery: {r}");
         let fs = Fs::mount(img.clone(), opts()).unwrap();
@@ -313,16 +319,7 @@ fn crash_and_check_mlogs(mlogs: u32, setup: impl FnOnce(&Fs), check: impl Fn(&Fs
     setup(&fs);
     sim.cut_now();
     fs.abandon();
-    for mode in CrashMode::ALL {
-        let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, 13));
-        let r = fsck(&*img).unwrap();
-        assert!(r.is_clean(), "{mode:?}: fsck before recovery: {r}");
-        let fs = Fs::mount(img.clone(), opts()).unwrap();
-        check(&fs, mode);
-        fs.unmount().unwrap();
-        let r = fsck(&*img).unwrap();
-        assert!(r.is_clean(), "{mode:?}: fsck after recovery: {r}");
-    }
+    check_every_mode(&sim, 13, check);
 }
 
 fn new_file(fs: &Fs, parent: Ino, name: &[u8], data: &[u8]) -> Ino {
@@ -838,14 +835,7 @@ fn evicted_then_fsynced(
     fs.fsync(file, false).unwrap();
     sim.cut_now();
     fs.abandon();
-    for mode in CrashMode::ALL {
-        let img: Arc<dyn BlockDevice> = Arc::new(sim.crash_image(mode, 17));
-        let fs = Fs::mount(img.clone(), opts()).unwrap();
-        check(&fs, mode);
-        fs.unmount().unwrap();
-        let r = fsck(&*img).unwrap();
-        assert!(r.is_clean(), "{mode:?}: fsck after recovery: {r}");
-    }
+    check_every_mode(&sim, 17, check);
 }
 
 #[test]

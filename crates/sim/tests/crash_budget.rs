@@ -3,7 +3,7 @@
 //! (docs/TESTING.md, "CI budget"). A failure prints its seed and the replay command.
 
 use flashlog_dev::CrashMode;
-use flashlog_sim::crash::{run_exhaustive, run_sampled, RunOptions};
+use flashlog_sim::crash::{run_exhaustive, run_sampled, RunOptions, Summary};
 use std::time::{Duration, Instant};
 
 /// Crash points CI must run (issue 6).
@@ -60,7 +60,6 @@ fn budgeted_crash_simulation() {
 /// node version, seed 5 fails here.
 #[test]
 fn budgeted_multi_mlog_crash_simulation() {
-    let start = Instant::now();
     let o = RunOptions {
         seeds: 0..25,
         cuts_per_mode: 4,
@@ -69,26 +68,7 @@ fn budgeted_multi_mlog_crash_simulation() {
         max_failures: 5,
         ..Default::default()
     };
-    let s = run_sampled(&o);
-    let took = start.elapsed();
-    println!(
-        "multi-mlog: {} seeds, {} crash points in {:.1} s",
-        s.seeds,
-        s.cases,
-        took.as_secs_f64()
-    );
-    assert!(
-        s.failures.is_empty(),
-        "{} crash cases failed:\n{}",
-        s.failures.len(),
-        s.failures.join("\n\n")
-    );
-    assert!(
-        s.cases >= 25 * 12 * 2 * flashlog_sim::POLICIES.len() as u64,
-        "only {} crash points ran",
-        s.cases
-    );
-    assert!(took < BUDGET, "took {took:?}, over the CI budget");
+    run_within_budget("multi-mlog", &o, 25 * 12 * 2, |s| s.cases);
 }
 
 /// Mount option `mlog=thread` (issue 12 item 2) on 2 and 4 mlogs: 25 seeds, every policy
@@ -96,7 +76,6 @@ fn budgeted_multi_mlog_crash_simulation() {
 /// slots, so data and nodes go to the mlog of the thread that writes them.
 #[test]
 fn budgeted_mlog_thread_crash_simulation() {
-    let start = Instant::now();
     let o = RunOptions {
         seeds: 0..25,
         cuts_per_mode: 4,
@@ -106,27 +85,8 @@ fn budgeted_mlog_thread_crash_simulation() {
         max_failures: 5,
         ..Default::default()
     };
-    let s = run_sampled(&o);
-    let took = start.elapsed();
-    println!(
-        "mlog=thread: {} seeds, {} crash points in {:.1} s",
-        s.seeds,
-        s.cases,
-        took.as_secs_f64()
-    );
-    assert!(
-        s.failures.is_empty(),
-        "{} crash cases failed:\n{}",
-        s.failures.len(),
-        s.failures.join("\n\n")
-    );
+    let s = run_within_budget("mlog=thread", &o, 25 * 12 * 2, |s| s.per_map[1]);
     assert_eq!(s.per_map[0], 0, "an mlog=ino case ran");
-    assert!(
-        s.per_map[1] >= 25 * 12 * 2 * flashlog_sim::POLICIES.len() as u64,
-        "only {} crash points ran",
-        s.per_map[1]
-    );
-    assert!(took < BUDGET, "took {took:?}, over the CI budget");
 }
 
 /// An inode cache of 2 cells (`--inode-cache 2`): the cap relief writes nodes back and
@@ -139,7 +99,6 @@ fn budgeted_mlog_thread_crash_simulation() {
 /// roll-forward's reach), seed 9 with an fsync'd file in no version it ever had.
 #[test]
 fn budgeted_small_inode_cache_crash_simulation() {
-    let start = Instant::now();
     let o = RunOptions {
         seeds: 0..40,
         cuts_per_mode: 4,
@@ -150,10 +109,23 @@ fn budgeted_small_inode_cache_crash_simulation() {
         max_failures: 5,
         ..Default::default()
     };
-    let s = run_sampled(&o);
+    run_within_budget("inode cache 2", &o, 40 * 12 * 4, |s| s.cases);
+}
+
+/// Run `o`, print its counts under `label`, and check that no case failed, that `points`
+/// of the summary reached `per_policy` points for every policy in `POLICIES`, and that it
+/// took less than the CI budget.
+fn run_within_budget(
+    label: &str,
+    o: &RunOptions,
+    per_policy: u64,
+    points: impl Fn(&Summary) -> u64,
+) -> Summary {
+    let start = Instant::now();
+    let s = run_sampled(o);
     let took = start.elapsed();
     println!(
-        "inode cache 2: {} seeds, {} crash points in {:.1} s",
+        "{label}: {} seeds, {} crash points in {:.1} s",
         s.seeds,
         s.cases,
         took.as_secs_f64()
@@ -164,12 +136,13 @@ fn budgeted_small_inode_cache_crash_simulation() {
         s.failures.len(),
         s.failures.join("\n\n")
     );
+    let n = points(&s);
     assert!(
-        s.cases >= 40 * 12 * 4 * flashlog_sim::POLICIES.len() as u64,
-        "only {} crash points ran",
-        s.cases
+        n >= per_policy * flashlog_sim::POLICIES.len() as u64,
+        "only {n} crash points ran"
     );
     assert!(took < BUDGET, "took {took:?}, over the CI budget");
+    s
 }
 
 /// littlefs style: every cut point of a few short traces, every kill mode.
