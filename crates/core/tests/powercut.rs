@@ -419,10 +419,13 @@ fn multithreaded_fsyncs(inode_cache_max: usize) -> u64 {
                             } else {
                                 let b = rng.random_range(0..BLOCKS);
                                 let byte = 2 + ((i as usize * THREADS + t) % 250) as u8;
-                                fs.write(my[f], b as u64 * 4096, &[byte; 4096]).map(|_| {
-                                    cur[f][b] = byte;
-                                    hist[f].1[b].push(byte);
-                                })
+                                // The write's state counts before the call: one in flight
+                                // at the cut may be durable though it fails (a checkpoint
+                                // for a cap, run after it, can complete before the cut is
+                                // seen; with a 2-cell cache that is every operation).
+                                hist[f].1[b].push(byte);
+                                fs.write(my[f], b as u64 * 4096, &[byte; 4096])
+                                    .map(|_| cur[f][b] = byte)
                             };
                             match r {
                                 Ok(()) => {}
