@@ -521,6 +521,81 @@ mod tests {
         assert!(buckets.len() > 2048, "{} of 4096 buckets", buckets.len());
     }
 
+    /// Eviction between checkpoints keeps what a cell knew about the interval, and only
+    /// that: a load gets it back (and the record goes), a new cell of the number drops it,
+    /// the checkpoint's `end_interval` drops all; `gone_len` counts the records throughout.
+    #[test]
+    fn evicted_cells_keep_their_interval_state_until_loaded_or_checkpointed() {
+        let t = CellTable::default();
+        let epoch = 7;
+        let state =
+            |ino: Ino| InodeState::new(ino, Box::new([0; 4096]), InodeHdr::default(), false);
+        // 3: new; 4: a name changed; 5: nodes written unsynced, mlog pinned this interval;
+        // 6: a directory a name left this interval; 8: nothing of this interval (its mlog
+        // was pinned in an earlier one, and a name left it before).
+        for ino in [3, 4, 5, 6, 8] {
+            let c = t.insert(InodeCell::new(state(ino), ino == 3));
+            let mut st = c.lock();
+            st.needs_cp = ino == 4;
+            st.unsynced = ino == 5;
+            st.mlog = match ino {
+                5 => Some((epoch, 1)),
+                8 => Some((epoch - 1, 1)),
+                _ => None,
+            };
+            let left = match ino {
+                6 => epoch + 1,
+                8 => epoch,
+                _ => 0,
+            };
+            c.names_left_at.store(left, Ordering::Relaxed);
+        }
+        assert_eq!(t.evict(0, epoch), 5);
+        assert_eq!((t.len(), t.gone_len()), (0, 4), "8 kept a record");
+        assert_eq!(t.new_and_names_left(3), (true, 0));
+        assert_eq!(t.new_and_names_left(6), (false, epoch + 1));
+        assert_eq!(t.new_and_names_left(8), (false, 0));
+        let mark = t.get_or_mark(4).err().expect("evicted");
+        let c = t
+            .insert_loaded(state(4), mark)
+            .expect("no removal since the mark");
+        assert!(c.lock().needs_cp && !c.is_new.load(Ordering::Relaxed));
+        let mark = t.get_or_mark(5).err().expect("evicted");
+        let c = t
+            .insert_loaded(state(5), mark)
+            .expect("no removal since the mark");
+        assert!(c.lock().unsynced);
+        assert_eq!(c.lock().mlog, Some((epoch, 1)));
+        assert_eq!(t.gone_len(), 2);
+        // A new inode of number 6 (freed and reused) does not inherit the record.
+        let c = t.insert(InodeCell::new(state(6), true));
+        assert_eq!(c.names_left_at.load(Ordering::Relaxed), 0);
+        assert_eq!(t.gone_len(), 1);
+        // A load whose shard dropped a cell since its mark reads again.
+        let mark = t
+            .get_or_mark(3 + CELL_SHARDS as Ino)
+            .err()
+            .expect("not cached");
+        drop(c);
+        t.remove(6 + CELL_SHARDS as Ino);
+        t.evict(0, epoch);
+        assert!(
+            t.insert_loaded(state(3 + CELL_SHARDS as Ino), mark)
+                .is_some(),
+            "another shard's removal"
+        );
+        let mark = t.get_or_mark(3).err().expect("not cached");
+        let _held = t.insert(InodeCell::new(state(3 + 2 * CELL_SHARDS as Ino), false));
+        t.remove(3 + 2 * CELL_SHARDS as Ino);
+        assert!(
+            t.insert_loaded(state(3), mark).is_none(),
+            "its shard removed a cell"
+        );
+        t.end_interval();
+        assert_eq!(t.gone_len(), 0);
+        assert_eq!(t.new_and_names_left(3), (false, 0));
+    }
+
     /// `len()` (the counter) equals the cells in the shards after inserts (new and already
     /// present), removes (present and absent) and evictions (of cells held and not held).
     #[test]
