@@ -92,6 +92,8 @@ pub struct FsInner {
     /// Held by the one thread that relieves a crossed dirty-node or inode-cache cap
     /// (`Fs::relieve_caps`); the others that find a cap crossed help its pre-pass
     /// (`prepass_round`) and go on, or wait here (helping) when it is crossed twice over.
+    /// Taken with no lock held (after the operation, in `balance`), before the cleaning
+    /// lock (the relief's `ensure_space`), the pre-pass lock and the op lock.
     pub cap_relief: Mutex<()>,
     /// The cells a cap relief's pre-pass is writing, while it runs: operations that
     /// find the cap crossed take cells from it too (`help_prepass`). A leaf: held only to
