@@ -340,9 +340,9 @@ impl CellTable {
     pub fn len_approx(&self) -> usize {
         self.count.approx() as usize
     }
-    /// More than `n` cells (`Counter::over`).
-    pub fn over(&self, n: usize) -> bool {
-        self.count.over(n as u64)
+    /// Make `len_approx` exact enough for a cache of `max` cells (`Counter::fit_to`).
+    pub fn fit_to(&mut self, max: usize) {
+        self.count.fit_to(max as u64);
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -366,7 +366,7 @@ pub(crate) fn build(
 ) -> FsInner {
     let svp_on = opts.gc == crate::config::GcPolicy::Scale && opts.scale.svp;
     let user_blocks = sb.geo.user_blocks;
-    FsInner {
+    let mut fs = FsInner {
         svp_on,
         dev,
         sb,
@@ -405,7 +405,12 @@ pub(crate) fn build(
         svp: Default::default(),
         epoch: std::time::Instant::now(),
         test_hook: Default::default(),
-    }
+    };
+    // The caps are checked on every operation against `approx`: fit the counters to them.
+    let cap = fs.dirty_nodes_cap();
+    fs.dirty_nodes.fit_to(cap);
+    fs.cells.fit_to(fs.opts.inode_cache_max);
+    fs
 }
 
 /// Read the superblock: copy 0, else copy 1.

@@ -624,10 +624,8 @@ impl Fs {
     /// The dirty nodes or the cached inodes over `times` their caps.
     fn over_caps(&self, times: u64) -> bool {
         let inner = &self.inner;
-        inner.dirty_nodes.over(times * inner.dirty_nodes_cap())
-            || inner
-                .cells
-                .over(times as usize * inner.opts.inode_cache_max)
+        inner.dirty_nodes.approx() > times * inner.dirty_nodes_cap()
+            || inner.cells.len_approx() > times as usize * inner.opts.inode_cache_max
     }
 
     /// Bring the dirty nodes and the cached inodes under their caps without a checkpoint,
