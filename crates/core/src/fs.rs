@@ -652,17 +652,13 @@ impl Fs {
             let epoch = inner.cp_version.load(Ordering::Acquire);
             inner.cells.evict(inner.opts.inode_cache_max / 2, epoch)
         };
-        inner.stats.cap_writebacks.fetch_add(1, Ordering::Relaxed);
-        // Nodes written under this checkpoint: the low half of the node version.
-        let nodes_since =
-            u64::from((inner.node_version.load(Ordering::Relaxed) as u32).saturating_sub(1));
+        inner.stats.cap_reliefs.fetch_add(1, Ordering::Relaxed);
         let long = inner.cells.gone_len() as u64
             > INTERVAL_CAPS * inner.opts.inode_cache_max as u64
-            || nodes_since > INTERVAL_CAPS * inner.opts.dirty_nodes_max;
+            || u64::from(inner.nodes_since_checkpoint())
+                > INTERVAL_CAPS * inner.opts.dirty_nodes_max;
         if long || (evicted == 0 && self.over_caps(2)) {
-            let _g = inner.oplock.checkpoint();
-            inner.check_writable()?;
-            inner.write_checkpoint(false)?;
+            self.checkpoint_excluding_all()?;
         }
         Ok(())
     }
@@ -809,6 +805,11 @@ impl Fs {
         }
         self.ensure_space(false)?;
         self.inner.writeback_before_checkpoint()?;
+        self.checkpoint_excluding_all()
+    }
+
+    /// The checkpoint itself, with every operation excluded (no pre-pass before it).
+    fn checkpoint_excluding_all(&self) -> Result<()> {
         let _g = self.inner.oplock.checkpoint();
         self.inner.check_writable()?;
         self.inner.write_checkpoint(false)

@@ -153,6 +153,12 @@ impl FsInner {
     }
 
     /// The mlog of inode `ino` under `mlog=ino`.
+    /// Node writes since the last checkpoint: the sequence half of the next node version
+    /// (`first_node_version` starts it at 1).
+    pub fn nodes_since_checkpoint(&self) -> u32 {
+        (self.node_version.load(Ordering::Relaxed) as u32).saturating_sub(1)
+    }
+
     pub fn mlog_of(&self, ino: Ino) -> u16 {
         let shift = self.mlog_shift.load(Ordering::Relaxed);
         (ino.wrapping_add(shift) % self.sb.geo.mlogs) as u16

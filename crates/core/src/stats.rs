@@ -212,7 +212,7 @@ pub struct Stats {
     pub cp_prewrite_ns: AtomicU64,
     pub cp_prewrite_nodes: AtomicU64,
     pub cp_helped_nodes: AtomicU64,
-    pub cap_writebacks: AtomicU64,
+    pub cap_reliefs: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
     pub gc_lost_copies: AtomicU64,
     pub gc_reservation_returned: AtomicU64,
@@ -284,7 +284,7 @@ pub struct Counters {
     pub cp_helped_nodes: u64,
     /// Times the dirty-node or inode-cache cap was relieved by writing nodes back and
     /// evicting clean cells, without a checkpoint (`Fs::relieve_caps`).
-    pub cap_writebacks: u64,
+    pub cap_reliefs: u64,
     /// Blocks a collector read but did not move because a newer write or a truncate won
     /// the race (node-lock rule).
     pub gc_skipped_blocks: u64,
@@ -367,7 +367,7 @@ impl Stats {
             cp_prewrite_s: g(&self.cp_prewrite_ns) as f64 / 1e9,
             cp_prewrite_nodes: g(&self.cp_prewrite_nodes),
             cp_helped_nodes: g(&self.cp_helped_nodes),
-            cap_writebacks: g(&self.cap_writebacks),
+            cap_reliefs: g(&self.cap_reliefs),
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
             gc_lost_copies: g(&self.gc_lost_copies),
             gc_reservation_returned: g(&self.gc_reservation_returned),

@@ -361,7 +361,7 @@ fn a_crossed_cap_makes_one_relief_not_one_per_thread() {
     create_in_parallel(&fs, THREADS, FILES, &Arc::new(AtomicUsize::new(0)));
     let s = fs.stats();
     let (reliefs, cps) = (
-        s.cap_writebacks - s0.cap_writebacks,
+        s.cap_reliefs - s0.cap_reliefs,
         s.checkpoints - s0.checkpoints,
     );
     // Each relief evicts down to half the cache: one is due per CACHE / 2 creates.

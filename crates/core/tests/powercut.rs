@@ -439,7 +439,7 @@ fn multithreaded_fsyncs(inode_cache_max: usize) -> u64 {
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        reliefs += fs.stats().cap_writebacks;
+        reliefs += fs.stats().cap_reliefs;
         let fs = Arc::try_unwrap(fs).ok().expect("threads are done");
         let (img, fs) = remount_after_cut(&sim, fs, mode, seed);
         let mut got = vec![0u8; 4096];

@@ -675,6 +675,16 @@ fn run_seeds(
             v.push(f.to_string());
         }
     };
+    let kinds: Vec<MountKind> = o
+        .mlog_maps
+        .iter()
+        .flat_map(|&map| {
+            o.inode_caches
+                .iter()
+                .map(move |&inode_cache| MountKind { map, inode_cache })
+        })
+        .collect();
+    let kinds = &kinds;
     std::thread::scope(|s| {
         for _ in 0..o.threads.max(1) {
             s.spawn(|| loop {
@@ -682,16 +692,6 @@ fn run_seeds(
                 if seed >= o.seeds.end || failed.load(Ordering::Relaxed) >= o.max_failures {
                     return;
                 }
-                let kinds: Vec<MountKind> = o
-                    .mlog_maps
-                    .iter()
-                    .flat_map(|&map| {
-                        o.inode_caches
-                            .iter()
-                            .map(move |&inode_cache| MountKind { map, inode_cache })
-                    })
-                    .collect();
-                let kinds = &kinds;
                 let setups = o.policies.iter().flat_map(|&p| {
                     o.mlogs
                         .iter()

@@ -50,7 +50,7 @@ pub struct FxResult {
     /// op lock: every operation waits for them).
     pub checkpoints: u64,
     pub checkpoint_s: f64,
-    /// Cap reliefs (writeback and eviction without a checkpoint, `Counters::cap_writebacks`).
+    /// Cap reliefs (writeback and eviction without a checkpoint, `Counters::cap_reliefs`).
     pub cap_reliefs: u64,
     /// Where the checkpoints' time went, seconds: the pre-pass writers run beside (not in
     /// `checkpoint_s`), then under the exclusive lock the writeback of what was left, the
@@ -228,7 +228,7 @@ fn run_one(
             fs_lock_wait_top,
             checkpoints: gc1.checkpoints - gc0.checkpoints,
             checkpoint_s: gc1.checkpoint_time_s - gc0.checkpoint_time_s,
-            cap_reliefs: gc1.cap_writebacks - gc0.cap_writebacks,
+            cap_reliefs: gc1.cap_reliefs - gc0.cap_reliefs,
             cp_prewrite_s: gc1.cp_prewrite_s - gc0.cp_prewrite_s,
             cp_writeback_s: gc1.cp_writeback_s - gc0.cp_writeback_s,
             cp_meta_s: gc1.cp_meta_s - gc0.cp_meta_s,
