@@ -385,6 +385,8 @@ pub(crate) fn build(
         prepass: Mutex::new(()),
         discard_checkpoint: Mutex::new(()),
         cap_relief: Mutex::new(()),
+        wb_done_lock: Mutex::new(()),
+        wb_done: parking_lot::Condvar::new(),
         prepass_round: Mutex::new(None),
         mount_id: {
             static MOUNTS: AtomicU64 = AtomicU64::new(0);
@@ -819,7 +821,8 @@ impl FsInner {
     /// kept its writer out: on 16 cores, `gc=device`'s writers waited 5.0 s per 12 s run at
     /// `file_cell` behind the checkpoint pre-pass (half of their 9 % of lock waits).
     /// After each visit `more(dirty pages before it, pages it wrote)` says whether to go
-    /// on; visits end too when the file is clean or freed. `wait`: for the cell if another
+    /// on; visits end too when the file is clean or freed, or a visit wrote nothing (the
+    /// pages left are a flusher's, `Page::wb`). `wait`: for the cell if another
     /// thread holds it; without, false at once if one does (else true).
     pub fn write_back_in_visits(
         &self,
@@ -839,7 +842,8 @@ impl FsInner {
             }
             let dirty = st.dirty_pages;
             let n = self.writeback_pages_max(&mut st, crate::flush::FLUSH_CHUNK)?;
-            if !more(dirty, n) {
+            // Nothing written: what is dirty is in a flusher's copy (`Page::wb`).
+            if !more(dirty, n) || n == 0 {
                 return Ok(true);
             }
         }

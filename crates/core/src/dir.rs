@@ -5,7 +5,7 @@
 //! 2 + b * 200 + s. Entries never move (inline slots map onto block 0 unchanged), so an
 //! offset stays valid for as long as its entry exists.
 
-use crate::cell::{InodeState, Page};
+use crate::cell::{InodeState, Page, PageData};
 use crate::error::{Error, Result};
 use crate::inner::FsInner;
 use flashlog_format::codec::zero_block;
@@ -54,12 +54,7 @@ impl FsInner {
         }
         st.pages.insert(
             idx,
-            Page {
-                data,
-                dirty: false,
-                reserved: false,
-                gc: false,
-            },
+            Page::new(PageData::copy_of(&data), false, false, false),
         );
         Ok(())
     }
@@ -130,7 +125,7 @@ impl FsInner {
         INLINE_LAYOUT
             .copy_into_block(node::inode_area(&st.node), &mut data[..])
             .map_err(|e| Self::corrupt_dir(st, e))?;
-        self.new_dirty_page(st, 0, data)?;
+        self.new_dirty_page(st, 0, PageData::copy_of(&data))?;
         node::inode_area_mut(&mut st.node).fill(0);
         st.hdr.flags &= !iflag::INLINE_DENTRY;
         st.hdr.depth = 1;
@@ -162,7 +157,7 @@ impl FsInner {
                 if let Some(slot) = BLOCK_LAYOUT.find_space(&st.pages[&idx].data[..], need) {
                     self.dir_page_dirty(st, idx)?;
                     let p = st.pages.get_mut(&idx).expect("loaded");
-                    BLOCK_LAYOUT.insert(&mut p.data[..], slot, name, h, ino, ftype);
+                    BLOCK_LAYOUT.insert(&mut p.bytes_mut()[..], slot, name, h, ino, ftype);
                     if level >= st.hdr.depth {
                         st.hdr.depth = level + 1;
                     }
@@ -186,7 +181,7 @@ impl FsInner {
                 self.dir_page(st, idx)?;
                 self.dir_page_dirty(st, idx)?;
                 BLOCK_LAYOUT.remove(
-                    &mut st.pages.get_mut(&idx).expect("loaded").data[..],
+                    &mut st.pages.get_mut(&idx).expect("loaded").bytes_mut()[..],
                     f.slot,
                 );
             }
@@ -205,7 +200,7 @@ impl FsInner {
                 self.dir_page(st, idx)?;
                 self.dir_page_dirty(st, idx)?;
                 BLOCK_LAYOUT.set_ino(
-                    &mut st.pages.get_mut(&idx).expect("loaded").data[..],
+                    &mut st.pages.get_mut(&idx).expect("loaded").bytes_mut()[..],
                     f.slot,
                     ino,
                     ftype,

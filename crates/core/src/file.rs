@@ -5,7 +5,7 @@
 //! blocks held or reserved (real addresses, NEW_ADDR reservations and dirty pages over holes),
 //! and `FsInner::alloc_blocks` moves with it.
 
-use crate::cell::{InodeState, Page};
+use crate::cell::{InodeState, Page, PageData};
 use crate::error::{Error, Result};
 use crate::inner::FsInner;
 use flashlog_format::codec::{zero_block, Block};
@@ -128,7 +128,7 @@ impl FsInner {
         &self,
         st: &mut InodeState,
         idx: u64,
-        data: Box<Block>,
+        data: PageData,
     ) -> Result<()> {
         // The nodes that will map the block exist from now on (F2FS allocates the dnode at
         // write_begin): their user space and checkpoint debt are taken here, by the write,
@@ -136,15 +136,7 @@ impl FsInner {
         self.locate(st, idx, true)?;
         self.reserve_blocks(1)?;
         st.hdr.blocks += 1;
-        st.pages.insert(
-            idx,
-            Page {
-                data,
-                dirty: true,
-                reserved: true,
-                gc: false,
-            },
-        );
+        st.pages.insert(idx, Page::new(data, true, true, false));
         st.dirty_pages += 1;
         self.charge_dirty_page();
         self.dirty_inode(st);
@@ -161,7 +153,7 @@ impl FsInner {
             let mut data = zero_block();
             let area = node::inode_area(&st.node);
             data[..size.min(BLOCK_SIZE)].copy_from_slice(&area[..size.min(MAX_INLINE_DATA)]);
-            self.new_dirty_page(st, 0, data)?;
+            self.new_dirty_page(st, 0, PageData::copy_of(&data))?;
         }
         node::inode_area_mut(&mut st.node).fill(0);
         st.hdr.flags &= !iflag::INLINE_DATA;
@@ -199,31 +191,33 @@ impl FsInner {
             let addr = self.block_addr(st, idx)?;
             let (mut data, read) = match init {
                 // Allocated and copied in one step (`Box::new(*src)` may build it on the stack).
-                PageInit::Whole(src) => (
-                    Box::<[u8]>::from(&src[..]).try_into().expect("one block"),
-                    false,
-                ),
-                PageInit::Zeros { read } => (zero_block(), read),
+                PageInit::Whole(src) => (PageData::copy_of(src), false),
+                PageInit::Zeros { read } => (PageData::zeroed(), read),
             };
             if addr == NULL_ADDR {
                 self.new_dirty_page(st, idx, data)?;
             } else {
                 if read && addr != NEW_ADDR {
-                    self.read_block(addr, &mut data)?;
+                    self.read_block(addr, data.get_mut().expect("not shared yet"))?;
                 }
-                st.pages.insert(
-                    idx,
-                    Page {
-                        data,
-                        dirty: false,
-                        reserved: false,
-                        gc: false,
-                    },
-                );
+                st.pages.insert(idx, Page::new(data, false, false, false));
             }
-        } else if let PageInit::Whole(src) = init {
+        } else {
             let p = st.pages.get_mut(&idx).expect("cached");
-            *p.data = *src;
+            if p.wb {
+                // A flusher is copying the page's bytes with the cell released: this write
+                // changes them (into a copy of its own, below), so the copy in flight will be
+                // orphaned. Its block is paid here, from the writer's allowance, and the page
+                // is an ordinary dirty page again (`Page::wb`).
+                p.wb = false;
+                self.seg.space.charge(1);
+            }
+            if let PageInit::Whole(src) = init {
+                match p.data.get_mut() {
+                    Some(d) => *d = *src,
+                    None => p.data = PageData::copy_of(src),
+                }
+            }
         }
         let p = st.pages.get_mut(&idx).expect("inserted");
         if !p.dirty {
@@ -275,7 +269,7 @@ impl FsInner {
                     // A page past EOF needs no read: its old contents are zeros by definition.
                     let past_eof = idx * BS >= st.hdr.size;
                     self.page_for_write(st, idx, past_eof)
-                        .map(|p| p.data[in_page..in_page + take].copy_from_slice(src))
+                        .map(|p| p.bytes_mut()[in_page..in_page + take].copy_from_slice(src))
                 }
             };
             match r {
@@ -305,7 +299,7 @@ impl FsInner {
             }
         }
         let p = self.page_for_write(st, idx, false)?;
-        p.data[from..to].fill(0);
+        p.bytes_mut()[from..to].fill(0);
         Ok(())
     }
 
@@ -316,7 +310,7 @@ impl FsInner {
             let p = st.pages.remove(&i).expect("present");
             if p.dirty {
                 st.dirty_pages -= 1;
-                self.drop_dirty_page();
+                self.drop_dirty_page(p.wb);
             }
             if p.reserved {
                 self.release_blocks(1);

@@ -20,14 +20,17 @@
 //! the bound of appending writers on 16 cores (fxmark DWAL 1.6x from 1 to 16 threads on a
 //! RAM device, writers waiting at the dirty cap for its rounds). On 16 cores (2026-11-26,
 //! docs/BENCHMARKS.md) 16 appending threads wrote 730 k blocks/s with one lane, 1.26 M with
-//! 4 and 1.82 M with 16; then each file's writer and its lane take turns on the file's cell
-//! (35 % of thread time at 16 lanes). A wake-up wakes every lane; a writer at the hard
+//! 4 and 1.82 M with 16; then each file's writer and its lane took turns on the file's cell
+//! (35 % of thread time at 16 lanes), which a visit now holds only to pick and mark its
+//! pages and to map their copies, not while it copies them
+//! (`FsInner::writeback_pages_released`, docs/DESIGN.md "Pages in flight"). A wake-up wakes every lane; a writer at the hard
 //! cap waits for a round of any lane that writes pages back, and counts the flusher idle
 //! only when every lane has ended a round with none (`wait_round`).
 //!
 //! Owns: the flusher's wake-up and progress state and its counters (`WritebackStats`). The
 //! dirty-page count itself is `FsInner::dirty_pages`; what a page's write-back does (space
-//! debt, node updates) is `FsInner::writeback_pages_max`, unchanged.
+//! debt, node updates) is `FsInner::writeback_pages_released` (a regular file's visit, the
+//! cell released while the pages are copied) and `writeback_pages_max` (a directory's).
 //!
 //! Invariants: the flusher never answers an operation: its errors are logged and the
 //! waiting writers fall back to the inline path, which reports them as before (ENOSPC never
@@ -36,10 +39,12 @@
 //! deterministic mode) there is no flusher at all and `balance` writes back inline.
 //!
 //! Lock order: `state` is a leaf lock (never held while taking another). The flusher thread
-//! takes the op lock (shared) and then one cell, per file visited, as an operation does; it
-//! holds neither while it sleeps, cleans (`ensure_space` takes its own locks) or waits for
-//! room in the log-write queue (the visit's appends defer that wait to its end,
-//! `IoPool::defer_throttle`).
+//! takes the op lock (shared) and then one cell, per file visited, as an operation does
+//! (twice per visit, with the op lock held across both and the log heads taken between
+//! them with no cell held); it holds neither while it sleeps, cleans (`ensure_space` takes
+//! its own locks) or waits for room in the log-write queue (the visit's appends defer that
+//! wait to its end, `IoPool::defer_throttle`). Invariant: one lane visits a file at a time,
+//! so only one visit has a file's pages in flight.
 
 use crate::error::{Error, Result};
 use crate::inner::FsInner;
@@ -53,8 +58,8 @@ use std::time::{Duration, Instant};
 /// checks free space again).
 pub const WRITEBACK_CHUNK: u64 = 512;
 /// Pages the flusher writes back from one file per visit: one log buffer
-/// (`WRITE_BATCH_BLOCKS`). The file's cell is held meanwhile and the file's own writer waits
-/// for it: with 512 pages a visit, the writers of one `flashlog bench fio` run waited 6.6 s
+/// (`WRITE_BATCH_BLOCKS`). The file's cell was held meanwhile and the file's own writer
+/// waited for it (now only while the pages are picked and mapped): with 512 pages a visit, the writers of one `flashlog bench fio` run waited 6.6 s
 /// on their cells (236 waits) behind the flusher, most of it while the flusher waited for
 /// the device. The flusher now waits for room in the log-write queue after the visit, with
 /// the cell released (`IoPool::defer_throttle`; issue 15: `gc=none`'s writers waited
@@ -353,7 +358,7 @@ impl Flusher {
             if inner.poisoned.load(Ordering::Acquire) {
                 return Err(Error::Poisoned("the mount was poisoned".into()));
             }
-            let mut st = match c.try_lock() {
+            let st = match c.try_lock() {
                 Some(st) => st,
                 None if wait => c.lock(),
                 None => continue,
@@ -361,7 +366,7 @@ impl Flusher {
             if st.freed || st.dirty_pages == 0 {
                 continue;
             }
-            match inner.writeback_pages_max(&mut st, FLUSH_CHUNK) {
+            match inner.writeback_pages_released(&c, st, FLUSH_CHUNK) {
                 Ok(n) => pages += n,
                 Err(Error::NoSpace) => return Ok((pages, true)),
                 Err(e) => return inner.guard(Err(e)),

@@ -1600,7 +1600,7 @@ impl Fs {
         self.read_op(|fs| {
             fs.check_writable()?;
             let c = fs.cell(ino)?;
-            let mut st = c.lock();
+            let mut st = fs.wait_for_writeback(&c, c.lock());
             if st.freed {
                 return Ok(false);
             }

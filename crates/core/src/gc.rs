@@ -23,7 +23,7 @@
 //! Lock order: the victim claim bit (atomic) -> file cell -> log head. A collector holds the
 //! op lock's shared side while it migrates, never the cell lock of more than one file.
 
-use crate::cell::{InodeCell, InodeState, Page};
+use crate::cell::{InodeCell, InodeState, Page, PageData};
 use crate::config::GcPolicy;
 use crate::error::{Error, Result};
 use crate::inner::{node_temp, FsInner};
@@ -457,15 +457,8 @@ fn migrate_data(
                     fs.charge_dirty_page();
                 }
                 None => {
-                    st.pages.insert(
-                        index,
-                        Page {
-                            data: Box::new(*blk),
-                            dirty: true,
-                            reserved: false,
-                            gc: true,
-                        },
-                    );
+                    st.pages
+                        .insert(index, Page::new(PageData::copy_of(blk), true, false, true));
                     st.dirty_pages += 1;
                     fs.charge_dirty_page();
                 }

@@ -95,6 +95,11 @@ pub struct FsInner {
     /// Taken with no lock held (after the operation, in `balance`), before the cleaning
     /// lock (the relief's `ensure_space`), the pre-pass lock and the op lock.
     pub cap_relief: Mutex<()>,
+    /// Notified when a flusher visit maps its copies (`writeback_pages_released`); fsync
+    /// waits here for a visit to its file (`wait_for_writeback`). Taken with the waiter's
+    /// cell held, released by the wait; the flusher takes it with no cell held (leaf).
+    pub wb_done_lock: Mutex<()>,
+    pub wb_done: parking_lot::Condvar,
     /// The cells a cap relief's pre-pass is writing, while it runs: operations that
     /// find the cap crossed take cells from it too (`help_prepass`). A leaf: held only to
     /// publish, clear or clone the round.
@@ -323,18 +328,21 @@ impl FsInner {
         self.seg.space.charge(PAGE_DEBT);
     }
 
-    /// A dirty page was dropped without being written: its debt goes back.
-    pub fn drop_dirty_page(&self) {
+    /// A dirty page was dropped without being written: its debt goes back, but for the
+    /// block of a flusher's copy in flight when the page was under write-back (`wb`,
+    /// `Page::wb`).
+    pub fn drop_dirty_page(&self, wb: bool) {
         self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
-        self.seg.space.refund(PAGE_DEBT);
+        self.seg.space.refund(PAGE_DEBT - u64::from(wb));
     }
 
     /// A dirty page was just written (its block used the page's own debt): the part held
     /// for its direct node goes back, before the caller's `dnode_set` charges the node if
-    /// that makes it dirty.
-    fn page_written(&self) {
+    /// that makes it dirty; but for the block of a flusher's copy in flight when the page
+    /// was under write-back (`wb`, `Page::wb`).
+    fn page_written(&self, wb: bool) {
         self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
-        self.seg.space.refund(PAGE_DEBT - 1);
+        self.seg.space.refund(PAGE_DEBT - 1 - u64::from(wb));
     }
 
     /// The direct node (nid, or the inode's own nid for blocks held by the inode) and slot
@@ -660,7 +668,193 @@ impl FsInner {
         self.writeback_pages_max(st, u64::MAX)
     }
 
-    /// Write back at most `max` dirty pages of `st` (in index order).
+    /// Write back at most `max` dirty pages of a file as `writeback_pages_max` does, with
+    /// its cell (`st`, locked from `cell`) held only to pick the pages and to map their
+    /// copies, not while the copies are written into the log (the kernel's per-page
+    /// writeback bit; the flusher's visits, which held the cell across the copies, made
+    /// each file's writer wait for them: 35 % of thread time at 16 writers and 16 lanes on
+    /// 16 cores, docs/BENCHMARKS.md):
+    ///
+    /// 1. cell held: each page's direct node slot is located and the page marked under
+    ///    write-back (`Page::wb`); its bytes are shared, not copied;
+    /// 2. no cell held: the bytes are appended to the file's data log;
+    /// 3. cell held again: a copy is mapped if its page is still the one marked, with the
+    ///    same bytes, and the page leaves the cache as `writeback_pages_max` drops it;
+    ///    otherwise someone wrote, dropped or changed the page meanwhile, paid for the
+    ///    copy's block (`Page::wb`), and the copy is invalidated unmapped.
+    ///
+    /// The caller holds the op lock (shared) across all three, so no checkpoint comes
+    /// between (and no D2FS upcall is applied, which happens only under the exclusive
+    /// side): an unmapped copy is only ever a valid block no node points at, as a `scale`
+    /// collector's copy between its two holds (`scale::commit_dnode_run`); collectors skip
+    /// such a block and never count its section as empty. Directories, whose dentry
+    /// blocks stay cached and are sealed at write-back, go through `writeback_pages_max`.
+    pub fn writeback_pages_released(
+        &self,
+        cell: &InodeCell,
+        mut st: parking_lot::MutexGuard<'_, InodeState>,
+        max: u64,
+    ) -> Result<u64> {
+        if st.is_dir() || st.dirty_pages == 0 {
+            return self.writeback_pages_max(&mut st, max);
+        }
+        struct InFlight {
+            idx: u64,
+            data: crate::cell::PageData,
+            sum: Summary,
+            head: usize,
+            gc: bool,
+            new: Option<BlkAddr>,
+        }
+        // 1. Pick and mark.
+        let warm = self.data_head(st.ino, Temp::Warm);
+        let cold = self.data_head(st.ino, Temp::Cold);
+        let idxs: Vec<u64> = st
+            .pages
+            .iter()
+            .filter(|(_, p)| p.dirty)
+            .map(|(&i, _)| i)
+            .take(max as usize)
+            .collect();
+        if idxs.is_empty() {
+            return Ok(0);
+        }
+        let mut todo: Vec<InFlight> = Vec::with_capacity(idxs.len());
+        for idx in idxs {
+            let (nid, slot) = match self.locate(&mut st, idx, true) {
+                Ok(l) => l.expect("create"),
+                Err(e) => {
+                    for p in &todo {
+                        st.pages.get_mut(&p.idx).expect("marked").wb = false;
+                    }
+                    return Err(e);
+                }
+            };
+            let version = self.nat.version(nid);
+            let page = st.pages.get_mut(&idx).expect("dirty page");
+            // One flusher lane visits a file at a time (`flush.rs`), and only it marks.
+            debug_assert!(!page.wb, "one write-back of a page at a time");
+            page.wb = true;
+            todo.push(InFlight {
+                idx,
+                data: page.data.clone(),
+                sum: Summary {
+                    nid,
+                    ofs: slot as u16,
+                    version,
+                },
+                head: if page.gc { cold } else { warm },
+                gc: page.gc,
+                new: None,
+            });
+        }
+        st.wb_in_flight = true;
+        drop(st);
+        self.test_point("flush:copying");
+        // 2. Copy, with no cell held.
+        let mut failed = None;
+        for p in todo.iter_mut() {
+            match self.seg.append_copy(p.head, p.sum, &p.data, |_, _, _| {}) {
+                Ok(a) => p.new = Some(a),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        // 3. Map what is still the page that was copied.
+        let mut st = cell.lock();
+        let (mut n, mut moves, mut orphaned) = (0, 0, 0);
+        for p in &todo {
+            let mine = !st.freed
+                && st
+                    .pages
+                    .get(&p.idx)
+                    .is_some_and(|q| q.wb && q.data.same(&p.data));
+            let Some(new) = p.new else {
+                if mine {
+                    // Not written (the append failed): an ordinary dirty page again.
+                    st.pages.get_mut(&p.idx).expect("mine").wb = false;
+                } else {
+                    // Whoever took the page left the block of a copy that never came.
+                    self.seg.space.refund(1);
+                }
+                continue;
+            };
+            let (nid, slot) = (p.sum.nid, p.sum.ofs as usize);
+            if !mine {
+                self.seg.invalidate(new);
+                orphaned += 1;
+                continue;
+            }
+            debug_assert_eq!(
+                self.locate(&mut st, p.idx, false).ok().flatten(),
+                Some((nid, slot)),
+                "a page under write-back keeps its slot"
+            );
+            st.pages.remove(&p.idx);
+            st.dirty_pages -= 1;
+            self.page_written(false);
+            let old = self.dnode_get(&st, nid, slot);
+            self.dnode_set(&mut st, nid, slot, new);
+            if old != NULL_ADDR && old != NEW_ADDR {
+                self.seg.invalidate(old);
+            }
+            n += 1;
+            moves += u64::from(p.gc);
+        }
+        if st.pages.len() as u64 > st.dirty_pages {
+            st.pages.retain(|_, p| p.dirty);
+        }
+        st.wb_in_flight = false;
+        drop(st);
+        {
+            let _g = self.wb_done_lock.lock();
+            self.wb_done.notify_all();
+        }
+        self.stats
+            .data_blocks_written
+            .fetch_add(n - moves, Ordering::Relaxed);
+        self.stats
+            .flush_orphaned_copies
+            .fetch_add(orphaned, Ordering::Relaxed);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    /// Wait until no flusher visit has copies of the file's pages in flight
+    /// (`InodeState::wb_in_flight`), with the cell released meanwhile; returns it locked
+    /// again. fsync calls it first: the pages in flight are dirty until the visit maps
+    /// them, and fsync writing them too would write each twice (the kernel's
+    /// `filemap_write_and_wait` waits on `PG_writeback` in the same way).
+    pub fn wait_for_writeback<'c>(
+        &self,
+        c: &'c InodeCell,
+        mut st: parking_lot::MutexGuard<'c, InodeState>,
+    ) -> parking_lot::MutexGuard<'c, InodeState> {
+        if !st.wb_in_flight {
+            return st;
+        }
+        let t0 = std::time::Instant::now();
+        self.test_point("fsync:waits-for-writeback");
+        while st.wb_in_flight {
+            // Taken before the cell is released: the visit clears the mark under the cell
+            // and then notifies under this lock, so the notification cannot come between.
+            let mut g = self.wb_done_lock.lock();
+            drop(st);
+            self.wb_done
+                .wait_for(&mut g, std::time::Duration::from_millis(10));
+            drop(g);
+            st = c.lock();
+        }
+        crate::waits::record(crate::waits::Point::WritebackInFlight, t0);
+        st
+    }
+
+    /// Write back at most `max` dirty pages of `st` (in index order). Pages whose copies
+    /// a flusher visit has in flight (`Page::wb`) are left to it.
     pub fn writeback_pages_max(&self, st: &mut InodeState, max: u64) -> Result<u64> {
         if st.dirty_pages == 0 {
             return Ok(0);
@@ -670,7 +864,7 @@ impl FsInner {
         let idxs: Vec<u64> = st
             .pages
             .iter()
-            .filter(|(_, p)| p.dirty)
+            .filter(|(_, p)| p.dirty && !p.wb)
             .map(|(&i, _)| i)
             .take(max as usize)
             .collect();
@@ -683,10 +877,11 @@ impl FsInner {
             let version = self.nat.version(nid);
             let page = st.pages.get_mut(&idx).expect("dirty page");
             if is_dir {
-                flashlog_format::dir::seal_dentry_block(&mut page.data);
+                flashlog_format::dir::seal_dentry_block(page.bytes_mut());
             }
             let head = if page.gc { cold } else { hi };
             moves += u64::from(page.gc);
+            let wb = page.wb;
             let data: &Block = &page.data;
             let addr = self.seg.append_copy(
                 head,
@@ -709,7 +904,7 @@ impl FsInner {
                 st.pages.remove(&idx);
             }
             st.dirty_pages -= 1;
-            self.page_written();
+            self.page_written(wb);
             let old = self.dnode_get(st, nid, slot);
             self.dnode_set(st, nid, slot, addr);
             if old != NULL_ADDR && old != NEW_ADDR {
@@ -767,7 +962,7 @@ impl FsInner {
             let p = st.pages.remove(&idx).expect("dirty page");
             debug_assert!(p.dirty && !p.reserved);
             st.dirty_pages -= 1;
-            self.page_written();
+            self.page_written(p.wb);
         }
         self.dnode_set(st, nid, slot, new);
         self.seg.invalidate(addr);
@@ -955,7 +1150,7 @@ impl FsInner {
         let pages = std::mem::take(&mut st.pages);
         for (_, p) in pages {
             if p.dirty {
-                self.drop_dirty_page();
+                self.drop_dirty_page(p.wb);
             }
             if p.reserved {
                 self.release_blocks(1);

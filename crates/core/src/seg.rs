@@ -604,6 +604,17 @@ impl SegManager {
             .sum()
     }
     /// Free sections of every part.
+    /// `H` as its definition gives it for a volume at rest (nothing dirty, no allowance or
+    /// victim reservation held, no section prefree, the recovery reserve held in full):
+    /// the free sections' blocks less what the heads used and the reserve holds. Tests
+    /// compare it with `space.headroom()` after a sync: a difference is a block some event
+    /// charged or refunded twice, or never.
+    pub fn headroom_at_rest(&self) -> i64 {
+        (self.free_sections() * self.bps()) as i64
+            - self.heads_used() as i64
+            - self.space.recovery_reserve().0 as i64
+    }
+
     pub fn free_sections(&self) -> u64 {
         self.parts
             .iter()

@@ -215,6 +215,7 @@ pub struct Stats {
     pub cap_reliefs: AtomicU64,
     pub gc_skipped_blocks: AtomicU64,
     pub gc_lost_copies: AtomicU64,
+    pub flush_orphaned_copies: AtomicU64,
     pub gc_reservation_returned: AtomicU64,
     pub gc_read_blocks: AtomicU64,
     pub gc_dirty_moves: AtomicU64,
@@ -292,6 +293,10 @@ pub struct Counters {
     /// the time it came to map them (the node-lock rule's check at the remap; the copy was
     /// invalidated, and the block is also counted in `gc_skipped_blocks`).
     pub gc_lost_copies: u64,
+    /// Copies the flusher wrote with the file's cell released whose page had been
+    /// written, dropped or changed by the time it came to map them
+    /// (`FsInner::writeback_pages_released`): invalidated, never mapped.
+    pub flush_orphaned_copies: u64,
     /// `scale`: blocks of victim reservations a collector gave back before the end of its
     /// victim, once each segment's runs showed what its moves can need.
     pub gc_reservation_returned: u64,
@@ -370,6 +375,7 @@ impl Stats {
             cap_reliefs: g(&self.cap_reliefs),
             gc_skipped_blocks: g(&self.gc_skipped_blocks),
             gc_lost_copies: g(&self.gc_lost_copies),
+            flush_orphaned_copies: g(&self.flush_orphaned_copies),
             gc_reservation_returned: g(&self.gc_reservation_returned),
             gc_read_blocks: g(&self.gc_read_blocks),
             gc_dirty_moves: g(&self.gc_dirty_moves),

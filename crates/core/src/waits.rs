@@ -54,9 +54,12 @@ pub enum Point {
     /// An operation that found the dirty-node or inode-cache cap crossed twice over,
     /// waiting for the thread that relieves them (`Fs::relieve_caps`).
     CapRelief,
+    /// fsync waiting for a flusher visit's copies of its file's pages to be mapped
+    /// (`FsInner::wait_for_writeback`; no lock held).
+    WritebackInFlight,
 }
 
-pub const POINTS: [(Point, &str); 15] = [
+pub const POINTS: [(Point, &str); 16] = [
     (Point::OpShared, "op_lock_shared"),
     (Point::OpExclusive, "op_lock_checkpoint"),
     (Point::Cell, "file_cell"),
@@ -72,6 +75,7 @@ pub const POINTS: [(Point, &str); 15] = [
     (Point::CellFlusher, "file_cell_flusher"),
     (Point::Prepass, "checkpoint_prepass"),
     (Point::CapRelief, "cap_relief"),
+    (Point::WritebackInFlight, "writeback_in_flight"),
 ];
 
 struct Counter {
