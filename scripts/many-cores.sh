@@ -35,12 +35,14 @@
 #              threads (none against f2fs, and a perf record of none), MWCL/MWUL on RAM,
 #              `sustained` for f2fs, scale and none (~4 min)
 #   next       what 2026-11-26's sessions built but could not measure on 16 cores
-#              (~5 min): fxmark MWCL/MWUL on RAM, mlogs 16 and 1 (the cap relief:
+#              (~6 min): fxmark MWCL/MWUL on RAM, mlogs 16 and 1 (the cap relief:
 #              nodes written and cells evicted without a checkpoint, with the pre-pass's
 #              helpers and the op lock's gate: see the checkpoint split, cap-relief and
 #              `cap_relief` wait columns), DWAL
 #              of `device` on the SSD (ordered zone writes), DWAL with 4 and 16 lanes
-#              and with writers writing back their own files (`own_writeback=1`),
+#              (flusher visits copying with the file's cell released, 2026-11-27), on
+#              `ram` and on `ram-resident` (no first-touch page faults), and with
+#              writers writing back their own files (`own_writeback=1`),
 #              `sustained` for device and f2fs, `none` in the slides' setting (its
 #              flusher writing ahead of the checkpoints; f2fs there: 269-314 MiB/s)
 #   quick      both, with 1-second phases and 4 threads on small devices: checks the script
@@ -210,6 +212,10 @@ next)
         --threads 16 --duration 2 --mlogs 1 --tests DWAL --policies device,f2fs
     run fxmark-ram-dwal-lanes fxmark --device ram:4GiB --threads 16 --duration 2 --mlogs 16 \
         --tests DWAL --policies f2fs/flushers=4,f2fs/flushers=16,f2fs/own_writeback=1
+    # The same with the RAM device's memory touched before the run: what DWAL is without
+    # the kernel's first-touch page faults (a third of the CPU on 2 cores).
+    run fxmark-resident-dwal-lanes fxmark --device ram-resident:4GiB --threads 16 --duration 2 \
+        --mlogs 16 --tests DWAL --policies f2fs,f2fs/flushers=16
     run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
         --policies device,f2fs
     run iplfs-none-16 sustained --device 970pro-like:8GiB --ssd-set op=6 --segs-per-sec 1 \

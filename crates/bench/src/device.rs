@@ -30,8 +30,10 @@ pub enum DeviceSpec {
         set: Vec<String>,
         clock: String,
     },
-    /// A RAM device (no timing model): fast tests and CPU-bound runs.
-    Ram { bytes: u64 },
+    /// A RAM device (no timing model): fast tests and CPU-bound runs. `resident`: its whole
+    /// capacity allocated and touched when made (`ram-resident:SIZE`), so that first
+    /// writes pay no page faults (`RamDevice::resident`).
+    Ram { bytes: u64, resident: bool },
     /// An image file (created with `bytes` if missing).
     Image { path: PathBuf, bytes: u64 },
     /// A block device (its contents are destroyed).
@@ -61,8 +63,11 @@ impl DeviceSpec {
                 bytes,
             });
         }
-        if preset == "ram" {
-            return Ok(DeviceSpec::Ram { bytes });
+        if preset == "ram" || preset == "ram-resident" {
+            return Ok(DeviceSpec::Ram {
+                bytes,
+                resident: preset == "ram-resident",
+            });
         }
         ClockKind::parse(clock).map_err(|e| anyhow!("--clock: {e}"))?;
         let spec = DeviceSpec::Ssd {
@@ -86,8 +91,9 @@ impl DeviceSpec {
         else {
             bail!("not an emulated SSD");
         };
-        let mut cfg = SsdConfig::preset(preset)
-            .map_err(|e| anyhow!("--device {preset:?}: {e} (or `ram:SIZE`)"))?;
+        let mut cfg = SsdConfig::preset(preset).map_err(|e| {
+            anyhow!("--device {preset:?}: {e} (or `ram:SIZE`, `ram-resident:SIZE`)")
+        })?;
         cfg.store = StoreKind::Ram;
         cfg.clock = ClockKind::parse(clock).map_err(|e| anyhow!("{e}"))?;
         let mut cfg = cfg
@@ -178,7 +184,11 @@ impl DeviceSpec {
                 clock,
                 ..
             } => format!("emulated SSD {preset}, {}, {clock} clock", gib(*bytes)),
-            DeviceSpec::Ram { bytes } => format!("RAM device, {}", gib(*bytes)),
+            DeviceSpec::Ram { bytes, resident } => format!(
+                "RAM device{}, {}",
+                if *resident { " (resident)" } else { "" },
+                gib(*bytes)
+            ),
             DeviceSpec::Image { path, bytes } => {
                 format!("image file {} ({})", path.display(), gib(*bytes))
             }
@@ -190,7 +200,7 @@ impl DeviceSpec {
     pub fn bytes(&self) -> Result<u64> {
         Ok(match self {
             DeviceSpec::Ssd { bytes, .. }
-            | DeviceSpec::Ram { bytes }
+            | DeviceSpec::Ram { bytes, .. }
             | DeviceSpec::Image { bytes, .. } => *bytes,
             DeviceSpec::Dev { path } => {
                 let d = FileDevice::open(path, true)
@@ -210,7 +220,14 @@ impl DeviceSpec {
                 );
                 (d.clone(), Some(d))
             }
-            DeviceSpec::Ram { bytes } => (Arc::new(RamDevice::new(bytes / 4096)), None),
+            DeviceSpec::Ram {
+                bytes,
+                resident: false,
+            } => (Arc::new(RamDevice::new(bytes / 4096)), None),
+            DeviceSpec::Ram {
+                bytes,
+                resident: true,
+            } => (Arc::new(RamDevice::resident(bytes / 4096)), None),
             DeviceSpec::Image { path, bytes } => {
                 let d = if path.exists() {
                     FileDevice::open(path, false)

@@ -86,7 +86,9 @@ pub struct BenchArgs {
     #[arg(value_enum, default_value_t = Experiment::Sustained)]
     pub experiment: Experiment,
     /// Emulated SSD as PRESET:SIZE (presets: 970pro-like, sata-like, test, tiny), or
-    /// ram:SIZE for a RAM device without timing. A fresh device per policy.
+    /// ram:SIZE for a RAM device without timing (ram-resident:SIZE: its whole capacity
+    /// allocated and touched before the run, so that no first write pays the kernel's page
+    /// faults: for runs that must measure the file system alone). A fresh device per policy.
     #[arg(long, default_value = "970pro-like:1GiB")]
     pub device: String,
     /// Use an image file instead (created with the --device SIZE if missing; overwritten).

@@ -607,11 +607,17 @@ mod tests {
         page.bytes_mut()[0] = 1;
         let in_flight = page.data.clone();
         assert!(page.data.same(&in_flight));
-        assert!(page.data.get_mut().is_none(), "shared bytes are not writable in place");
+        assert!(
+            page.data.get_mut().is_none(),
+            "shared bytes are not writable in place"
+        );
         page.bytes_mut()[0] = 2;
         assert_eq!((in_flight[0], page.data[0]), (1, 2));
         assert!(!page.data.same(&in_flight));
-        assert!(page.data.get_mut().is_some(), "the writer's copy is its own");
+        assert!(
+            page.data.get_mut().is_some(),
+            "the writer's copy is its own"
+        );
     }
 
     #[test]
