@@ -133,7 +133,10 @@ pub struct InodeState {
     /// The dirty inode block is charged to the space budget as checkpoint debt (set by
     /// `FsInner::dirty_inode`; an inode marked dirty without it is charged when written).
     pub inode_charged: bool,
-    pub nodes: HashMap<Nid, NodeBuf>,
+    /// Hashed with `InoHash` (node ids come from the same allocator as inode numbers):
+    /// every page a flusher visit picks and maps looks its direct node up here, and with
+    /// SipHash those lookups were a third of the visit's time under the cell.
+    pub nodes: HashMap<Nid, NodeBuf, std::hash::BuildHasherDefault<InoHash>>,
     pub pages: BTreeMap<u64, Page>,
     pub dirty_pages: u64,
     /// Resources freed: the inode no longer exists.
@@ -166,7 +169,7 @@ impl InodeState {
             hdr,
             dirty,
             inode_charged: false,
-            nodes: HashMap::new(),
+            nodes: HashMap::default(),
             pages: BTreeMap::new(),
             dirty_pages: 0,
             freed: false,

@@ -194,6 +194,11 @@ pub fn record_cell(p: Point, held_by: u8, t0: Instant) {
     }
 }
 
+/// Record one wait of `ns` nanoseconds in all (a wait made of several blocked stretches).
+pub fn record_ns(p: Point, ns: u64) {
+    COUNTERS[p as usize].add(ns);
+}
+
 /// Record a wait that started at `t0`.
 pub fn record(p: Point, t0: Instant) {
     COUNTERS[p as usize].add(t0.elapsed().as_nanos() as u64);
