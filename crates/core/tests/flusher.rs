@@ -646,7 +646,7 @@ fn fsync_waits_for_pages_in_flight_instead_of_writing_them_twice() {
         parked.wait();
         let (done_tx, done) = channel();
         let fs2 = fs.clone();
-        std::thread::spawn(move || done_tx.send(fs2.fsync(ino, false)).unwrap());
+        let fsyncer = std::thread::spawn(move || done_tx.send(fs2.fsync(ino, false)).unwrap());
         let waits = parked.fsync_waits.recv_timeout(Duration::from_secs(30));
         let early = done.try_recv();
         parked.release(&fs);
@@ -658,6 +658,7 @@ fn fsync_waits_for_pages_in_flight_instead_of_writing_them_twice() {
         done.recv_timeout(Duration::from_secs(30))
             .expect("fsync never returned after the flusher went on")
             .unwrap();
+        fsyncer.join().unwrap();
         let s = fs.stats();
         assert_eq!(s.flush_orphaned_copies, 0, "{s:?}");
         assert_eq!(s.data_blocks_written, 768, "each page written once: {s:?}");
@@ -724,3 +725,80 @@ fn truncate_and_unlink_of_pages_in_flight_keep_the_volume_exact() {
 }
 
 const FLUSH_CHUNK_PAGES: u64 = flashlog_core::flush::FLUSH_CHUNK;
+
+/// A flusher visit maps its copies into direct nodes that must still be cached when it
+/// takes the cell again. Meanwhile another path may write the file's nodes and drop clean
+/// ones from its cache (a file keeps at most `NODE_CACHE_PER_FILE` clean nodes): the cap
+/// relief's pre-pass (`writeback_nodes_for_caps`). Forced interleaving: a sparse file with
+/// one page in each of 4,200 direct nodes (all dirty), the flusher parked with 64 of those
+/// pages in flight, then the relief's pre-pass from another thread, which writes the nodes
+/// and drops them all (over the limit); the visit is let go only once it returned. Every
+/// page must read back after a sync and after a remount.
+/// Failed when the visit set the slots of uncached nodes (a no-op) and dropped the pages:
+/// 63 pages lost (the 64th is in the inode, which is never dropped).
+#[test]
+fn a_visit_maps_its_copies_after_the_file_s_nodes_left_the_cache() {
+    use flashlog_format::node::{ADDRS_PER_BLOCK, ADDRS_PER_INODE};
+    // 8 GiB (sparse: a few MiB of RAM) so that the dirty-node cap, a quarter of the
+    // reserve, stays above the 4,200 dirty direct nodes: no relief before the test's.
+    let (dev, fs) = fresh(16384, opts(64 << 20));
+    let ino = fs.create(ROOT_INO, b"w", 0o644, 0, 0).unwrap().ino;
+    let dnodes = 4200u64;
+    let stride = ADDRS_PER_BLOCK as u64;
+    let page = |i: u64| vec![(i % 250) as u8 + 1; BS as usize];
+    // One page in the inode and one in each direct node: 16 MiB dirty, under cap/2.
+    let idx = |i: u64| {
+        if i == 0 {
+            0
+        } else {
+            ADDRS_PER_INODE as u64 + (i - 1) * stride
+        }
+    };
+    for i in 0..=dnodes {
+        fs.write(ino, idx(i) * BS, &page(i)).unwrap();
+    }
+    let parked = ParkedCopy::install(&fs);
+    // 17 MiB more past the sparse pages: over cap/2, the flusher wakes and marks the first
+    // 64 dirty pages by index, the sparse ones.
+    let tail = (idx(dnodes) + 1) * BS;
+    for m in 0..17u64 {
+        fs.write(ino, tail + m * MIB as u64, &chunk(3, m as usize))
+            .unwrap();
+    }
+    parked.wait();
+    let fs2 = fs.clone();
+    within_30s("the relief's pre-pass", move || {
+        fs2.inner().writeback_nodes_for_caps().unwrap()
+    });
+    let cached = fs.inner().cell(ino).unwrap().lock().nodes.len();
+    parked.release(&fs);
+    assert!(
+        cached < 64,
+        "the pre-pass kept {cached} nodes: the test no longer drops them"
+    );
+    fs.sync().unwrap();
+    let check = |fs: &Fs, when: &str| {
+        let mut got = vec![0u8; BS as usize];
+        let lost: Vec<u64> = (0..=dnodes)
+            .filter(|&i| {
+                fs.read(ino, idx(i) * BS, &mut got).unwrap();
+                got != page(i)
+            })
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "{when}: {} pages lost, first {:?}",
+            lost.len(),
+            &lost[..lost.len().min(5)]
+        );
+    };
+    check(&fs, "after the visit and a sync");
+    assert_budget_exact(&fs, "nodes dropped under a visit");
+    fs.set_test_hook(None);
+    Arc::into_inner(fs).expect("last handle").unmount().unwrap();
+    let fs = Fs::mount(dev.clone(), opts(64 << 20)).unwrap();
+    check(&fs, "after a remount");
+    fs.unmount().unwrap();
+    let r = fsck(&*dev).unwrap();
+    assert!(r.is_clean(), "{r}");
+}
