@@ -150,13 +150,7 @@ fn a_stalled_flusher_never_hangs_a_writer() {
     let cap = 1u64 << 20;
     let (dev, fs) = fresh(128, opts(cap));
     fs.set_flusher_paused(true);
-    let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
-    let mut data = Vec::new();
-    for i in 0..8 {
-        let c = chunk(9, i);
-        assert_eq!(fs.write(ino, (i * MIB) as u64, &c).unwrap(), MIB);
-        data.extend_from_slice(&c);
-    }
+    let (ino, data) = file_of_chunks(&fs, b"f", 8);
     let wb = fs.writeback_stats();
     eprintln!("{wb:?}");
     assert_eq!(wb.background_pages, 0, "paused flusher wrote: {wb:?}");
@@ -570,17 +564,22 @@ fn assert_budget_exact(fs: &Fs, what: &str) {
     );
 }
 
-/// 3 MiB written through a 4 MiB cap: the flusher wakes (over cap/2) and marks the first
-/// `FLUSH_CHUNK` pages of the file. Returns the file and what it holds.
-fn file_for_a_parked_copy(fs: &Arc<Fs>) -> (Ino, Vec<u8>) {
-    let ino = fs.create(ROOT_INO, b"w", 0o644, 0, 0).unwrap().ino;
+/// A new file `name` of `mib` MiB (`chunk(9, i)` each). Returns it and what it holds.
+fn file_of_chunks(fs: &Fs, name: &[u8], mib: usize) -> (Ino, Vec<u8>) {
+    let ino = fs.create(ROOT_INO, name, 0o644, 0, 0).unwrap().ino;
     let mut model = Vec::new();
-    for i in 0..3 {
+    for i in 0..mib {
         let c = chunk(9, i);
         assert_eq!(fs.write(ino, (i * MIB) as u64, &c).unwrap(), MIB);
         model.extend_from_slice(&c);
     }
     (ino, model)
+}
+
+/// 3 MiB written through a 4 MiB cap: the flusher wakes (over cap/2) and marks the first
+/// `FLUSH_CHUNK` pages of the file. Returns the file and what it holds.
+fn file_for_a_parked_copy(fs: &Arc<Fs>) -> (Ino, Vec<u8>) {
+    file_of_chunks(fs, b"w", 3)
 }
 
 /// The flusher copies a file's pages into the log with the file's cell released
