@@ -821,18 +821,19 @@ impl FsInner {
         if st.pages.len() as u64 > st.dirty_pages {
             st.pages.retain(|_, p| p.dirty);
         }
-        st.wb_in_flight = false;
-        drop(st);
-        {
-            let _g = self.wb_done_lock.lock();
-            self.wb_done.notify_all();
-        }
+        // Counted before an fsync waiting for this visit can go on and return.
         self.stats
             .data_blocks_written
             .fetch_add(n - moves, Ordering::Relaxed);
         self.stats
             .flush_orphaned_copies
             .fetch_add(orphaned, Ordering::Relaxed);
+        st.wb_in_flight = false;
+        drop(st);
+        {
+            let _g = self.wb_done_lock.lock();
+            self.wb_done.notify_all();
+        }
         match failed {
             Some(e) => Err(e),
             None => Ok(n),
@@ -854,7 +855,9 @@ impl FsInner {
         }
         let t0 = std::time::Instant::now();
         self.test_point("fsync:waits-for-writeback");
-        while st.wb_in_flight {
+        // A visit that panicked leaves its mark and poisons the mount: fsync then fails
+        // on its first write (the log refuses appends), it does not wait here for good.
+        while st.wb_in_flight && !self.poisoned.load(Ordering::Acquire) {
             // Taken before the cell is released: the visit clears the mark under the cell
             // and then notifies under this lock, so the notification cannot come between.
             let mut g = self.wb_done_lock.lock();

@@ -150,7 +150,7 @@ fn a_stalled_flusher_never_hangs_a_writer() {
     let cap = 1u64 << 20;
     let (dev, fs) = fresh(128, opts(cap));
     fs.set_flusher_paused(true);
-    let (ino, data) = file_of_chunks(&fs, b"f", 8);
+    let (_, data) = file_of_chunks(&fs, b"f", 8);
     let wb = fs.writeback_stats();
     eprintln!("{wb:?}");
     assert_eq!(wb.background_pages, 0, "paused flusher wrote: {wb:?}");
