@@ -148,11 +148,11 @@ pub struct InodeState {
     /// (`FsInner::write_nodes_unsynced`): fsync writes an FSYNC inode even when nothing
     /// is dirty.
     pub unsynced: bool,
-    /// A flusher visit has copies of this file's pages in flight (`Page::wb`), between
-    /// releasing the cell and taking it again to map them
-    /// (`FsInner::writeback_pages_released`): fsync waits for it to end
-    /// (`FsInner::wait_for_writeback`) instead of writing those pages a second time.
-    pub wb_in_flight: bool,
+    /// Write-back visits (the flusher's, the checkpoint pre-pass's) that have copies of
+    /// this file's pages in flight (`Page::wb`), between releasing the cell and taking it
+    /// again to map them (`FsInner::writeback_pages_released`): fsync waits for them to
+    /// end (`FsInner::wait_for_writeback`) instead of writing those pages a second time.
+    pub wb_in_flight: u32,
     /// `mlog=thread`: (checkpoint version, mlog) — the mlog this inode's nodes go to until
     /// the checkpoint after that version. Roll-forward walks the mlogs' node chains one
     /// after the other, so one inode's nodes must stay on one chain per interval
@@ -175,7 +175,7 @@ impl InodeState {
             freed: false,
             needs_cp: false,
             unsynced: false,
-            wb_in_flight: false,
+            wb_in_flight: 0,
             mlog: None,
         }
     }

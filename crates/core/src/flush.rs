@@ -43,8 +43,9 @@
 //! (twice per visit, with the op lock held across both and the log heads taken between
 //! them with no cell held); it holds neither while it sleeps, cleans (`ensure_space` takes
 //! its own locks) or waits for room in the log-write queue (the visit's appends defer that
-//! wait to its end, `IoPool::defer_throttle`). Invariant: one lane visits a file at a time,
-//! so only one visit has a file's pages in flight.
+//! wait to its end, `IoPool::defer_throttle`). A lane's visit may overlap another visit of
+//! the same file (the checkpoint pre-pass's): each marks only pages no visit has in
+//! flight and maps only its own.
 
 use crate::error::{Error, Result};
 use crate::inner::FsInner;

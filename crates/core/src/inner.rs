@@ -709,10 +709,11 @@ impl FsInner {
         // 1. Pick and mark.
         let warm = self.data_head(st.ino, Temp::Warm);
         let cold = self.data_head(st.ino, Temp::Cold);
+        // Pages another visit has in flight are its own to map.
         let idxs: Vec<u64> = st
             .pages
             .iter()
-            .filter(|(_, p)| p.dirty)
+            .filter(|(_, p)| p.dirty && !p.wb)
             .map(|(&i, _)| i)
             .take(max as usize)
             .collect();
@@ -732,8 +733,6 @@ impl FsInner {
             };
             let version = self.nat.version(nid);
             let page = st.pages.get_mut(&idx).expect("dirty page");
-            // One flusher lane visits a file at a time (`flush.rs`), and only it marks.
-            debug_assert!(!page.wb, "one write-back of a page at a time");
             page.wb = true;
             todo.push(InFlight {
                 idx,
@@ -748,7 +747,7 @@ impl FsInner {
                 new: None,
             });
         }
-        st.wb_in_flight = true;
+        st.wb_in_flight += 1;
         drop(st);
         self.test_point("flush:copying");
         // 2. Copy, with no cell held.
@@ -828,7 +827,7 @@ impl FsInner {
         self.stats
             .flush_orphaned_copies
             .fetch_add(orphaned, Ordering::Relaxed);
-        st.wb_in_flight = false;
+        st.wb_in_flight -= 1;
         drop(st);
         {
             let _g = self.wb_done_lock.lock();
@@ -850,14 +849,14 @@ impl FsInner {
         c: &'c InodeCell,
         mut st: parking_lot::MutexGuard<'c, InodeState>,
     ) -> parking_lot::MutexGuard<'c, InodeState> {
-        if !st.wb_in_flight {
+        if st.wb_in_flight == 0 {
             return st;
         }
         let t0 = std::time::Instant::now();
         self.test_point("fsync:waits-for-writeback");
         // A visit that panicked leaves its mark and poisons the mount: fsync then fails
         // on its first write (the log refuses appends), it does not wait here for good.
-        while st.wb_in_flight && !self.poisoned.load(Ordering::Acquire) {
+        while st.wb_in_flight > 0 && !self.poisoned.load(Ordering::Acquire) {
             // Taken before the cell is released: the visit clears the mark under the cell
             // and then notifies under this lock, so the notification cannot come between.
             let mut g = self.wb_done_lock.lock();
