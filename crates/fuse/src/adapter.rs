@@ -258,11 +258,13 @@ fn core_write_summary(fs: &Fs) -> String {
         .map(|(name, s, n)| format!("{name} {n} ({s:.3} s)"))
         .collect();
     format!(
-        "core write path: flusher wrote {} pages in {} passes; writers throttled {} times ({:.3} s), \
+        "core write path: flusher wrote {} pages in {} passes ({} copies orphaned by writes, \
+         truncates or moves of pages in flight); writers throttled {} times ({:.3} s), \
          wrote back {} pages themselves ({} fallbacks); fsyncs {} ({} as checkpoints), \
          checkpoints {}; contended waits: {}",
         wb.background_pages,
         wb.background_passes,
+        c.flush_orphaned_copies,
         wb.throttled,
         wb.throttled_ns as f64 / 1e9,
         wb.inline_pages,
