@@ -844,19 +844,27 @@ impl FsInner {
     /// again. fsync calls it first: the pages in flight are dirty until the visit maps
     /// them, and fsync writing them too would write each twice (the kernel's
     /// `filemap_write_and_wait` waits on `PG_writeback` in the same way).
+    ///
+    /// A visit that died (a panic, which poisons the mount) never ends: its pages stay
+    /// marked and unwritten, so the wait ends with the poison as its error, and fsync
+    /// fails (writing the rest and reporting success would promise pages that are not
+    /// on disk).
     pub fn wait_for_writeback<'c>(
         &self,
         c: &'c InodeCell,
         mut st: parking_lot::MutexGuard<'c, InodeState>,
-    ) -> parking_lot::MutexGuard<'c, InodeState> {
+    ) -> Result<parking_lot::MutexGuard<'c, InodeState>> {
         if st.wb_in_flight == 0 {
-            return st;
+            return Ok(st);
         }
         let t0 = std::time::Instant::now();
         self.test_point("fsync:waits-for-writeback");
-        // A visit that panicked leaves its mark and poisons the mount: fsync then fails
-        // on its first write (the log refuses appends), it does not wait here for good.
-        while st.wb_in_flight > 0 && !self.poisoned.load(Ordering::Acquire) {
+        while st.wb_in_flight > 0 {
+            if self.poisoned.load(Ordering::Acquire) {
+                return Err(Error::Poisoned(
+                    self.poison.lock().clone().unwrap_or_default(),
+                ));
+            }
             // Taken before the cell is released: the visit clears the mark under the cell
             // and then notifies under this lock, so the notification cannot come between.
             let mut g = self.wb_done_lock.lock();
@@ -867,7 +875,7 @@ impl FsInner {
             st = c.lock();
         }
         crate::waits::record(crate::waits::Point::WritebackInFlight, t0);
-        st
+        Ok(st)
     }
 
     /// Write back at most `max` dirty pages of `st` (in index order). Pages whose copies

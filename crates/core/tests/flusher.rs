@@ -844,3 +844,57 @@ fn a_writer_writes_into_pages_the_checkpoint_prepass_is_copying() {
     fs.set_test_hook(None);
     remount_and_check(dev, fs, &[("/w".into(), model)]);
 }
+
+/// A visit that dies between marking its pages and mapping them (here a panic at
+/// `flush:copying`, which the flusher catches and turns into a poisoned mount) leaves its
+/// marks behind: an fsync waiting for that visit must then fail, not wait for good
+/// (`wait_for_writeback` stops waiting on a poisoned mount). Forced interleaving: the
+/// visit is parked after marking its pages, the fsync starts and waits for it, and only
+/// then does the visit panic. Fails without the check: the fsync never returns.
+#[test]
+fn an_fsync_waiting_for_a_visit_that_died_fails_instead_of_waiting_for_good() {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    let (_dev, fs) = fresh(256, opts(4 << 20));
+    let (parked_tx, parked) = channel::<()>();
+    let (go, go_rx) = channel::<()>();
+    let (waits_tx, waits) = channel::<()>();
+    // One lock each: the visit waits on `go_rx` while the fsync thread sends on `waits_tx`.
+    let (parked_tx, go_rx, waits_tx) = (
+        std::sync::Mutex::new(parked_tx),
+        std::sync::Mutex::new(go_rx),
+        std::sync::Mutex::new(waits_tx),
+    );
+    fs.set_test_hook(Some(Arc::new(move |at: &str| {
+        let flusher = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("flashlog-flush"));
+        if at == "fsync:waits-for-writeback" {
+            let _ = waits_tx.lock().unwrap().send(());
+        } else if at == "flush:copying" && flusher {
+            let _ = parked_tx.lock().unwrap().send(());
+            let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(30));
+            panic!("the test kills the flusher's visit");
+        }
+    })));
+    let (ino, _) = file_for_a_parked_copy(&fs);
+    parked
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the visit never ran");
+    let (done_tx, done) = channel();
+    let fs2 = fs.clone();
+    let fsyncer = std::thread::spawn(move || done_tx.send(fs2.fsync(ino, false)).unwrap());
+    waits
+        .recv_timeout(Duration::from_secs(30))
+        .expect("fsync did not wait for the visit");
+    go.send(()).unwrap();
+    let r = done
+        .recv_timeout(Duration::from_secs(30))
+        .expect("fsync waited for good for a visit that died");
+    fsyncer.join().unwrap();
+    assert!(
+        r.is_err(),
+        "fsync of pages a dead visit left marked succeeded"
+    );
+    assert!(fs.inner().poisoned.load(Ordering::Acquire));
+}
