@@ -192,6 +192,17 @@ impl InodeState {
     pub fn has_dirty_nodes(&self) -> bool {
         self.nodes.values().any(|n| n.dirty)
     }
+    /// The first `max` dirty pages by index that no write-back visit has in flight
+    /// (`Page::wb`: those are the visit's to map).
+    pub fn pages_to_write_back(&self, max: u64) -> Vec<u64> {
+        self.pages
+            .iter()
+            .filter(|(_, p)| p.dirty && !p.wb)
+            .map(|(&i, _)| i)
+            .take(max as usize)
+            .collect()
+    }
+
     /// Nothing of this inode waits to be written.
     pub fn is_clean(&self) -> bool {
         !self.dirty && self.dirty_pages == 0 && !self.has_dirty_nodes()

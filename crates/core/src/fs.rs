@@ -1628,20 +1628,18 @@ impl Fs {
                 return Ok(false);
             }
             let r = (|| {
-                let data = fs.writeback_pages(&mut st)?;
-                // `st.dirty`: write-back since the last fsync (the flusher's, a pre-pass's)
-                // may have mapped blocks into the inode's own slots that still sit in a
-                // log buffer; with no direct node dirty this was skipped, and a power cut
+                fs.writeback_pages(&mut st)?;
+                // Data (this fsync's pages, and blocks the flusher, a pre-pass or a
+                // collector mapped since, which may still sit in a log buffer) must be
+                // durable before any node that points at it: a device may reorder
+                // unflushed writes. Always, since a file that gets here has something
+                // dirty or unsynced: this was skipped when only the inode was dirty, and
+                // write-back had mapped blocks into the inode's own slots, so a power cut
                 // left the FSYNC inode pointing at blocks never written
                 // (`multithreaded_fsyncs_survive_power_cuts_with_cells_evicted`, seed 38
                 // TearOne: "t1f1 block 26 holds 0, durable 69").
-                if data > 0 || st.has_dirty_nodes() || st.unsynced || st.dirty {
-                    // Data (including blocks a collector moved, still in a log buffer) must
-                    // be durable before any node that points at it: a device may reorder
-                    // unflushed writes.
-                    fs.seg.submit_all()?;
-                    fs.dev.flush()?;
-                }
+                fs.seg.submit_all()?;
+                fs.dev.flush()?;
                 let mut flags = node::flag::FSYNC;
                 if c.is_new.load(Ordering::Acquire) {
                     flags |= node::flag::DENT;

@@ -709,14 +709,7 @@ impl FsInner {
         // 1. Pick and mark.
         let warm = self.data_head(st.ino, Temp::Warm);
         let cold = self.data_head(st.ino, Temp::Cold);
-        // Pages another visit has in flight are its own to map.
-        let idxs: Vec<u64> = st
-            .pages
-            .iter()
-            .filter(|(_, p)| p.dirty && !p.wb)
-            .map(|(&i, _)| i)
-            .take(max as usize)
-            .collect();
+        let idxs = st.pages_to_write_back(max);
         if idxs.is_empty() {
             return Ok(0);
         }
@@ -886,13 +879,7 @@ impl FsInner {
         }
         let is_dir = st.is_dir();
         let hi = self.data_head(st.ino, if is_dir { Temp::Hot } else { Temp::Warm });
-        let idxs: Vec<u64> = st
-            .pages
-            .iter()
-            .filter(|(_, p)| p.dirty && !p.wb)
-            .map(|(&i, _)| i)
-            .take(max as usize)
-            .collect();
+        let idxs = st.pages_to_write_back(max);
         let cold = self.data_head(st.ino, Temp::Cold);
         let mut n = 0;
         // Pages a lazy collector dirtied are moves, not application data.

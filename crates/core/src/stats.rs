@@ -293,9 +293,9 @@ pub struct Counters {
     /// the time it came to map them (the node-lock rule's check at the remap; the copy was
     /// invalidated, and the block is also counted in `gc_skipped_blocks`).
     pub gc_lost_copies: u64,
-    /// Copies the flusher wrote with the file's cell released whose page had been
-    /// written, dropped or changed by the time it came to map them
-    /// (`FsInner::writeback_pages_released`): invalidated, never mapped.
+    /// Copies a write-back visit (the flusher's, a pre-pass's) wrote with the file's cell
+    /// released whose page had been written, dropped or changed by the time it came to map
+    /// them (`FsInner::writeback_pages_released`): invalidated, never mapped.
     pub flush_orphaned_copies: u64,
     /// `scale`: blocks of victim reservations a collector gave back before the end of its
     /// victim, once each segment's runs showed what its moves can need.

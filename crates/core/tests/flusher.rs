@@ -619,13 +619,21 @@ fn a_writer_writes_into_pages_the_flusher_is_copying() {
             .unwrap();
     });
     parked.release(&fs);
-    assert_budget_exact(&fs, "rewrites of pages in flight");
     let s = fs.stats();
     assert_eq!(s.flush_orphaned_copies, 2, "{s:?}");
-    assert!(
-        fs.read_file("/w").unwrap() == model,
-        "contents after the flush"
-    );
+    rewrites_in_flight_end_exact(dev, fs, model, "rewrites of pages in flight");
+}
+
+/// After writes into pages in flight: the space budget exact at rest, `/w` holding
+/// `model` now and after a remount, fsck clean.
+fn rewrites_in_flight_end_exact(
+    dev: Arc<dyn BlockDevice>,
+    fs: Arc<Fs>,
+    model: Vec<u8>,
+    what: &str,
+) {
+    assert_budget_exact(&fs, what);
+    assert!(fs.read_file("/w").unwrap() == model, "{what}: contents");
     fs.set_test_hook(None);
     remount_and_check(dev, fs, &[("/w".into(), model)]);
 }
@@ -836,13 +844,7 @@ fn a_writer_writes_into_pages_the_checkpoint_prepass_is_copying() {
     prepass.join().unwrap().unwrap();
     assert_eq!(fs.stats().flush_orphaned_copies, 1);
     fs.set_flusher_paused(false);
-    assert_budget_exact(&fs, "rewrites of pages the pre-pass copies");
-    assert!(
-        fs.read_file("/w").unwrap() == model,
-        "contents after the pre-pass"
-    );
-    fs.set_test_hook(None);
-    remount_and_check(dev, fs, &[("/w".into(), model)]);
+    rewrites_in_flight_end_exact(dev, fs, model, "rewrites of pages the pre-pass copies");
 }
 
 /// A visit that dies between marking its pages and mapping them (here a panic at
