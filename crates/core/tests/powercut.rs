@@ -9,6 +9,8 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+mod common;
+
 fn opts() -> MountOptions {
     MountOptions {
         cp_interval: None,
@@ -347,7 +349,15 @@ fn fsynced_files_survive_power_cuts_between_cap_reliefs() {
 
 #[test]
 fn multithreaded_fsyncs_survive_power_cuts() {
-    multithreaded_fsyncs(MountOptions::default().inode_cache_max);
+    multithreaded_fsyncs(MountOptions::default().inode_cache_max, false);
+}
+
+/// The same with the race windows widened (`common::widen_races`), two flusher lanes and a
+/// 256 KiB dirty cap, so that the cut falls while visits copy with the cells released,
+/// fsyncs wait for them and the cap relief evicts cells, in the orders many cores give.
+#[test]
+fn multithreaded_fsyncs_survive_power_cuts_with_races_widened() {
+    multithreaded_fsyncs(8, true);
 }
 
 /// The same with an inode cache of 2 cells: the cap relief writes nodes back and evicts
@@ -355,12 +365,13 @@ fn multithreaded_fsyncs_survive_power_cuts() {
 /// concurrent), with no checkpoint between the sync and the cut unless the interval fills.
 #[test]
 fn multithreaded_fsyncs_survive_power_cuts_with_cells_evicted() {
-    let reliefs = multithreaded_fsyncs(2);
+    let reliefs = multithreaded_fsyncs(2, false);
     assert!(reliefs > 0, "no cap relief ran");
 }
 
-/// The cap reliefs that ran before the cuts, over all seeds.
-fn multithreaded_fsyncs(inode_cache_max: usize) -> u64 {
+/// The cap reliefs that ran before the cuts, over all seeds. `widen`: with
+/// `common::widen_races` and the flusher busy.
+fn multithreaded_fsyncs(inode_cache_max: usize, widen: bool) -> u64 {
     let mut reliefs = 0;
     const THREADS: usize = 3;
     const FILES: usize = 2;
@@ -377,6 +388,12 @@ fn multithreaded_fsyncs(inode_cache_max: usize) -> u64 {
                     cp_interval: None,
                     gc_interval: None,
                     inode_cache_max,
+                    flushers: if widen { 2 } else { 1 },
+                    dirty_cap_bytes: if widen {
+                        256 << 10
+                    } else {
+                        MountOptions::default().dirty_cap_bytes
+                    },
                     ..Default::default()
                 },
             )
@@ -394,6 +411,9 @@ fn multithreaded_fsyncs(inode_cache_max: usize) -> u64 {
             }
         }
         fs.sync().unwrap();
+        if widen {
+            common::widen_races(&fs, seed);
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         sim.cut_at(sim.ops() + rng.random_range(5..600), rng.random_range(0..4));
         // Per file: (durable byte per block, bytes written since per block).

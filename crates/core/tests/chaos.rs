@@ -1,0 +1,282 @@
+//! Every background agent at once, with the race windows widened: application threads
+//! write, overwrite, truncate, punch, rename, unlink and fsync files of their own while the
+//! flusher's lanes, the collectors (or `gc=none`'s discard dispatcher, or `gc=device`'s
+//! upcall handler), cap reliefs (an inode cache of 8 cells) and checkpoints all run. A
+//! test hook makes the thread that reaches any test point (a visit copying with the cell
+//! released, a collector between its check and its remap, every checkpoint step, a cell
+//! load, a log append) yield or sleep for up to 300 us at random: on 2 cores this opens the
+//! interleavings that 16 cores give without it (a thread preempted in the middle of a
+//! window another thread then enters). The end state must be exactly the model: every
+//! file's size and bytes, the space budget at rest, a clean fsck, the same after a remount.
+//!
+//! `CHAOS_SEED=N` picks the delays' seed (default 1) and `CHAOS_THREADS=N` the application
+//! threads (default 6; 16 gives a 16-core machine's writers); a failure prints the seed it
+//! ran with. Delays depend on the scheduler too, so a seed does not replay a failure exactly:
+//! run the file in a loop to hunt one.
+
+use flashlog_core::*;
+use flashlog_dev::{BlockDevice, RamDevice};
+use flashlog_ssd::{SsdConfig, SsdDevice, StoreKind};
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+mod common;
+
+const OPS: u64 = 500;
+const FILES: u64 = 5;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+fn emulated(ftl: &str) -> Arc<dyn BlockDevice> {
+    let mut c = SsdConfig::preset("970pro-like")
+        .unwrap()
+        .with_capacity(256 << 20)
+        .unwrap();
+    c.set("ftl", ftl).unwrap();
+    c.store = StoreKind::Ram;
+    Arc::new(SsdDevice::new(c).unwrap())
+}
+
+type Models = Arc<Mutex<HashMap<String, Vec<u8>>>>;
+
+fn check(fs: &Fs, models: &Models, when: &str) {
+    for (name, want) in models.lock().iter() {
+        let a = fs
+            .lookup(ROOT_INO, name.as_bytes())
+            .unwrap_or_else(|e| panic!("{when}: {name}: {e}"));
+        assert_eq!(a.size, want.len() as u64, "{when}: size of {name}");
+        let mut got = vec![0u8; want.len()];
+        let mut off = 0;
+        while off < got.len() {
+            off += fs.read(a.ino, off as u64, &mut got[off..]).unwrap();
+        }
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            panic!(
+                "{when}: {name} differs first at byte {i} (block {}): {} instead of {}",
+                i / 4096,
+                got[i],
+                want[i]
+            );
+        }
+    }
+}
+
+/// One thread's work on its own files; the model of what they hold at the end.
+fn worker(fs: &Fs, t: u64, seed: u64) -> HashMap<String, Vec<u8>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed * 1000 + t);
+    let mut mine: HashMap<String, Vec<u8>> = HashMap::new();
+    let ino_of = |name: &str| match fs.lookup(ROOT_INO, name.as_bytes()) {
+        Ok(a) => a.ino,
+        Err(Error::NotFound) => {
+            fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino
+        }
+        Err(e) => panic!("lookup {name}: {e}"),
+    };
+    for i in 0..OPS {
+        let name = format!("t{t}-f{}", rng.random_range(0..FILES));
+        let ino = ino_of(&name);
+        let m = mine.entry(name.clone()).or_default();
+        match rng.random_range(0..20) {
+            // Writes: a small overwrite or append (one page's worth or a few) most often,
+            // sometimes a large one.
+            0..=10 => {
+                let off = if rng.random_bool(0.3) {
+                    m.len() as u64
+                } else {
+                    rng.random_range(0..1_000_000u64)
+                };
+                let len = if rng.random_bool(0.8) {
+                    rng.random_range(1..12_000usize)
+                } else {
+                    rng.random_range(12_000..120_000usize)
+                };
+                let byte = (i % 251) as u8 + 1;
+                fs.write(ino, off, &vec![byte; len])
+                    .unwrap_or_else(|e| panic!("write {name}: {e}"));
+                if m.len() < off as usize + len {
+                    m.resize(off as usize + len, 0);
+                }
+                m[off as usize..off as usize + len].fill(byte);
+            }
+            11 => {
+                let size = rng.random_range(0..800_000u64);
+                fs.setattr(
+                    ino,
+                    &SetAttr {
+                        size: Some(size),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                m.resize(size as usize, 0);
+            }
+            12 => {
+                let off = rng.random_range(0..800_000u64);
+                let len = rng.random_range(1..200_000u64);
+                fs.fallocate(ino, FallocMode::PunchHole, off, len).unwrap();
+                let s = (off as usize).min(m.len());
+                let e = ((off + len) as usize).min(m.len());
+                m[s..e].fill(0);
+            }
+            13 => {
+                fs.unlink(ROOT_INO, name.as_bytes()).unwrap();
+                mine.remove(&name);
+            }
+            14 => {
+                // Over another of this thread's names (replacing it if it exists).
+                let to = format!("t{t}-f{}", rng.random_range(0..FILES));
+                if to != name {
+                    fs.rename(
+                        ROOT_INO,
+                        name.as_bytes(),
+                        ROOT_INO,
+                        to.as_bytes(),
+                        RenameFlags::default(),
+                    )
+                    .unwrap();
+                    let v = mine.remove(&name).unwrap();
+                    mine.insert(to, v);
+                }
+            }
+            15..=17 => fs.fsync(ino, false).unwrap(),
+            _ => fs.fsync(ino, true).unwrap(),
+        }
+    }
+    mine
+}
+
+fn run(gc: &str, dev: Arc<dyn BlockDevice>) {
+    let seed = env_or("CHAOS_SEED", 1);
+    let threads = env_or("CHAOS_THREADS", 6);
+    eprintln!("{gc}: CHAOS_SEED={seed} CHAOS_THREADS={threads}");
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let agents = gc == "none" || gc == "device";
+    let opts = || MountOptions {
+        gc: gc.parse().unwrap(),
+        gc_workers: 3,
+        cp_interval: None,
+        // The discard dispatcher and the upcall handler run only with a period.
+        gc_interval: agents.then(|| Duration::from_millis(5)),
+        flushers: 2,
+        dirty_cap_bytes: 1 << 20,
+        inode_cache_max: 8,
+        ..Default::default()
+    };
+    let fs = Arc::new(Fs::mount(dev.clone(), opts()).unwrap());
+    let hits = common::widen_races(&fs, seed);
+    let stop = Arc::new(AtomicBool::new(false));
+    // Checkpoints, and for the cleaning policies a foreground cleaner, beside the writers.
+    let background: Vec<_> = [false, true]
+        .into_iter()
+        .filter(|&clean| !clean || !agents)
+        .map(|clean| {
+            let (fs, stop) = (fs.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rounds = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if clean {
+                        fs.gc(2).unwrap();
+                    } else {
+                        fs.sync().unwrap();
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    let models: Models = Arc::default();
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (fs, models) = (fs.clone(), models.clone());
+            std::thread::spawn(move || {
+                let mine = worker(&fs, t, seed);
+                models.lock().extend(mine);
+            })
+        })
+        .collect();
+    for w in workers {
+        if let Err(e) = w.join() {
+            eprintln!("{gc}: failed with CHAOS_SEED={seed} CHAOS_THREADS={threads}");
+            std::panic::resume_unwind(e);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for b in background {
+        assert!(b.join().unwrap() > 0, "a background thread never ran");
+    }
+    common::narrow_races(&fs);
+    assert!(
+        hits.load(Ordering::Relaxed) > 1000,
+        "the hook was reached only {} times",
+        hits.load(Ordering::Relaxed)
+    );
+    let when = format!("{gc}, CHAOS_SEED={seed} CHAOS_THREADS={threads}");
+    check(&fs, &models, &when);
+    fs.sync().unwrap();
+    let seg = &fs.inner().seg;
+    assert_eq!(
+        seg.space.overcommit_blocks.load(Ordering::Relaxed),
+        0,
+        "{when}"
+    );
+    assert_eq!(
+        seg.space.headroom(),
+        seg.headroom_at_rest(),
+        "{when}: the space budget drifted from the volume's state"
+    );
+    let st = fs.stats();
+    eprintln!(
+        "{gc}: {} test points, {} checkpoints, {} cap reliefs, {} blocks moved, {} flusher copies orphaned, {} collector copies lost",
+        hits.load(Ordering::Relaxed),
+        st.checkpoints,
+        st.cap_reliefs,
+        st.gc_moved_blocks,
+        st.flush_orphaned_copies,
+        st.gc_lost_copies
+    );
+    let fs = Arc::try_unwrap(fs).ok().unwrap();
+    fs.unmount().unwrap();
+    let r = fsck::fsck(&*dev).unwrap();
+    assert!(r.is_clean(), "{when}: {r}");
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    check(&fs, &models, &format!("{when}, after a remount"));
+    fs.unmount().unwrap();
+}
+
+fn ram() -> Arc<dyn BlockDevice> {
+    Arc::new(RamDevice::new((128 << 20) / 4096))
+}
+
+#[test]
+fn chaos_f2fs() {
+    run("f2fs", ram());
+}
+
+#[test]
+fn chaos_scale() {
+    run("scale", ram());
+}
+
+#[test]
+fn chaos_none() {
+    run("none", emulated("interval"));
+}
+
+#[test]
+fn chaos_device() {
+    run("device", emulated("coupled"));
+}
