@@ -579,6 +579,23 @@ t_emulated() {
     cat "$elog"
     grep -q "emulated device summary: .*WAF .*device GC: .*upcalls sent" "$elog" || { echo "no emulator summary in the log"; rc=1; }
     grep -q "contents discarded" "$elog" || { echo "unmount does not say the contents are gone"; rc=1; }
+    grep -q "fsck of .* after the unmount: .*: clean" "$elog" || { echo "no clean fsck of the emulated volume in the log"; rc=1; }
+    # gc=none (IPLFS): the log shows what inspect shows of an infinite volume, which the
+    # CLI cannot open otherwise: each head's live interval and an empty discard log (a clean
+    # unmount issues the discards its final checkpoint made safe).
+    out=$("$FL" mount --daemon --pid-file "$epid" --log "$elog.none" --device 970pro-like:1GiB \
+        -o gc=none "$emnt" 2>&1) || { echo "mount --device -o gc=none failed: $out"; return 1; }
+    grep -q "ftl=interval" <<<"$out" || { echo "gc=none did not pick ftl=interval: $out"; rc=1; }
+    pid=$(cat "$epid")
+    dd if="$work/emu.data" of="$emnt/data" bs=1M conv=fsync status=none || rc=1
+    dd if=/dev/zero of="$emnt/data" bs=1M count=4 conv=notrunc,fsync status=none || rc=1
+    umount "$emnt" || return 1
+    wait_exit "$pid" || true
+    kill -0 "$pid" 2>/dev/null && { echo "gc=none daemon $pid still running after umount"; return 1; }
+    sed -n '/flashlog inspect/,$p' "$elog.none"
+    grep -q "fsck of .* after the unmount: .*: clean" "$elog.none" || { echo "gc=none: no clean fsck in the log"; rc=1; }
+    grep -q "Infinite space (gc=none): 20[0-9][0-9] live blocks" "$elog.none" || { echo "gc=none: no live intervals (8 MiB live) in the log"; rc=1; }
+    grep -q "Discard log: 0 bytes, 0 commands" "$elog.none" || { echo "gc=none: the unmounted volume still lists discards"; rc=1; }
     # gc=device where the device cannot move blocks itself: refused, saying why.
     "$FL" mkfs --size 64M "$eimg" >/dev/null || return 1
     if out=$("$FL" mount -o gc=device "$eimg" "$emnt" 2>&1); then
@@ -591,7 +608,7 @@ t_emulated() {
     fi
     grep -q "migration_upcalls" <<<"$out" || { echo "RAM refusal does not say why: $out"; rc=1; }
     grep -qs " $emnt " /proc/mounts && { echo "a refused mount left $emnt mounted"; rc=1; }
-    [[ $rc == 0 ]] && result "970pro-like:1GiB gc=device (ftl=coupled): 8 MiB fsync'd + cp -a tree read back; summary logged; gc=device on image/RAM refused"
+    [[ $rc == 0 ]] && result "970pro-like:1GiB gc=device (ftl=coupled): 8 MiB fsync'd + cp -a tree read back; summary and clean fsck logged; gc=none: live intervals and an empty discard log logged; gc=device on image/RAM refused"
 }
 
 t_final() {
@@ -626,7 +643,7 @@ step "SIGTERM/SIGINT unmount cleanly" t_sigterm
 step "SIGKILL loses nothing fsync'd" t_sigkill
 step "FUSE knobs: bdi_max_ratio, killpriv" t_fuse_knobs
 step "requests per new file, times durable" t_requests_per_file
-step "--device 970pro-like -o gc=device" t_emulated
+step "--device 970pro-like -o gc=device, gc=none" t_emulated
 step "final remount + umount + fsck" t_final
 echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"
 exit $((failures > 0 ? 1 : 0))

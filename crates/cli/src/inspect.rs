@@ -189,14 +189,24 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
         hex(&sb.uuid),
         sb.created_unix
     )?;
-    writeln!(
-        out,
-        "  {} blocks of {} bytes ({:.1} MiB); user space {:.1} MiB",
-        g.block_count,
-        BLOCK_SIZE,
-        mib(g.block_count),
-        mib(g.user_blocks)
-    )?;
+    if g.infinite {
+        // The whole 2^64-block space: block and segment counts in MiB would be noise.
+        writeln!(
+            out,
+            "  an infinite logical space (2^64 blocks of {} bytes, gc=none); user space {:.1} MiB (the device's capacity less metadata and reserve)",
+            BLOCK_SIZE,
+            mib(g.user_blocks)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  {} blocks of {} bytes ({:.1} MiB); user space {:.1} MiB",
+            g.block_count,
+            BLOCK_SIZE,
+            mib(g.block_count),
+            mib(g.user_blocks)
+        )?;
+    }
     writeln!(
         out,
         "  checkpoint @{} (2 x {}), SIT @{} (2 x {}), NAT @{} (2 x {}, {} nids), SSA @{} (2 x {})",
@@ -210,16 +220,27 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
         g.ssa_addr,
         g.ssa_blocks
     )?;
-    writeln!(
-        out,
-        "  main @{}: {} segments of {} blocks, {} per section; {} reserved, {} overprovision",
-        g.main_addr,
-        g.main_segments,
-        BLOCKS_PER_SEG,
-        g.segs_per_sec,
-        g.reserved_segments,
-        g.ovp_segments
-    )?;
+    if g.infinite {
+        writeln!(
+            out,
+            "  main @{:#x}: one region of 2^{} blocks per log head, never reused; {} segments of {} blocks reserved",
+            g.main_addr,
+            flashlog_format::sb::REGION_BLOCKS_LOG2,
+            g.reserved_segments,
+            BLOCKS_PER_SEG
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  main @{}: {} segments of {} blocks, {} per section; {} reserved, {} overprovision",
+            g.main_addr,
+            g.main_segments,
+            BLOCKS_PER_SEG,
+            g.segs_per_sec,
+            g.reserved_segments,
+            g.ovp_segments
+        )?;
+    }
     writeln!(
         out,
         "  {} log heads ({} mlogs), features {:#x}",
@@ -244,6 +265,25 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
         ck.free_segments,
         ck.orphans.len()
     )?;
+    if g.infinite {
+        // Segment numbers of 2^56-block regions are unreadable as decimals: the head's
+        // block address says the same.
+        writeln!(out, "  log heads:  kind  temp  mlog  at block")?;
+        for h in &ck.heads {
+            writeln!(
+                out,
+                "              {:<5} {:<5} {:>4}  {:#x}",
+                format!("{:?}", h.kind).to_lowercase(),
+                format!("{:?}", h.temp).to_lowercase(),
+                h.mlog,
+                g.main_addr + h.seg * BLOCKS_PER_SEG + u64::from(h.blkoff)
+            )?;
+        }
+    }
+    if let Some(s) = &iplfs {
+        s.print(&mut out)?;
+        return Ok(out);
+    }
     writeln!(out, "  log heads:  kind  temp  mlog  segment  offset  next")?;
     for h in &ck.heads {
         writeln!(
@@ -256,10 +296,6 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
             h.blkoff,
             h.next_seg
         )?;
-    }
-    if let Some(s) = &iplfs {
-        s.print(&mut out)?;
-        return Ok(out);
     }
     writeln!(out, "Segment usage ({} segments: {} free, {} partial, {} full; {} valid blocks, {:.1}% of main)", g.main_segments, u.free, u.partial, u.full, u.valid_blocks, 100.0 * u.valid_blocks as f64 / g.main_blocks().max(1) as f64)?;
     let max = u.histogram.iter().copied().max().unwrap_or(1).max(1);

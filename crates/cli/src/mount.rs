@@ -21,7 +21,8 @@
 //! process's memory (the bench's device spec, `flashlog_bench::device::DeviceSpec`). The
 //! device is created, formatted and mounted in the serving process, after daemonizing (the
 //! emulator starts threads, which must not exist at fork); its contents vanish at unmount,
-//! where the emulator's summary (WAF, device GC, upcalls) is logged.
+//! where the emulator's summary (WAF, device GC, upcalls), fsck's verdict and inspect's view
+//! of the volume are logged (the exit status is 1 if fsck is not clean).
 
 use crate::device::{self, Access};
 use anyhow::{anyhow, bail, Context, Result};
@@ -538,10 +539,13 @@ fn finish(fs: Arc<Fs>, p: &Prepared, emu: Option<&BenchDevice>) -> ExitCode {
                 stats.fsyncs
             );
             tracing::info!("{msg}");
-            if let Some(bd) = emu {
-                emu_summary(p, bd, &stats);
+            match emu {
+                Some(bd) => {
+                    emu_summary(bd, &stats);
+                    emu_final_checks(p, bd)
+                }
+                None => ExitCode::SUCCESS,
             }
-            ExitCode::SUCCESS
         }
         Err(e) if emu.is_some() => {
             tracing::error!("final checkpoint of {} failed: {e}", p.name);
@@ -558,8 +562,8 @@ fn finish(fs: Arc<Fs>, p: &Prepared, emu: Option<&BenchDevice>) -> ExitCode {
     }
 }
 
-/// The emulated device's summary at unmount (its contents are dropped right after).
-fn emu_summary(p: &Prepared, bd: &BenchDevice, fs: &flashlog_core::Counters) {
+/// The emulated device's summary at unmount.
+fn emu_summary(bd: &BenchDevice, fs: &flashlog_core::Counters) {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let (_, written) = bd.dev.bytes();
     let msg = match bd.ssd_stats() {
@@ -578,10 +582,36 @@ fn emu_summary(p: &Prepared, bd: &BenchDevice, fs: &flashlog_core::Counters) {
         None => format!("RAM device summary: host wrote {:.1} MiB", mib(written)),
     };
     tracing::info!("{msg}");
+}
+
+/// On an emulated device, the last chance to look at the volume: fsck it, and log what
+/// `flashlog inspect` shows (for a `gc=none` volume the live interval of each log and the
+/// discard log: the CLI cannot open such a volume otherwise, since no file or block device
+/// offers an infinite space). Then its contents are dropped. Failure if fsck is not clean.
+fn emu_final_checks(p: &Prepared, bd: &BenchDevice) -> ExitCode {
+    let code = match flashlog_core::fsck::fsck(&*bd.dev) {
+        Ok(r) if r.is_clean() => {
+            tracing::info!("fsck of {} after the unmount: {r}", p.name);
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            tracing::error!("fsck of {} after the unmount:\n{r}", p.name);
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            tracing::error!("fsck of {} after the unmount failed: {e}", p.name);
+            ExitCode::from(1)
+        }
+    };
+    match crate::inspect::render(&*bd.dev, &p.name, false, false) {
+        Ok(text) => tracing::info!("flashlog inspect {}:\n{}", p.name, text.trim_end()),
+        Err(e) => tracing::warn!("inspect of {} failed: {e}", p.name),
+    }
     tracing::info!(
         "{}: contents discarded (the device lived in memory)",
         p.name
     );
+    code
 }
 
 fn spawn_signal_thread(

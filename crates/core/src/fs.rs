@@ -443,6 +443,14 @@ impl Fs {
                 ));
             }
             self.inner.write_checkpoint(true)?;
+            // gc=none: the final checkpoint made the last dead blocks safe to discard;
+            // issue them now instead of leaving them to the next mount, so that an
+            // unmounted volume's device maps only live blocks, then write a pack whose
+            // discard log no longer lists them. A cut between the two re-issues the first
+            // pack's log at the next mount: harmless, no address is ever reused.
+            if self.inner.seg.is_infinite() && crate::gc_none::dispatch_all(&self.inner)? > 0 {
+                self.inner.write_checkpoint(true)?;
+            }
         }
         Ok(())
     }

@@ -151,6 +151,41 @@ fn overwrites_are_discarded_after_the_checkpoint_and_addresses_never_reused() {
     fsck_clean(&*ssd);
 }
 
+/// A clean unmount issues the discards its final checkpoint made safe and leaves a pack
+/// whose discard log is empty: the unmounted volume's device maps only live blocks (they
+/// waited for the next mount before).
+#[test]
+fn a_clean_unmount_leaves_no_dead_block_mapped() {
+    let ssd = interval(CAP);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &pattern(1, 4 << 20)).unwrap();
+    fs.fsync(f, false).unwrap();
+    // Overwritten and unmounted at once: these blocks die in the final checkpoint.
+    fs.write(f, 0, &pattern(2, 4 << 20)).unwrap();
+    fs.unmount().unwrap();
+    let r = fsck_clean(&*ssd);
+    assert_eq!(
+        mapped_in_main(&ssd),
+        r.data_blocks + r.node_blocks,
+        "dead blocks the device maps after a clean unmount"
+    );
+    let sb = flashlog_core::checkpoint::read_superblock(&*ssd).unwrap();
+    let ck = flashlog_core::checkpoint::read_checkpoint(&*ssd, &sb.geo).unwrap();
+    assert!(
+        ck.discard_log.is_empty(),
+        "the last pack still lists discards"
+    );
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let mut buf = vec![0u8; 4 << 20];
+    fs.read(f, 0, &mut buf).unwrap();
+    assert!(buf == pattern(2, 4 << 20));
+    fs.unmount().unwrap();
+    let r = fsck_clean(&*ssd);
+    assert_eq!(mapped_in_main(&ssd), r.data_blocks + r.node_blocks);
+}
+
 #[test]
 fn enospc_when_live_data_reaches_the_capacity_and_space_returns_after_delete() {
     let ssd = interval(96 << 20);
