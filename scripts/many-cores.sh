@@ -24,7 +24,7 @@
 #              flash), 4 and 16 threads (~2 min on 2 cores; its own call: a call may last 10 min)
 #   lent2      the second lent machine's one call (2026-11-26, ~9 min): the core's race and
 #              space tests on 16 cores (test binaries built here, in BIN's folder, each run
-#              twice), fxmark on RAM (one flusher against 16 lanes), `sustained` for device,
+#              twice: race_tests), fxmark on RAM (one flusher against 16 lanes), `sustained` for device,
 #              none and zf2fs, the IPLFS slides' setting at 16 threads, fxmark on the SSD;
 #              every run under its own time limit so that one slow run leaves the rest
 #   profile    where DWAL with flusher lanes and `none` at 97 % full spend their time on
@@ -35,7 +35,8 @@
 #              threads (none against f2fs, and a perf record of none), MWCL/MWUL on RAM,
 #              `sustained` for f2fs, scale and none (~4 min)
 #   next       what 2026-11-26's sessions built but could not measure on 16 cores
-#              (~6 min): fxmark MWCL/MWUL on RAM, mlogs 16 and 1 (the cap relief:
+#              (~7 min): the race tests (chaos with 16 threads, powercut, flusher,
+#              gc_races: test binaries built here, 3 rounds; see race_tests), fxmark MWCL/MWUL on RAM, mlogs 16 and 1 (the cap relief:
 #              nodes written and cells evicted without a checkpoint, with the pre-pass's
 #              helpers and the op lock's gate: see the checkpoint split, cap-relief and
 #              `cap_relief` wait columns), DWAL
@@ -121,6 +122,28 @@ iplfs_slides() {
     done
 }
 
+# The core's race tests on this machine's cores: test binaries built here, copied next to
+# BIN without their hash suffix (e.g. target/release/deps/chaos-HASH -> DIR/chaos), each
+# run ROUNDS times with a limit of 2 minutes; `chaos` with 16 application threads and a new
+# seed each round (CHAOS_SEED, CHAOS_THREADS: crates/core/tests/chaos.rs).
+race_tests() { # ROUNDS TEST...
+    local dir i t rounds=$1
+    shift
+    dir=$(dirname "$bin")
+    for i in $(seq 1 "$rounds"); do
+        for t in "$@"; do
+            [ -x "$dir/$t" ] || continue
+            if CHAOS_SEED=$i CHAOS_THREADS=16 timeout 120 "$dir/$t" -q \
+                >"$out/test-$t-$i.log" 2>&1; then
+                echo "test $t run $i: ok" | tee -a "$out/$phase.log"
+            else
+                echo "test $t run $i: FAILED (exit $?), see test-$t-$i.log" | tee -a "$out/$phase.log"
+                status=1
+            fi
+        done
+    done
+}
+
 policies=f2fs,f2fs-lfs,scale,device,none
 case "$phase" in
 fxmark)
@@ -151,18 +174,7 @@ iplfs)
     iplfs_slides
     ;;
 lent2)
-    dir=$(dirname "$bin")
-    for i in 1 2; do
-        for t in gc_races space mlogs flusher op_path_locks scale_commit iplfs device_gc; do
-            [ -x "$dir/$t" ] || continue
-            if timeout 60 "$dir/$t" -q >"$out/test-$t-$i.log" 2>&1; then
-                echo "test $t run $i: ok" | tee -a "$out/$phase.log"
-            else
-                echo "test $t run $i: FAILED (exit $?), see test-$t-$i.log" | tee -a "$out/$phase.log"
-                status=1
-            fi
-        done
-    done
+    race_tests 2 gc_races space mlogs flusher op_path_locks scale_commit iplfs device_gc
     limit=170
     run fxmark-ram-lanes fxmark --device ram:4GiB --threads 16 --duration 2 \
         --mlogs 16 --policies f2fs,f2fs/flushers=16,scale
@@ -203,6 +215,7 @@ verify)
         --policies f2fs,scale,none
     ;;
 next)
+    race_tests 3 chaos powercut flusher gc_races
     limit=100
     run fxmark-ram-meta fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
         --tests MWCL,MWUL --policies f2fs,scale
