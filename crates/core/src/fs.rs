@@ -251,7 +251,8 @@ fn attr_of(st: &InodeState) -> Attr {
     Attr {
         ino: st.ino,
         size: h.size,
-        blocks: h.blocks * (BLOCK_SIZE as u64 / 512),
+        // Saturating: a corrupt inode's count must not overflow (fsck reports it).
+        blocks: h.blocks.saturating_mul(BLOCK_SIZE as u64 / 512),
         atime: h.atime,
         mtime: h.mtime,
         ctime: h.ctime,
@@ -1974,5 +1975,29 @@ impl Drop for Fs {
         if let Err(e) = self.finish(true) {
             tracing::warn!("unmount on drop failed: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the mount_fsck fuzzer (its build checks overflow): an inode's corrupt block
+    /// count times 8 overflowed in `getattr`; a release build wrapped it to a small, wrong
+    /// st_blocks. It saturates (and fsck reports the count).
+    #[test]
+    fn a_corrupt_block_count_saturates_st_blocks() {
+        let hdr = InodeHdr {
+            blocks: u64::MAX / 3,
+            ..Default::default()
+        };
+        let st = InodeState::new(5, flashlog_format::codec::zero_block(), hdr, false);
+        assert_eq!(attr_of(&st).blocks, u64::MAX);
+        let hdr = InodeHdr {
+            blocks: 3,
+            ..Default::default()
+        };
+        let st = InodeState::new(5, flashlog_format::codec::zero_block(), hdr, false);
+        assert_eq!(attr_of(&st).blocks, 24);
     }
 }

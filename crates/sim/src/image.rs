@@ -212,6 +212,27 @@ pub fn write_corpora(dir: &Path) -> Result<usize, Box<dyn std::error::Error>> {
             _ => {}
         }
     }
+    // The checkpoint's discard log: ranges (long runs) and bitmaps (short ones), as
+    // `gc=none` and `gc=device` write it.
+    let cmd = |addr: u64, len: u64| flashlog_core::discard::DiscardCmd { addr, len };
+    let logs: [(&str, Vec<flashlog_core::discard::DiscardCmd>); 3] = [
+        ("empty", vec![]),
+        ("ranges", vec![cmd(1024, 512), cmd(9000, 1000)]),
+        (
+            "mixed",
+            (0..64u64)
+                .map(|k| cmd(4096 + 3 * k, 1))
+                .chain([cmd((1 << 56) + 7, 300)])
+                .collect(),
+        ),
+    ];
+    for (name, cmds) in &logs {
+        emit(
+            "discard_log",
+            (*name).into(),
+            &flashlog_core::discard::encode_log(cmds),
+        )?;
+    }
     // mount_fsck takes a list of patches (see fuzz/fuzz_targets/mount_fsck.rs); the empty
     // list mounts the image as it is, the others are small starting points.
     emit("mount_fsck", "empty".into(), &[])?;

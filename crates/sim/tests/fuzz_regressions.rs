@@ -45,3 +45,14 @@ fn corrupt_metadata_does_not_stall_foreground_gc() {
     println!("took {took:?}");
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
+
+/// mount_fsck (2026-11-27, found after ~1,500 executions in a build with overflow checks):
+/// a patch that made an inode's block count huge; `getattr` multiplied it by 8 and
+/// overflowed (`fs::tests::a_corrupt_block_count_saturates_st_blocks` pins the fix).
+#[test]
+fn a_corrupt_block_count_does_not_overflow_getattr() {
+    mount_fsck(
+        &[0xf7, 0xef, 0x27, 0x00, 0xc0, 0x2b],
+        Duration::from_secs(60),
+    );
+}
