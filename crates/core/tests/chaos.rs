@@ -79,18 +79,9 @@ fn check(fs: &Fs, models: &Models, when: &str) {
 fn worker(fs: &Fs, t: u64, seed: u64) -> HashMap<String, Vec<u8>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed * 1000 + t);
     let mut mine: HashMap<String, Vec<u8>> = HashMap::new();
-    let ino_of = |name: &str| match fs.lookup(ROOT_INO, name.as_bytes()) {
-        Ok(a) => a.ino,
-        Err(Error::NotFound) => {
-            fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
-                .unwrap()
-                .ino
-        }
-        Err(e) => panic!("lookup {name}: {e}"),
-    };
     for i in 0..OPS {
         let name = format!("t{t}-f{}", rng.random_range(0..FILES));
-        let ino = ino_of(&name);
+        let ino = common::open_or_create(fs, &name);
         let m = mine.entry(name.clone()).or_default();
         match rng.random_range(0..20) {
             // Writes: a small overwrite or append (one page's worth or a few) most often,
@@ -106,33 +97,16 @@ fn worker(fs: &Fs, t: u64, seed: u64) -> HashMap<String, Vec<u8>> {
                 } else {
                     rng.random_range(12_000..120_000usize)
                 };
-                let byte = (i % 251) as u8 + 1;
-                fs.write(ino, off, &vec![byte; len])
-                    .unwrap_or_else(|e| panic!("write {name}: {e}"));
-                if m.len() < off as usize + len {
-                    m.resize(off as usize + len, 0);
-                }
-                m[off as usize..off as usize + len].fill(byte);
+                common::write_both(fs, ino, m, off, len, (i % 251) as u8 + 1);
             }
             11 => {
                 let size = rng.random_range(0..800_000u64);
-                fs.setattr(
-                    ino,
-                    &SetAttr {
-                        size: Some(size),
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
-                m.resize(size as usize, 0);
+                common::truncate_both(fs, ino, m, size);
             }
             12 => {
                 let off = rng.random_range(0..800_000u64);
                 let len = rng.random_range(1..200_000u64);
-                fs.fallocate(ino, FallocMode::PunchHole, off, len).unwrap();
-                let s = (off as usize).min(m.len());
-                let e = ((off + len) as usize).min(m.len());
-                m[s..e].fill(0);
+                common::punch_both(fs, ino, m, off, len);
             }
             13 => {
                 fs.unlink(ROOT_INO, name.as_bytes()).unwrap();
@@ -236,18 +210,7 @@ fn run(gc: &str, dev: Arc<dyn BlockDevice>, mlogs: u32, mlog_map: MlogMap) {
     );
     let when = format!("{gc}, CHAOS_SEED={seed} CHAOS_THREADS={threads}");
     check(&fs, &models, &when);
-    fs.sync().unwrap();
-    let seg = &fs.inner().seg;
-    assert_eq!(
-        seg.space.overcommit_blocks.load(Ordering::Relaxed),
-        0,
-        "{when}"
-    );
-    assert_eq!(
-        seg.space.headroom(),
-        seg.headroom_at_rest(),
-        "{when}: the space budget drifted from the volume's state"
-    );
+    common::assert_budget_exact(&fs, &when);
     let st = fs.stats();
     eprintln!(
         "{gc}: {} test points, {} checkpoints, {} cap reliefs, {} blocks moved, {} flusher copies orphaned, {} collector copies lost, {} upcall pairs applied, {} blocks discarded",

@@ -9,6 +9,8 @@ use flashlog_dev::{BlockDevice, RamDevice};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+mod common;
+
 const BS: u64 = BLOCK_SIZE as u64;
 const MIB: usize = 1 << 20;
 
@@ -283,7 +285,7 @@ fn flusher_stress(lanes: usize) {
         fs.stats().flush_orphaned_copies
     );
     assert!(wb.background_pages > 0, "{lanes} lane(s): {wb:?}");
-    assert_budget_exact(&fs, &format!("{lanes} lane(s)"));
+    common::assert_budget_exact(&fs, &format!("{lanes} lane(s)"));
     remount_and_check(dev, fs, &files);
 }
 
@@ -549,24 +551,6 @@ fn within_30s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
         .unwrap_or_else(|_| panic!("{what} waited for the flusher's copy: the cell is held"))
 }
 
-/// After a sync, nothing is dirty and nothing reserved: the space budget must equal what
-/// its definition gives (`SegManager::headroom_at_rest`), with no overcommit. A copy in
-/// flight whose page was taken meanwhile must have been paid exactly once.
-fn assert_budget_exact(fs: &Fs, what: &str) {
-    fs.sync().unwrap();
-    let seg = &fs.inner().seg;
-    assert_eq!(
-        seg.space.overcommit_blocks.load(Ordering::Relaxed),
-        0,
-        "{what}: space overcommitted"
-    );
-    assert_eq!(
-        seg.space.headroom(),
-        seg.headroom_at_rest(),
-        "{what}: the space budget drifted from the volume's state"
-    );
-}
-
 /// A new file `name` of `mib` MiB (`chunk(9, i)` each). Returns it and what it holds.
 fn file_of_chunks(fs: &Fs, name: &[u8], mib: usize) -> (Ino, Vec<u8>) {
     let ino = fs.create(ROOT_INO, name, 0o644, 0, 0).unwrap().ino;
@@ -632,7 +616,7 @@ fn rewrites_in_flight_end_exact(
     model: Vec<u8>,
     what: &str,
 ) {
-    assert_budget_exact(&fs, what);
+    common::assert_budget_exact(&fs, what);
     assert!(fs.read_file("/w").unwrap() == model, "{what}: contents");
     fs.set_test_hook(None);
     remount_and_check(dev, fs, &[("/w".into(), model)]);
@@ -681,10 +665,10 @@ fn fsync_waits_for_pages_in_flight_instead_of_writing_them_twice() {
                 fs.read_file("/w").unwrap() == model,
                 "fsync'd data after a cut"
             );
-            assert_budget_exact(&fs, "after the cut");
+            common::assert_budget_exact(&fs, "after the cut");
             remount_and_check(dev, fs, &[("/w".into(), model)]);
         } else {
-            assert_budget_exact(&fs, "fsync");
+            common::assert_budget_exact(&fs, "fsync");
             remount_and_check(dev, fs, &[("/w".into(), model)]);
         }
     }
@@ -718,13 +702,13 @@ fn truncate_and_unlink_of_pages_in_flight_keep_the_volume_exact() {
         match action {
             "truncate" => {
                 model.truncate(7 * BS as usize + 100);
-                assert_budget_exact(&fs, action);
+                common::assert_budget_exact(&fs, action);
                 assert!(fs.stats().flush_orphaned_copies > 0);
                 fs.set_test_hook(None);
                 remount_and_check(dev, fs, &[("/w".into(), model)]);
             }
             _ => {
-                assert_budget_exact(&fs, action);
+                common::assert_budget_exact(&fs, action);
                 assert_eq!(fs.stats().flush_orphaned_copies, FLUSH_CHUNK_PAGES);
                 assert!(fs.read_file("/w").is_err());
                 fs.set_test_hook(None);
@@ -803,7 +787,7 @@ fn a_visit_maps_its_copies_after_the_file_s_nodes_left_the_cache() {
         );
     };
     check(&fs, "after the visit and a sync");
-    assert_budget_exact(&fs, "nodes dropped under a visit");
+    common::assert_budget_exact(&fs, "nodes dropped under a visit");
     fs.set_test_hook(None);
     Arc::into_inner(fs).expect("last handle").unmount().unwrap();
     let fs = Fs::mount(dev.clone(), opts(64 << 20)).unwrap();

@@ -65,46 +65,22 @@ fn races(gc: GcPolicy) {
                 let mut mine: HashMap<String, Vec<u8>> = HashMap::new();
                 for i in 0..1500 {
                     let name = format!("t{t}-f{}", rng.random_range(0..6));
-                    let ino = match fs.lookup(ROOT_INO, name.as_bytes()) {
-                        Ok(a) => a.ino,
-                        Err(Error::NotFound) => {
-                            fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
-                                .unwrap()
-                                .ino
-                        }
-                        Err(e) => panic!("{e}"),
-                    };
+                    let ino = common::open_or_create(&fs, &name);
                     let m = mine.entry(name.clone()).or_default();
                     match rng.random_range(0..10) {
                         0..=5 => {
                             let off = rng.random_range(0..2_000_000u64);
                             let len = rng.random_range(1..50_000usize);
-                            let byte = (i % 251) as u8 + 1;
-                            fs.write(ino, off, &vec![byte; len]).unwrap();
-                            if m.len() < off as usize + len {
-                                m.resize(off as usize + len, 0);
-                            }
-                            m[off as usize..off as usize + len].fill(byte);
+                            common::write_both(&fs, ino, m, off, len, (i % 251) as u8 + 1);
                         }
                         6 => {
                             let size = rng.random_range(0..1_500_000u64);
-                            fs.setattr(
-                                ino,
-                                &SetAttr {
-                                    size: Some(size),
-                                    ..Default::default()
-                                },
-                            )
-                            .unwrap();
-                            m.resize(size as usize, 0);
+                            common::truncate_both(&fs, ino, m, size);
                         }
                         7 => {
                             let off = rng.random_range(0..1_500_000u64);
                             let len = rng.random_range(1..400_000u64);
-                            fs.fallocate(ino, FallocMode::PunchHole, off, len).unwrap();
-                            let s = (off as usize).min(m.len());
-                            let e = ((off + len) as usize).min(m.len());
-                            m[s..e].fill(0);
+                            common::punch_both(&fs, ino, m, off, len);
                         }
                         8 => {
                             fs.unlink(ROOT_INO, name.as_bytes()).unwrap();
@@ -143,14 +119,12 @@ fn races(gc: GcPolicy) {
     // Every block written was paid once, whoever wrote it: the collector moving dirty
     // pages whose copies the flusher had in flight, truncates and punches dropping them
     // (`Page::wb`). At rest the budget is what the volume's state gives.
-    fs.sync().unwrap();
-    let seg = &fs.inner().seg;
-    assert_eq!(seg.space.overcommit_blocks.load(Ordering::Relaxed), 0);
-    assert_eq!(
-        seg.space.headroom(),
-        seg.headroom_at_rest(),
-        "the space budget drifted from the volume's state ({} flusher copies orphaned)",
-        fs.stats().flush_orphaned_copies
+    common::assert_budget_exact(
+        &fs,
+        &format!(
+            "{} flusher copies orphaned",
+            fs.stats().flush_orphaned_copies
+        ),
     );
     eprintln!(
         "{gc:?}: {} flusher copies orphaned",
@@ -292,15 +266,7 @@ fn threads_cut_while_cleaning(gc: GcPolicy, seed: u64) -> u64 {
     };
     let fs = Arc::new(Fs::mount(dev.clone(), opts.clone()).unwrap());
     let blocks = (fs.statfs().blocks * 80 / 100) as usize / (THREADS * FILES);
-    let mut inos = Vec::new();
-    for k in 0..THREADS * FILES {
-        let ino = fs
-            .create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0)
-            .unwrap()
-            .ino;
-        fs.write(ino, 0, &vec![1u8; blocks * 4096]).unwrap();
-        inos.push(ino);
-    }
+    let inos = common::files_of_ones(&fs, THREADS * FILES, blocks, |k| format!("f{k}"));
     fs.sync().unwrap();
     common::widen_races(&fs, seed);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -308,49 +274,7 @@ fn threads_cut_while_cleaning(gc: GcPolicy, seed: u64) -> u64 {
         sim.ops() + rng.random_range(100..4000),
         rng.random_range(0..8),
     );
-    // Per file: (durable byte per block, bytes written since per block).
-    type Hist = (Vec<u8>, Vec<Vec<u8>>);
-    let results: Vec<Vec<Hist>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let fs = fs.clone();
-                let my: Vec<u32> = inos[t * FILES..(t + 1) * FILES].to_vec();
-                s.spawn(move || {
-                    let mut rng = ChaCha8Rng::seed_from_u64(seed * 100 + t as u64);
-                    let mut cur: Vec<Vec<u8>> = vec![vec![1u8; blocks]; FILES];
-                    let mut hist: Vec<Hist> = (0..FILES)
-                        .map(|_| (vec![1u8; blocks], vec![Vec::new(); blocks]))
-                        .collect();
-                    for i in 0..3000u32 {
-                        let f = rng.random_range(0..FILES);
-                        let r = if rng.random_range(0..16) == 0 {
-                            fs.fsync(my[f], false).map(|_| {
-                                hist[f].0 = cur[f].clone();
-                                hist[f].1.iter_mut().for_each(|v| v.clear());
-                            })
-                        } else {
-                            let b = rng.random_range(0..blocks);
-                            let byte = 2 + ((i as usize * THREADS + t) % 250) as u8;
-                            // Counted before the call: a write in flight at the cut may be
-                            // durable though it fails (as in powercut.rs).
-                            hist[f].1[b].push(byte);
-                            fs.write(my[f], b as u64 * 4096, &[byte; 4096])
-                                .map(|_| cur[f][b] = byte)
-                        };
-                        match r {
-                            Ok(()) => {}
-                            Err(Error::Device(DevError::PowerCut)) | Err(Error::Poisoned(_)) => {
-                                break
-                            }
-                            Err(e) => panic!("{gc:?} seed {seed}: thread {t}: {e}"),
-                        }
-                    }
-                    hist
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let results = common::threads_until_cut(&fs, &inos, blocks, THREADS, (3000, 16), seed);
     sim.cut_now();
     let cleaned = fs.stats().gc_moved_blocks + fs.stats().ssr_blocks;
     let fs = Arc::try_unwrap(fs).ok().expect("threads are done");
@@ -359,16 +283,11 @@ fn threads_cut_while_cleaning(gc: GcPolicy, seed: u64) -> u64 {
     let r = fsck(&*img).unwrap();
     assert!(r.is_clean(), "{gc:?} seed {seed} {mode:?}: {r}");
     let fs = Fs::mount(img.clone(), opts_for(gc)).unwrap();
-    let mut got = vec![0u8; 4096];
     for (t, per_thread) in results.iter().enumerate() {
-        for (f, (durable, since)) in per_thread.iter().enumerate() {
-            let ino = inos[t * FILES + f];
-            for b in 0..blocks {
-                fs.read(ino, b as u64 * 4096, &mut got).unwrap();
-                let ok = got.iter().all(|&x| x == got[0])
-                    && (got[0] == durable[b] || since[b].contains(&got[0]));
-                assert!(ok, "{gc:?} seed {seed} {mode:?} (cleaned {cleaned}): file {} block {b} holds {}, durable {}, written since {:?}", t * FILES + f, got[0], durable[b], since[b]);
-            }
+        for (f, h) in per_thread.iter().enumerate() {
+            let k = t * FILES + f;
+            let what = format!("{gc:?} seed {seed} {mode:?} (cleaned {cleaned}): file {k}");
+            common::assert_blocks_hold_history(&fs, inos[k], h, &what);
         }
     }
     fs.unmount().unwrap();

@@ -399,82 +399,28 @@ fn multithreaded_fsyncs(inode_cache_max: usize, widen: bool) -> u64 {
             )
             .unwrap(),
         );
-        let mut inos = Vec::new();
-        for t in 0..THREADS {
-            for f in 0..FILES {
-                let ino = fs
-                    .create(ROOT_INO, format!("t{t}f{f}").as_bytes(), 0o644, 0, 0)
-                    .unwrap()
-                    .ino;
-                fs.write(ino, 0, &vec![1u8; BLOCKS * 4096]).unwrap();
-                inos.push(ino);
-            }
-        }
+        let name = |k: usize| format!("t{}f{}", k / FILES, k % FILES);
+        let inos = common::files_of_ones(&fs, THREADS * FILES, BLOCKS, name);
         fs.sync().unwrap();
         if widen {
             common::widen_races(&fs, seed);
         }
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         sim.cut_at(sim.ops() + rng.random_range(5..600), rng.random_range(0..4));
-        // Per file: (durable byte per block, bytes written since per block).
-        type Hist = (Vec<u8>, Vec<Vec<u8>>);
-        let results: Vec<Vec<Hist>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..THREADS)
-                .map(|t| {
-                    let fs = fs.clone();
-                    let my: Vec<u32> = inos[t * FILES..(t + 1) * FILES].to_vec();
-                    s.spawn(move || {
-                        let mut rng = ChaCha8Rng::seed_from_u64(seed * 100 + t as u64);
-                        let mut cur: Vec<Vec<u8>> = vec![vec![1u8; BLOCKS]; FILES];
-                        let mut hist: Vec<Hist> = (0..FILES)
-                            .map(|_| (vec![1u8; BLOCKS], vec![Vec::new(); BLOCKS]))
-                            .collect();
-                        for i in 0..400u32 {
-                            let f = rng.random_range(0..FILES);
-                            let r = if rng.random_range(0..8) == 0 {
-                                fs.fsync(my[f], false).map(|_| {
-                                    hist[f].0 = cur[f].clone();
-                                    hist[f].1.iter_mut().for_each(|v| v.clear());
-                                })
-                            } else {
-                                let b = rng.random_range(0..BLOCKS);
-                                let byte = 2 + ((i as usize * THREADS + t) % 250) as u8;
-                                // The write's state counts before the call: one in flight
-                                // at the cut may be durable though it fails (a checkpoint
-                                // for a cap, run after it, can complete before the cut is
-                                // seen; with a 2-cell cache that is every operation).
-                                hist[f].1[b].push(byte);
-                                fs.write(my[f], b as u64 * 4096, &[byte; 4096])
-                                    .map(|_| cur[f][b] = byte)
-                            };
-                            match r {
-                                Ok(()) => {}
-                                Err(e) if is_cut(&e) => break,
-                                Err(e) => panic!("seed {seed}: thread {t}: {e}"),
-                            }
-                        }
-                        hist
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let results = common::threads_until_cut(&fs, &inos, BLOCKS, THREADS, (400, 8), seed);
         reliefs += fs.stats().cap_reliefs;
         let fs = Arc::try_unwrap(fs).ok().expect("threads are done");
         let (img, fs) = remount_after_cut(&sim, fs, mode, seed);
-        let mut got = vec![0u8; 4096];
         for (t, per_thread) in results.iter().enumerate() {
-            for (f, (durable, since)) in per_thread.iter().enumerate() {
-                let ino = fs
-                    .lookup(ROOT_INO, format!("t{t}f{f}").as_bytes())
-                    .unwrap()
-                    .ino;
-                for b in 0..BLOCKS {
-                    fs.read(ino, b as u64 * 4096, &mut got).unwrap();
-                    let ok = got.iter().all(|&x| x == got[0])
-                        && (got[0] == durable[b] || since[b].contains(&got[0]));
-                    assert!(ok, "seed {seed} {mode:?}: t{t}f{f} block {b} holds {}, durable {}, written since {:?}", got[0], durable[b], since[b]);
-                }
+            for (f, h) in per_thread.iter().enumerate() {
+                let name = format!("t{t}f{f}");
+                let ino = fs.lookup(ROOT_INO, name.as_bytes()).unwrap().ino;
+                common::assert_blocks_hold_history(
+                    &fs,
+                    ino,
+                    h,
+                    &format!("seed {seed} {mode:?}: {name}"),
+                );
             }
         }
         unmount_clean(fs, &img, mode, seed);

@@ -1,7 +1,10 @@
 //! Helpers shared by integration tests (`mod common;`).
 #![allow(dead_code)] // each test file uses what it needs
 
-use flashlog_core::Fs;
+use flashlog_core::{Error, FallocMode, Fs, Ino, SetAttr, ROOT_INO};
+use flashlog_dev::DevError;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,4 +43,163 @@ pub fn widen_races(fs: &Fs, seed: u64) -> Arc<AtomicU64> {
 pub fn narrow_races(fs: &Fs) {
     fs.set_test_hook(None);
     fs.inner().seg.set_test_hook(None);
+}
+
+/// After a sync, nothing is dirty and nothing reserved: the space budget must equal what
+/// its definition gives (`SegManager::headroom_at_rest`), with no overcommit. A copy in
+/// flight whose page was taken meanwhile must have been paid exactly once.
+pub fn assert_budget_exact(fs: &Fs, what: &str) {
+    fs.sync().unwrap();
+    let seg = &fs.inner().seg;
+    assert_eq!(
+        seg.space.overcommit_blocks.load(Ordering::Relaxed),
+        0,
+        "{what}: space overcommitted"
+    );
+    assert_eq!(
+        seg.space.headroom(),
+        seg.headroom_at_rest(),
+        "{what}: the space budget drifted from the volume's state"
+    );
+}
+
+/// A file's history for a power-cut check: per block, the byte its last fsync made durable
+/// and every byte written to it since.
+pub type BlockHistory = (Vec<u8>, Vec<Vec<u8>>);
+
+/// Thread `t` of `threads` writes whole blocks of its files `my` (`blocks` blocks each,
+/// all holding 1 at the start) and fsyncs one of them one time in `fsync_one_in`, for
+/// `ops` operations or until the power is cut. Returns each file's history. A write
+/// counts as a possible state before the call: one in flight at the cut may be durable
+/// though it fails (a checkpoint after it can complete before its thread sees the cut).
+pub fn write_and_fsync_until_cut(
+    fs: &Fs,
+    my: &[Ino],
+    blocks: usize,
+    (t, threads): (usize, usize),
+    (ops, fsync_one_in): (u32, u32),
+    seed: u64,
+) -> Vec<BlockHistory> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed * 100 + t as u64);
+    let mut cur: Vec<Vec<u8>> = vec![vec![1u8; blocks]; my.len()];
+    let mut hist: Vec<BlockHistory> = (0..my.len())
+        .map(|_| (vec![1u8; blocks], vec![Vec::new(); blocks]))
+        .collect();
+    for i in 0..ops {
+        let f = rng.random_range(0..my.len());
+        let r = if rng.random_range(0..fsync_one_in) == 0 {
+            fs.fsync(my[f], false).map(|_| {
+                hist[f].0 = cur[f].clone();
+                hist[f].1.iter_mut().for_each(|v| v.clear());
+            })
+        } else {
+            let b = rng.random_range(0..blocks);
+            let byte = 2 + ((i as usize * threads + t) % 250) as u8;
+            hist[f].1[b].push(byte);
+            fs.write(my[f], b as u64 * 4096, &[byte; 4096])
+                .map(|_| cur[f][b] = byte)
+        };
+        match r {
+            Ok(()) => {}
+            Err(Error::Device(DevError::PowerCut)) | Err(Error::Poisoned(_)) => break,
+            Err(e) => panic!("seed {seed}: thread {t}: {e}"),
+        }
+    }
+    hist
+}
+
+/// After the cut and a remount: every block of file `ino` is uniform and holds its last
+/// fsync'd byte or one written since (`what` names the case in a failure).
+pub fn assert_blocks_hold_history(fs: &Fs, ino: Ino, h: &BlockHistory, what: &str) {
+    let (durable, since) = h;
+    let mut got = vec![0u8; 4096];
+    for b in 0..durable.len() {
+        fs.read(ino, b as u64 * 4096, &mut got).unwrap();
+        let ok = got.iter().all(|&x| x == got[0])
+            && (got[0] == durable[b] || since[b].contains(&got[0]));
+        assert!(
+            ok,
+            "{what}: block {b} holds {}, durable {}, written since {:?}",
+            got[0], durable[b], since[b]
+        );
+    }
+}
+
+/// The root's file `name`, created if it does not exist.
+pub fn open_or_create(fs: &Fs, name: &str) -> Ino {
+    match fs.lookup(ROOT_INO, name.as_bytes()) {
+        Ok(a) => a.ino,
+        Err(Error::NotFound) => {
+            fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino
+        }
+        Err(e) => panic!("lookup {name}: {e}"),
+    }
+}
+
+/// Write `len` bytes of `byte` at `off` into file `ino` and into its model `m`.
+pub fn write_both(fs: &Fs, ino: Ino, m: &mut Vec<u8>, off: u64, len: usize, byte: u8) {
+    fs.write(ino, off, &vec![byte; len])
+        .unwrap_or_else(|e| panic!("write of {len} bytes at {off} into {ino}: {e}"));
+    let end = off as usize + len;
+    if m.len() < end {
+        m.resize(end, 0);
+    }
+    m[off as usize..end].fill(byte);
+}
+
+/// Truncate (or extend) file `ino` and its model `m` to `size`.
+pub fn truncate_both(fs: &Fs, ino: Ino, m: &mut Vec<u8>, size: u64) {
+    let set = SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    fs.setattr(ino, &set).unwrap();
+    m.resize(size as usize, 0);
+}
+
+/// Punch a hole of `len` bytes at `off` into file `ino` and its model `m`.
+pub fn punch_both(fs: &Fs, ino: Ino, m: &mut [u8], off: u64, len: u64) {
+    fs.fallocate(ino, FallocMode::PunchHole, off, len).unwrap();
+    let s = (off as usize).min(m.len());
+    let e = ((off + len) as usize).min(m.len());
+    m[s..e].fill(0);
+}
+
+/// `threads` threads, thread t owning files `inos[t * files .. (t + 1) * files]`, each
+/// running `write_and_fsync_until_cut` with `(ops, fsync_one_in)`; their histories.
+pub fn threads_until_cut(
+    fs: &Fs,
+    inos: &[Ino],
+    blocks: usize,
+    threads: usize,
+    ops: (u32, u32),
+    seed: u64,
+) -> Vec<Vec<BlockHistory>> {
+    let files = inos.len() / threads;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let my = &inos[t * files..(t + 1) * files];
+                s.spawn(move || write_and_fsync_until_cut(fs, my, blocks, (t, threads), ops, seed))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// `n` new files in the root, file k named `name(k)` and `blocks` blocks of 1s long (the
+/// starting state `write_and_fsync_until_cut` assumes).
+pub fn files_of_ones(fs: &Fs, n: usize, blocks: usize, name: impl Fn(usize) -> String) -> Vec<Ino> {
+    (0..n)
+        .map(|k| {
+            let ino = fs
+                .create(ROOT_INO, name(k).as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino;
+            fs.write(ino, 0, &vec![1u8; blocks * 4096]).unwrap();
+            ino
+        })
+        .collect()
 }
