@@ -386,6 +386,7 @@ pub(crate) fn build(
         discard_checkpoint: Mutex::new(()),
         cap_relief: Mutex::new(()),
         wb_done_lock: Mutex::new(()),
+        wb_waiters: std::sync::atomic::AtomicU32::new(0),
         wb_done: parking_lot::Condvar::new(),
         prepass_round: Mutex::new(None),
         mount_id: {

@@ -99,6 +99,8 @@ pub struct FsInner {
     /// waits here for a visit to its file (`wait_for_writeback`). Taken with the waiter's
     /// cell held, released by the wait; the flusher takes it with no cell held (leaf).
     pub wb_done_lock: Mutex<()>,
+    /// fsyncs waiting on `wb_done` (a visit ending notifies only when there is one).
+    pub wb_waiters: AtomicU32,
     pub wb_done: parking_lot::Condvar,
     /// The cells a cap relief's pre-pass is writing, while it runs: operations that
     /// find the cap crossed take cells from it too (`help_prepass`). A leaf: held only to
@@ -822,7 +824,10 @@ impl FsInner {
             .fetch_add(orphaned, Ordering::Relaxed);
         st.wb_in_flight -= 1;
         drop(st);
-        {
+        // Only when an fsync waits: the lock is volume-wide and every visit of every lane
+        // gets here. A waiter registers under the cell, before the decrement above could
+        // run, so this load sees it (the cell orders the two).
+        if self.wb_waiters.load(Ordering::Acquire) > 0 {
             let _g = self.wb_done_lock.lock();
             self.wb_done.notify_all();
         }
@@ -858,13 +863,16 @@ impl FsInner {
                     self.poison.lock().clone().unwrap_or_default(),
                 ));
             }
-            // Taken before the cell is released: the visit clears the mark under the cell
-            // and then notifies under this lock, so the notification cannot come between.
+            // Registered and locked before the cell is released: the visit ends under the
+            // cell and then, seeing a waiter, notifies under this lock, so the notification
+            // cannot come between.
+            self.wb_waiters.fetch_add(1, Ordering::AcqRel);
             let mut g = self.wb_done_lock.lock();
             drop(st);
             self.wb_done
                 .wait_for(&mut g, std::time::Duration::from_millis(10));
             drop(g);
+            self.wb_waiters.fetch_sub(1, Ordering::AcqRel);
             st = c.lock();
         }
         crate::waits::record(crate::waits::Point::WritebackInFlight, t0);
