@@ -819,9 +819,13 @@ impl FsInner {
         self.stats
             .data_blocks_written
             .fetch_add(n - moves, Ordering::Relaxed);
-        self.stats
-            .flush_orphaned_copies
-            .fetch_add(orphaned, Ordering::Relaxed);
+        if orphaned > 0 {
+            // A plain atomic: written only when a visit orphaned copies (rare), not by
+            // every visit of every lane.
+            self.stats
+                .flush_orphaned_copies
+                .fetch_add(orphaned, Ordering::Relaxed);
+        }
         st.wb_in_flight -= 1;
         drop(st);
         // Only when an fsync waits: the lock is volume-wide and every visit of every lane
