@@ -610,9 +610,6 @@ mod tests {
         }
     }
 
-    /// The inode numbers of one shard (one residue mod 128) spread over a map's buckets:
-    /// the low 12 bits of `InoHash` take over half the values for 4,096 of them (random
-    /// keys: 63 %; the bare product, whose low 7 bits are the same for all, at most 32).
     /// The bytes a flusher visit copies never change under it: a write into a shared page
     /// changes a copy of its own, and the visit still recognises an untouched page.
     #[test]
@@ -634,6 +631,9 @@ mod tests {
         );
     }
 
+    /// The inode numbers of one shard (one residue mod 128) spread over a map's buckets:
+    /// the low 12 bits of `InoHash` take over half the values for 4,096 of them (random
+    /// keys: 63 %; the bare product, whose low 7 bits are the same for all, at most 32).
     #[test]
     fn ino_hash_spreads_one_shards_numbers() {
         use std::hash::{BuildHasher, BuildHasherDefault};

@@ -28,12 +28,16 @@ use std::time::Instant;
 /// Shards of the table.
 const SHARDS: usize = 64;
 
+/// Inode numbers hashed as the cell table hashes them (`InoHash`), not with SipHash: every
+/// overwrite under `gc=scale` looks its file up here.
+type InoMap<V> = HashMap<Ino, V, std::hash::BuildHasherDefault<crate::cell::InoHash>>;
+
 #[derive(Default)]
 struct ShardState {
     /// Pages held by collectors, per inode.
-    pages: HashMap<Ino, BTreeSet<u64>>,
+    pages: InoMap<BTreeSet<u64>>,
     /// Ranges held by I/O paths, per inode.
-    ranges: HashMap<Ino, Vec<(u64, u64)>>,
+    ranges: InoMap<Vec<(u64, u64)>>,
 }
 
 #[derive(Default)]
