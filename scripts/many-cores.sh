@@ -46,10 +46,12 @@
 #              writers writing back their own files (`own_writeback=1`),
 #              `sustained` for device and f2fs, `none` in the slides' setting (its
 #              flusher writing ahead of the checkpoints; f2fs there: 269-314 MiB/s)
-#   quick      both, with 1-second phases and 4 threads on small devices: checks the script
-#              and the binary on any machine (~2 min on 2 cores)
+#   quick      the chaos race test once, then fxmark and sustained with 1-second phases
+#              and 4 threads on small devices: checks the script and the binaries on any
+#              machine (~3 min on 2 cores)
 #
-# BIN defaults to target/release/flashlog, OUTDIR to bench-out/many-cores. Exit status:
+# scripts/many-cores-bin.sh builds BIN and the race tests' binaries into one folder to carry
+# (.dev-run). BIN defaults to target/release/flashlog, OUTDIR to bench-out/many-cores. Exit status:
 # nonzero if any bench run failed (its error is in OUTDIR/PHASE.log).
 set -u
 phase=${1:-}
@@ -235,6 +237,7 @@ next)
         --fill 0.97 --write-factor 6 --duration 20 --threads 16 --policies none
     ;;
 quick)
+    race_tests 1 chaos
     run fxmark-quick fxmark --threads 4 --duration 1 --mlogs 2 --policies f2fs,none
     run sustained-quick sustained --device 970pro-like:512MiB --threads 4 --duration 2 \
         --policies f2fs,scale,none
