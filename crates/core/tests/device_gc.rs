@@ -9,6 +9,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 
+mod common;
+
 const CAP: u64 = 512 << 20;
 const FILE: u64 = 8 << 20;
 
@@ -241,62 +243,6 @@ fn random_overwrites_with_device_gc_match_the_model() {
     device_holds_only_live_blocks(&ssd, &*dev);
 }
 
-/// The emulated SSD behind a switch: once `cut` is set every request fails as after a power
-/// cut (the host poisons itself and stops); the SSD itself keeps what it accepted.
-struct Cut {
-    inner: Arc<SsdDevice>,
-    cut: std::sync::atomic::AtomicBool,
-}
-
-impl Cut {
-    fn check(&self) -> flashlog_dev::DevResult<()> {
-        if self.cut.load(std::sync::atomic::Ordering::Acquire) {
-            Err(flashlog_dev::DevError::PowerCut)
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl BlockDevice for Cut {
-    fn capabilities(&self) -> &flashlog_dev::Capabilities {
-        self.inner.capabilities()
-    }
-    fn read(&self, a: u64, b: &mut [u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.check()?;
-        self.inner.read(a, b)
-    }
-    fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.check()?;
-        self.inner.write(a, b)
-    }
-    fn write_hinted(
-        &self,
-        a: u64,
-        b: &[u8],
-        hint: flashlog_dev::WriteHint,
-    ) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.check()?;
-        self.inner.write_hinted(a, b, hint)
-    }
-    fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.check()?;
-        self.inner.discard(a, n)
-    }
-    fn flush(&self) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.check()?;
-        self.inner.flush()
-    }
-    fn ack_migrations(&self, upto: u64) -> flashlog_dev::DevResult<()> {
-        self.check()?;
-        self.inner.ack_migrations(upto)
-    }
-    fn resend_migrations(&self) -> flashlog_dev::DevResult<()> {
-        self.check()?;
-        self.inner.resend_migrations()
-    }
-}
-
 /// Power cuts at each step of the protocol, each while the device has upcalls the host has
 /// not acknowledged: received but not applied (`checkpoint:before-apply`), applied in memory
 /// only (`checkpoint:applied`), in a durable checkpoint but not acknowledged
@@ -311,7 +257,7 @@ impl BlockDevice for Cut {
 #[test]
 fn power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing() {
     use std::collections::HashMap;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::Ordering;
     let ssd = coupled();
     Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(53);
@@ -329,10 +275,7 @@ fn power_cuts_between_migration_upcall_apply_checkpoint_and_ack_lose_nothing() {
         "checkpoint:discarded",
     ];
     for round in 0..=points.len() {
-        let dev = Arc::new(Cut {
-            inner: ssd.clone(),
-            cut: AtomicBool::new(false),
-        });
+        let dev = Arc::new(common::Cut::new(ssd.clone()));
         let fs = Fs::mount(dev.clone(), opts()).unwrap();
         if round > 0 {
             let c = fs.stats();
@@ -916,10 +859,7 @@ fn a_cut_before_the_discards_of_a_durable_pack_leaves_no_dead_block_on_flash() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let ssd = coupled();
     Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
-    let dev = Arc::new(Cut {
-        inner: ssd.clone(),
-        cut: AtomicBool::new(false),
-    });
+    let dev = Arc::new(common::Cut::new(ssd.clone()));
     let fs = Fs::mount(dev.clone(), opts()).unwrap();
     let nfiles = (fs.statfs().blocks * 4096 * 6 / 10 / FILE) as usize;
     let mut inos = Vec::new();

@@ -203,3 +203,81 @@ pub fn files_of_ones(fs: &Fs, n: usize, blocks: usize, name: impl Fn(usize) -> S
         })
         .collect()
 }
+
+/// The emulated SSD behind a switch: once `cut` is set (by a test, or by `arm`'s countdown
+/// reaching its request) every request fails as after a power cut (the host poisons itself
+/// and stops); the SSD itself keeps what it accepted (`SsdDevice::power_cycle`).
+pub struct Cut {
+    pub inner: Arc<flashlog_ssd::SsdDevice>,
+    pub cut: std::sync::atomic::AtomicBool,
+    /// Requests left before the cut; negative: not armed.
+    left: std::sync::atomic::AtomicI64,
+}
+
+impl Cut {
+    pub fn new(inner: Arc<flashlog_ssd::SsdDevice>) -> Self {
+        Cut {
+            inner,
+            cut: std::sync::atomic::AtomicBool::new(false),
+            left: std::sync::atomic::AtomicI64::new(-1),
+        }
+    }
+
+    /// Cut the power at the `n`th request from now (that request never reaches the SSD).
+    pub fn arm(&self, n: u64) {
+        self.left.store(n as i64, Ordering::Release);
+    }
+
+    fn check(&self) -> flashlog_dev::DevResult<()> {
+        if !self.cut.load(Ordering::Acquire)
+            && self.left.load(Ordering::Relaxed) >= 0
+            && self.left.fetch_sub(1, Ordering::AcqRel) == 0
+        {
+            self.cut.store(true, Ordering::Release);
+        }
+        if self.cut.load(Ordering::Acquire) {
+            Err(DevError::PowerCut)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl flashlog_dev::BlockDevice for Cut {
+    fn capabilities(&self) -> &flashlog_dev::Capabilities {
+        self.inner.capabilities()
+    }
+    fn read(&self, a: u64, b: &mut [u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.read(a, b)
+    }
+    fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.write(a, b)
+    }
+    fn write_hinted(
+        &self,
+        a: u64,
+        b: &[u8],
+        hint: flashlog_dev::WriteHint,
+    ) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.write_hinted(a, b, hint)
+    }
+    fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.discard(a, n)
+    }
+    fn flush(&self) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+        self.check()?;
+        self.inner.flush()
+    }
+    fn ack_migrations(&self, upto: u64) -> flashlog_dev::DevResult<()> {
+        self.check()?;
+        self.inner.ack_migrations(upto)
+    }
+    fn resend_migrations(&self) -> flashlog_dev::DevResult<()> {
+        self.check()?;
+        self.inner.resend_migrations()
+    }
+}
