@@ -26,7 +26,10 @@
 //!    A command issued twice is harmless; one lost would leave a dead block mapped.
 //!    An infinite volume whose newest checkpoint is a clean unmount's (or mkfs's) then
 //!    writes a checkpoint without the clean flag, so that a cut before this mount's next
-//!    checkpoint is seen as one (heads moved past what it wrote, residue discarded).
+//!    checkpoint is seen as one (heads moved past what it wrote, residue discarded);
+//! 6. a clean unmount issues the queue after its final checkpoint and, if it issued any,
+//!    writes one more pack, whose log is empty (`Fs::unmount`): an unmounted volume's
+//!    device maps only live blocks.
 //!
 //! Invariants: no command is issued before the checkpoint that made its blocks dead is
 //! durable; every command not yet issued is in the newest durable pack's log.
