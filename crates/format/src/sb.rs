@@ -129,6 +129,12 @@ fn ceil_div(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
 
+/// The address after an area of two copies of `blocks` blocks at `addr`; None if a hostile
+/// superblock's values overflow (the mount_fsck fuzzer found `2 * cp_pack_blocks` doing so).
+fn two_copies_after(addr: u64, blocks: u64) -> Option<u64> {
+    blocks.checked_mul(2).and_then(|n| n.checked_add(addr))
+}
+
 /// Bytes of checkpoint payload needed for a volume with these meta-area sizes.
 pub fn cp_payload_bytes(nat_blocks: u64, sit_blocks: u64, ssa_blocks: u64) -> u64 {
     let heads = MAX_LOG_HEADS as u64 * crate::cp::LOG_HEAD_BYTES as u64;
@@ -546,13 +552,13 @@ impl Geometry {
         if self.cp_addr != 2 || self.cp_pack_blocks < pack_need {
             return bad("cp_pack_blocks", self.cp_pack_blocks);
         }
-        if self.sit_addr != self.cp_addr + 2 * self.cp_pack_blocks {
+        if Some(self.sit_addr) != two_copies_after(self.cp_addr, self.cp_pack_blocks) {
             return bad("sit_addr", self.sit_addr);
         }
         if self.sit_blocks != ceil_div(self.main_segments, SIT_ENTRIES_PER_BLOCK as u64) {
             return bad("sit_blocks", self.sit_blocks);
         }
-        if self.nat_addr != self.sit_addr + 2 * self.sit_blocks {
+        if Some(self.nat_addr) != two_copies_after(self.sit_addr, self.sit_blocks) {
             return bad("nat_addr", self.nat_addr);
         }
         if self.max_nid as u64 > MAX_NIDS
@@ -560,12 +566,12 @@ impl Geometry {
         {
             return bad("nat_blocks", self.nat_blocks);
         }
-        if self.ssa_addr != self.nat_addr + 2 * self.nat_blocks
+        if Some(self.ssa_addr) != two_copies_after(self.nat_addr, self.nat_blocks)
             || self.ssa_blocks != self.main_segments
         {
             return bad("ssa_addr", self.ssa_addr);
         }
-        if self.main_addr < self.ssa_addr + 2 * self.ssa_blocks
+        if two_copies_after(self.ssa_addr, self.ssa_blocks).is_none_or(|end| self.main_addr < end)
             || self.main_addr % BLOCKS_PER_SEG != 0
         {
             return bad("main_addr", self.main_addr);
@@ -627,7 +633,8 @@ impl Geometry {
         if self.sit_blocks != 0 || self.ssa_blocks != 0 {
             return bad("sit_blocks/ssa_blocks", self.sit_blocks | self.ssa_blocks);
         }
-        if self.sit_addr != self.cp_addr + 2 * self.cp_pack_blocks || self.nat_addr != self.sit_addr
+        if Some(self.sit_addr) != two_copies_after(self.cp_addr, self.cp_pack_blocks)
+            || self.nat_addr != self.sit_addr
         {
             return bad("nat_addr", self.nat_addr);
         }
@@ -786,6 +793,32 @@ mod tests {
             Geometry::compute((32 << 20) / 4096, 1, 1),
             Err(GeometryError::TooSmall { .. })
         ));
+    }
+
+    /// A superblock whose checkpoint pack size has its top bit added: `2 * cp_pack_blocks`
+    /// wrapped back to the right SIT address, so a release build accepted it and put pack 1
+    /// 2^63 blocks away (a build that checks overflow panicked: found by the mount_fsck
+    /// fuzzer). Both geometries refuse it now.
+    #[test]
+    fn a_pack_size_that_overflows_the_layout_is_refused() {
+        let finite = Geometry::compute((1u64 << 30) / 4096, 1, 1).unwrap();
+        let infinite =
+            Geometry::compute_infinite(u64::MAX, (1u64 << 30) / 4096, 1, 1 << 20).unwrap();
+        for mut g in [finite, infinite] {
+            g.validate().unwrap();
+            g.cp_pack_blocks += 1 << 63;
+            assert!(
+                matches!(
+                    g.validate(),
+                    Err(FormatError::BadField {
+                        field: "sit_addr" | "nat_addr",
+                        ..
+                    })
+                ),
+                "{:?}",
+                g.validate()
+            );
+        }
     }
 
     #[test]

@@ -56,3 +56,12 @@ fn a_corrupt_block_count_does_not_overflow_getattr() {
         Duration::from_secs(60),
     );
 }
+
+/// mount_fsck (2026-11-27, ~33,000 executions): a resealed superblock whose checkpoint pack
+/// size had its top bit set; `Geometry::validate` computed `2 * cp_pack_blocks`, which a
+/// release build wrapped back to the right SIT address, accepting the superblock
+/// (`sb::tests::a_pack_size_that_overflows_the_layout_is_refused` pins the fix).
+#[test]
+fn a_superblock_whose_pack_size_overflows_is_refused() {
+    mount_fsck(&[0x00, 0x00, 0x28, 0x00, 0xff, 0x81, 0xd8], Duration::from_secs(60));
+}
