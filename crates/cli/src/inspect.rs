@@ -164,10 +164,11 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
             "valid_blocks": ck.valid_blocks, "valid_nodes": ck.valid_nodes, "valid_inodes": ck.valid_inodes,
             "free_segments": ck.free_segments, "orphans": ck.orphans.len(), "log_heads": heads,
         },
-        "segment_usage": {
+        // An infinite volume has no SIT: its usage is `infinite` (live intervals per head).
+        "segment_usage": (!g.infinite).then(|| json!({
             "segments": g.main_segments, "free": u.free, "partial": u.partial, "full": u.full,
             "valid_blocks": u.valid_blocks, "histogram_valid_blocks": hist,
-        },
+        })),
         "infinite": iplfs.as_ref().map(|s| s.json()),
     });
     if json {
@@ -427,6 +428,10 @@ mod tests {
         assert!(text.contains("0x200000000000000"), "{text}");
         let v: serde_json::Value =
             serde_json::from_str(&render(&*ssd, "ssd", false, true).unwrap()).unwrap();
+        assert!(
+            v["segment_usage"].is_null(),
+            "no SIT, no segment usage: {v}"
+        );
         let inf = &v["infinite"];
         assert!(
             inf["discard_log"]["blocks"].as_u64().unwrap() >= 512,

@@ -63,5 +63,8 @@ fn a_corrupt_block_count_does_not_overflow_getattr() {
 /// (`sb::tests::a_pack_size_that_overflows_the_layout_is_refused` pins the fix).
 #[test]
 fn a_superblock_whose_pack_size_overflows_is_refused() {
-    mount_fsck(&[0x00, 0x00, 0x28, 0x00, 0xff, 0x81, 0xd8], Duration::from_secs(60));
+    mount_fsck(
+        &[0x00, 0x00, 0x28, 0x00, 0xff, 0x81, 0xd8],
+        Duration::from_secs(60),
+    );
 }
