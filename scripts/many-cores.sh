@@ -35,8 +35,9 @@
 #              threads (none against f2fs, and a perf record of none), MWCL/MWUL on RAM,
 #              `sustained` for f2fs, scale and none (~4 min)
 #   next       what 2026-11-26's sessions built but could not measure on 16 cores
-#              (~7 min): the race tests (chaos with 16 threads, powercut, flusher,
-#              gc_races: test binaries built here, 3 rounds; see race_tests), fxmark MWCL/MWUL on RAM, mlogs 16 and 1 (the cap relief:
+#              (~8 min): the race tests (chaos with 16 threads, powercut, flusher,
+#              gc_races, iplfs: test binaries built here, 3 rounds; device_gc once; see
+#              race_tests), fxmark MWCL/MWUL on RAM, mlogs 16 and 1 (the cap relief:
 #              nodes written and cells evicted without a checkpoint, with the pre-pass's
 #              helpers and the op lock's gate: see the checkpoint split, cap-relief and
 #              `cap_relief` wait columns), DWAL
@@ -217,7 +218,8 @@ verify)
         --policies f2fs,scale,none
     ;;
 next)
-    race_tests 3 chaos powercut flusher gc_races
+    race_tests 3 chaos powercut flusher gc_races iplfs
+    race_tests 1 device_gc
     limit=100
     run fxmark-ram-meta fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
         --tests MWCL,MWUL --policies f2fs,scale
