@@ -471,18 +471,10 @@ fn multithreaded_power_cuts_near_full_keep_fsynced_bytes_and_leak_nothing() {
         let results = common::threads_until_cut(&fs, &inos, blocks, THREADS, (2500, 16), seed);
         dev.cut.store(true, std::sync::atomic::Ordering::Release);
         discarded += fs.stats().discarded_blocks;
-        let fs = Arc::try_unwrap(fs).ok().expect("threads are done");
-        fs.abandon();
-        ssd.power_cycle();
-        fsck_clean(&*ssd);
-        let fs = Fs::mount(ssd.clone(), opts()).unwrap();
-        for (k, h) in results.iter().flatten().enumerate() {
-            common::assert_blocks_hold_history(&fs, inos[k], h, &format!("seed {seed}: f{k}"));
-        }
-        // A clean unmount issues every discard the recovery left (no waiting for the
-        // dispatcher's pace): then the device maps exactly what fsck finds live.
-        fs.unmount().unwrap();
-        let r = fsck_clean(&*ssd);
+        // The clean unmount at its end issues every discard the recovery left (no waiting
+        // for the dispatcher's pace): then the device maps exactly what fsck finds live.
+        let what = format!("seed {seed}");
+        let r = common::remount_after_ssd_cut(fs, &ssd, opts(), &inos, &results, &what);
         assert_eq!(
             mapped_in_main(&ssd),
             r.data_blocks + r.node_blocks,

@@ -281,3 +281,32 @@ impl flashlog_dev::BlockDevice for Cut {
         self.inner.resend_migrations()
     }
 }
+
+/// After an SSD power cut under `fs` (a `Cut` in front of `ssd`): stop the host, power-cycle
+/// the SSD, check the volume with fsck, mount it with `opts`, check every file of `inos`
+/// against its history (`results`, per thread, in file order), and unmount cleanly. Returns
+/// fsck's report after the unmount (asserted clean).
+pub fn remount_after_ssd_cut(
+    fs: Arc<Fs>,
+    ssd: &Arc<flashlog_ssd::SsdDevice>,
+    opts: flashlog_core::MountOptions,
+    inos: &[Ino],
+    results: &[Vec<BlockHistory>],
+    what: &str,
+) -> flashlog_core::fsck::FsckReport {
+    let fsck_clean = |when: &str| {
+        let r = flashlog_core::fsck::fsck(&**ssd).unwrap();
+        assert!(r.is_clean(), "{what}, {when}: fsck: {:?}", r.findings);
+        r
+    };
+    let fs = Arc::try_unwrap(fs).ok().expect("threads are done");
+    fs.abandon();
+    ssd.power_cycle();
+    fsck_clean("after the cut");
+    let fs = Fs::mount(ssd.clone(), opts).unwrap();
+    for (k, h) in results.iter().flatten().enumerate() {
+        assert_blocks_hold_history(&fs, inos[k], h, &format!("{what}: f{k}"));
+    }
+    fs.unmount().unwrap();
+    fsck_clean("after a clean unmount")
+}
