@@ -57,12 +57,7 @@ fn fsck_clean(dev: &dyn BlockDevice) {
 fn device_holds_only_live_blocks(ssd: &SsdDevice, dev: &dyn BlockDevice) {
     let r = flashlog_core::fsck::fsck(dev).unwrap();
     let host = r.data_blocks + r.node_blocks;
-    let on_flash: u64 = ssd
-        .region_usage()
-        .iter()
-        .filter(|u| u.name != "conventional")
-        .map(|u| u.valid_blocks)
-        .sum();
+    let on_flash = valid_on_flash(ssd);
     eprintln!("host live blocks {host}, device valid blocks {on_flash}");
     assert_eq!(
         on_flash,
@@ -70,6 +65,15 @@ fn device_holds_only_live_blocks(ssd: &SsdDevice, dev: &dyn BlockDevice) {
         "the device keeps {} dead blocks the host invalidated",
         on_flash as i64 - host as i64
     );
+}
+
+/// Blocks the device holds valid outside its conventional (metadata) region.
+fn valid_on_flash(ssd: &SsdDevice) -> u64 {
+    ssd.region_usage()
+        .iter()
+        .filter(|u| u.name != "conventional")
+        .map(|u| u.valid_blocks)
+        .sum()
 }
 
 /// Files `/f0..` hold `model`, before and after a clean remount; fsck is clean after each
@@ -1032,15 +1036,9 @@ fn power_cuts_during_device_gc(residue: bool) {
         if residue {
             device_holds_only_live_blocks(&ssd, &*ssd);
         } else {
-            let on_flash: u64 = ssd
-                .region_usage()
-                .iter()
-                .filter(|u| u.name != "conventional")
-                .map(|u| u.valid_blocks)
-                .sum();
             eprintln!(
                 "{what}: the device holds {} blocks the host does not",
-                on_flash as i64 - (r.data_blocks + r.node_blocks) as i64
+                valid_on_flash(&ssd) as i64 - (r.data_blocks + r.node_blocks) as i64
             );
         }
     }
