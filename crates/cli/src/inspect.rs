@@ -266,37 +266,34 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
         ck.free_segments,
         ck.orphans.len()
     )?;
-    if g.infinite {
-        // Segment numbers of 2^56-block regions are unreadable as decimals: the head's
-        // block address says the same.
-        writeln!(out, "  log heads:  kind  temp  mlog  at block")?;
-        for h in &ck.heads {
-            writeln!(
-                out,
-                "              {:<5} {:<5} {:>4}  {:#x}",
-                format!("{:?}", h.kind).to_lowercase(),
-                format!("{:?}", h.temp).to_lowercase(),
-                h.mlog,
-                g.main_addr + h.seg * BLOCKS_PER_SEG + u64::from(h.blkoff)
-            )?;
+    // Segment numbers of an infinite volume's 2^56-block regions are unreadable as
+    // decimals: there the head's block address says the same.
+    writeln!(
+        out,
+        "  log heads:  kind  temp  mlog  {}",
+        if g.infinite {
+            "at block"
+        } else {
+            "segment  offset  next"
         }
+    )?;
+    for h in &ck.heads {
+        let position = if g.infinite {
+            format!("{:#x}", g.seg_start(h.seg) + u64::from(h.blkoff))
+        } else {
+            format!("{:>7}  {:>6}  {:>4}", h.seg, h.blkoff, h.next_seg)
+        };
+        writeln!(
+            out,
+            "              {:<5} {:<5} {:>4}  {position}",
+            format!("{:?}", h.kind).to_lowercase(),
+            format!("{:?}", h.temp).to_lowercase(),
+            h.mlog,
+        )?;
     }
     if let Some(s) = &iplfs {
         s.print(&mut out)?;
         return Ok(out);
-    }
-    writeln!(out, "  log heads:  kind  temp  mlog  segment  offset  next")?;
-    for h in &ck.heads {
-        writeln!(
-            out,
-            "              {:<5} {:<5} {:>4}  {:>7}  {:>6}  {:>4}",
-            format!("{:?}", h.kind).to_lowercase(),
-            format!("{:?}", h.temp).to_lowercase(),
-            h.mlog,
-            h.seg,
-            h.blkoff,
-            h.next_seg
-        )?;
     }
     writeln!(out, "Segment usage ({} segments: {} free, {} partial, {} full; {} valid blocks, {:.1}% of main)", g.main_segments, u.free, u.partial, u.full, u.valid_blocks, 100.0 * u.valid_blocks as f64 / g.main_blocks().max(1) as f64)?;
     let max = u.histogram.iter().copied().max().unwrap_or(1).max(1);
