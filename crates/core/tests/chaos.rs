@@ -20,7 +20,6 @@
 
 use flashlog_core::*;
 use flashlog_dev::{BlockDevice, RamDevice};
-use flashlog_ssd::{SsdConfig, SsdDevice, StoreKind};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -41,39 +40,7 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn emulated(ftl: &str, mib: u64) -> Arc<dyn BlockDevice> {
-    let mut c = SsdConfig::preset("970pro-like")
-        .unwrap()
-        .with_capacity(mib << 20)
-        .unwrap();
-    c.set("ftl", ftl).unwrap();
-    c.store = StoreKind::Ram;
-    Arc::new(SsdDevice::new(c).unwrap())
-}
-
 type Models = Arc<Mutex<HashMap<String, Vec<u8>>>>;
-
-fn check(fs: &Fs, models: &Models, when: &str) {
-    for (name, want) in models.lock().iter() {
-        let a = fs
-            .lookup(ROOT_INO, name.as_bytes())
-            .unwrap_or_else(|e| panic!("{when}: {name}: {e}"));
-        assert_eq!(a.size, want.len() as u64, "{when}: size of {name}");
-        let mut got = vec![0u8; want.len()];
-        let mut off = 0;
-        while off < got.len() {
-            off += fs.read(a.ino, off as u64, &mut got[off..]).unwrap();
-        }
-        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
-            panic!(
-                "{when}: {name} differs first at byte {i} (block {}): {} instead of {}",
-                i / 4096,
-                got[i],
-                want[i]
-            );
-        }
-    }
-}
 
 /// One thread's work on its own files; the model of what they hold at the end.
 fn worker(fs: &Fs, t: u64, seed: u64) -> HashMap<String, Vec<u8>> {
@@ -209,7 +176,7 @@ fn run(gc: &str, dev: Arc<dyn BlockDevice>, mlogs: u32, mlog_map: MlogMap) {
         hits.load(Ordering::Relaxed)
     );
     let when = format!("{gc}, CHAOS_SEED={seed} CHAOS_THREADS={threads}");
-    check(&fs, &models, &when);
+    common::assert_files_hold(&fs, &models.lock(), &when);
     common::assert_budget_exact(&fs, &when);
     let st = fs.stats();
     eprintln!(
@@ -228,7 +195,7 @@ fn run(gc: &str, dev: Arc<dyn BlockDevice>, mlogs: u32, mlog_map: MlogMap) {
     let r = fsck::fsck(&*dev).unwrap();
     assert!(r.is_clean(), "{when}: {r}");
     let fs = Fs::mount(dev.clone(), opts()).unwrap();
-    check(&fs, &models, &format!("{when}, after a remount"));
+    common::assert_files_hold(&fs, &models.lock(), &format!("{when}, after a remount"));
     fs.unmount().unwrap();
 }
 
@@ -248,10 +215,20 @@ fn chaos_scale() {
 
 #[test]
 fn chaos_none() {
-    run("none", emulated("interval", 256), 1, MlogMap::Ino);
+    run(
+        "none",
+        common::emulated_ssd("interval", 256 << 20),
+        1,
+        MlogMap::Ino,
+    );
 }
 
 #[test]
 fn chaos_device() {
-    run("device", emulated("coupled", 256), 2, MlogMap::Thread);
+    run(
+        "device",
+        common::emulated_ssd("coupled", 256 << 20),
+        2,
+        MlogMap::Thread,
+    );
 }

@@ -15,13 +15,7 @@ const CAP: u64 = 512 << 20;
 const FILE: u64 = 8 << 20;
 
 fn coupled() -> Arc<SsdDevice> {
-    let mut c = SsdConfig::preset("970pro-like")
-        .unwrap()
-        .with_capacity(CAP)
-        .unwrap();
-    c.set("ftl", "coupled").unwrap();
-    c.store = StoreKind::Ram;
-    Arc::new(SsdDevice::new(c).unwrap())
+    common::emulated_ssd("coupled", CAP)
 }
 
 /// The coupled SSD with regular-region degree `degree` (FAST '25 §8.2).
@@ -990,24 +984,15 @@ fn multithreaded_power_cuts_during_device_gc_leave_no_dead_block_on_flash() {
 fn power_cuts_during_device_gc(residue: bool) {
     use rand::Rng;
     use std::sync::atomic::{AtomicBool, Ordering};
-    const THREADS: usize = 3;
-    const FILES: usize = 2;
     let mut applied = 0;
     for seed in 0..3u64 {
         let ssd = coupled();
-        Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
         let dev = Arc::new(common::Cut::new(ssd.clone()));
         let o = MountOptions {
-            flushers: 2,
-            dirty_cap_bytes: 512 << 10,
             gc_interval: Some(std::time::Duration::from_millis(5)),
             ..opts()
         };
-        let fs = Arc::new(Fs::mount(dev.clone(), o).unwrap());
-        let blocks = (fs.statfs().blocks * 60 / 100) as usize / (THREADS * FILES);
-        let inos = common::files_of_ones(&fs, THREADS * FILES, blocks, |k| format!("f{k}"));
-        fs.sync().unwrap();
-        common::widen_races(&fs, seed);
+        let (fs, inos, blocks) = common::cut_race_volume(dev.clone(), o, 60, seed);
         let done = AtomicBool::new(false);
         let results = std::thread::scope(|s| {
             // Arm the cut once device GC has sent upcalls.
@@ -1022,7 +1007,14 @@ fn power_cuts_during_device_gc(residue: bool) {
                 }
             });
             // Until the cut: the op count only bounds a device whose GC never starts.
-            let r = common::threads_until_cut(&fs, &inos, blocks, THREADS, (400_000, 4000), seed);
+            let r = common::threads_until_cut(
+                &fs,
+                &inos,
+                blocks,
+                common::CUT_THREADS,
+                (400_000, 4000),
+                seed,
+            );
             done.store(true, Ordering::Release);
             r
         });

@@ -103,18 +103,7 @@ fn races(gc: GcPolicy) {
         runs > 0 && c.gc_moved_blocks > 0,
         "cleaner did no work: {c:?}"
     );
-    let check = |fs: &Fs| {
-        for (name, want) in models.lock().iter() {
-            let a = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
-            assert_eq!(a.size, want.len() as u64, "{name}");
-            let mut got = vec![0u8; want.len()];
-            let mut off = 0;
-            while off < got.len() {
-                off += fs.read(a.ino, off as u64, &mut got[off..]).unwrap();
-            }
-            assert!(&got == want, "{name} differs");
-        }
-    };
+    let check = |fs: &Fs| common::assert_files_hold(fs, &models.lock(), &format!("{gc:?}"));
     check(&fs);
     // Every block written was paid once, whoever wrote it: the collector moving dirty
     // pages whose copies the flusher had in flight, truncates and punches dropping them
@@ -253,28 +242,16 @@ fn multithreaded_power_cuts_during_cleaning_with_races_widened() {
 
 /// One seed; the blocks cleaning moved or threaded before the cut.
 fn threads_cut_while_cleaning(gc: GcPolicy, seed: u64) -> u64 {
-    const THREADS: usize = 3;
-    const FILES: usize = 2;
     let mode = CrashMode::ALL[seed as usize % 3];
     let sim = Arc::new(SimDevice::new((96 << 20) / 4096));
-    let dev: Arc<dyn BlockDevice> = sim.clone();
-    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let opts = MountOptions {
-        flushers: 2,
-        dirty_cap_bytes: 512 << 10,
-        ..opts_for(gc)
-    };
-    let fs = Arc::new(Fs::mount(dev.clone(), opts.clone()).unwrap());
-    let blocks = (fs.statfs().blocks * 80 / 100) as usize / (THREADS * FILES);
-    let inos = common::files_of_ones(&fs, THREADS * FILES, blocks, |k| format!("f{k}"));
-    fs.sync().unwrap();
-    common::widen_races(&fs, seed);
+    let (fs, inos, blocks) = common::cut_race_volume(sim.clone(), opts_for(gc), 80, seed);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     sim.cut_at(
         sim.ops() + rng.random_range(100..4000),
         rng.random_range(0..8),
     );
-    let results = common::threads_until_cut(&fs, &inos, blocks, THREADS, (3000, 16), seed);
+    let results =
+        common::threads_until_cut(&fs, &inos, blocks, common::CUT_THREADS, (3000, 16), seed);
     sim.cut_now();
     let cleaned = fs.stats().gc_moved_blocks + fs.stats().ssr_blocks;
     let fs = Arc::try_unwrap(fs).ok().expect("threads are done");
@@ -283,12 +260,9 @@ fn threads_cut_while_cleaning(gc: GcPolicy, seed: u64) -> u64 {
     let r = fsck(&*img).unwrap();
     assert!(r.is_clean(), "{gc:?} seed {seed} {mode:?}: {r}");
     let fs = Fs::mount(img.clone(), opts_for(gc)).unwrap();
-    for (t, per_thread) in results.iter().enumerate() {
-        for (f, h) in per_thread.iter().enumerate() {
-            let k = t * FILES + f;
-            let what = format!("{gc:?} seed {seed} {mode:?} (cleaned {cleaned}): file {k}");
-            common::assert_blocks_hold_history(&fs, inos[k], h, &what);
-        }
+    for (k, h) in results.iter().flatten().enumerate() {
+        let what = format!("{gc:?} seed {seed} {mode:?} (cleaned {cleaned}): file {k}");
+        common::assert_blocks_hold_history(&fs, inos[k], h, &what);
     }
     fs.unmount().unwrap();
     let r = fsck(&*img).unwrap();

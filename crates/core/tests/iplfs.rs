@@ -5,7 +5,7 @@
 use flashlog_core::*;
 use flashlog_dev::BlockDevice;
 use flashlog_format::sb::REGION_BLOCKS;
-use flashlog_ssd::{SsdConfig, SsdDevice, StoreKind};
+use flashlog_ssd::SsdDevice;
 use std::sync::Arc;
 
 mod common;
@@ -13,13 +13,7 @@ mod common;
 const CAP: u64 = 256 << 20;
 
 fn interval(cap: u64) -> Arc<SsdDevice> {
-    let mut c = SsdConfig::preset("970pro-like")
-        .unwrap()
-        .with_capacity(cap)
-        .unwrap();
-    c.set("ftl", "interval").unwrap();
-    c.store = StoreKind::Ram;
-    Arc::new(SsdDevice::new(c).unwrap())
+    common::emulated_ssd("interval", cap)
 }
 
 /// `gc=none` has no cleaner thread; `gc_interval` set keeps its discard dispatcher (without
@@ -449,26 +443,15 @@ fn the_flusher_writes_ahead_of_none_checkpoints() {
 #[test]
 fn multithreaded_power_cuts_near_full_keep_fsynced_bytes_and_leak_nothing() {
     use rand::{Rng, SeedableRng};
-    const THREADS: usize = 3;
-    const FILES: usize = 2;
     let mut discarded = 0;
     for seed in 0..6u64 {
         let ssd = interval(96 << 20);
-        Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
         let dev = Arc::new(common::Cut::new(ssd.clone()));
-        let o = MountOptions {
-            flushers: 2,
-            dirty_cap_bytes: 512 << 10,
-            ..opts()
-        };
-        let fs = Arc::new(Fs::mount(dev.clone(), o).unwrap());
-        let blocks = (fs.statfs().blocks * 80 / 100) as usize / (THREADS * FILES);
-        let inos = common::files_of_ones(&fs, THREADS * FILES, blocks, |k| format!("f{k}"));
-        fs.sync().unwrap();
-        common::widen_races(&fs, seed);
+        let (fs, inos, blocks) = common::cut_race_volume(dev.clone(), opts(), 80, seed);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         dev.arm(rng.random_range(200..6000));
-        let results = common::threads_until_cut(&fs, &inos, blocks, THREADS, (2500, 16), seed);
+        let results =
+            common::threads_until_cut(&fs, &inos, blocks, common::CUT_THREADS, (2500, 16), seed);
         dev.cut.store(true, std::sync::atomic::Ordering::Release);
         discarded += fs.stats().discarded_blocks;
         // The clean unmount at its end issues every discard the recovery left (no waiting

@@ -310,3 +310,69 @@ pub fn remount_after_ssd_cut(
     fs.unmount().unwrap();
     fsck_clean("after a clean unmount")
 }
+
+/// Threads and files of the multithreaded power-cut tests: thread t owns files
+/// `t * CUT_FILES .. (t + 1) * CUT_FILES`.
+pub const CUT_THREADS: usize = 3;
+pub const CUT_FILES: usize = 2;
+
+/// A fresh volume on `dev` for a multithreaded power-cut test: made, mounted with `opts`
+/// plus 2 flusher lanes under a 512 KiB dirty cap (the flusher's visits in the race too),
+/// `CUT_THREADS * CUT_FILES` files of 1s filling `fill_pct` % of it (`files_of_ones`),
+/// synced, and the races widened. Returns the volume, its files and their length in blocks.
+pub fn cut_race_volume(
+    dev: Arc<dyn flashlog_dev::BlockDevice>,
+    opts: flashlog_core::MountOptions,
+    fill_pct: u64,
+    seed: u64,
+) -> (Arc<Fs>, Vec<Ino>, usize) {
+    Fs::mkfs(dev.clone(), &flashlog_core::MkfsOptions::default()).unwrap();
+    let opts = flashlog_core::MountOptions {
+        flushers: 2,
+        dirty_cap_bytes: 512 << 10,
+        ..opts
+    };
+    let fs = Arc::new(Fs::mount(dev, opts).unwrap());
+    let n = CUT_THREADS * CUT_FILES;
+    let blocks = (fs.statfs().blocks * fill_pct / 100) as usize / n;
+    let inos = files_of_ones(&fs, n, blocks, |k| format!("f{k}"));
+    fs.sync().unwrap();
+    widen_races(&fs, seed);
+    (fs, inos, blocks)
+}
+
+/// The emulated 970pro-like SSD of `bytes` with FTL `ftl` (`interval`, `coupled`, ...),
+/// contents kept in RAM.
+pub fn emulated_ssd(ftl: &str, bytes: u64) -> Arc<flashlog_ssd::SsdDevice> {
+    let mut c = flashlog_ssd::SsdConfig::preset("970pro-like")
+        .unwrap()
+        .with_capacity(bytes)
+        .unwrap();
+    c.set("ftl", ftl).unwrap();
+    c.store = flashlog_ssd::StoreKind::Ram;
+    Arc::new(flashlog_ssd::SsdDevice::new(c).unwrap())
+}
+
+/// Every file `name -> bytes` of `models` is in the root with exactly that size and those
+/// bytes (`when` names the moment in a failure, which gives the first differing byte).
+pub fn assert_files_hold(fs: &Fs, models: &std::collections::HashMap<String, Vec<u8>>, when: &str) {
+    for (name, want) in models {
+        let a = fs
+            .lookup(ROOT_INO, name.as_bytes())
+            .unwrap_or_else(|e| panic!("{when}: {name}: {e}"));
+        assert_eq!(a.size, want.len() as u64, "{when}: size of {name}");
+        let mut got = vec![0u8; want.len()];
+        let mut off = 0;
+        while off < got.len() {
+            off += fs.read(a.ino, off as u64, &mut got[off..]).unwrap();
+        }
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            panic!(
+                "{when}: {name} differs first at byte {i} (block {}): {} instead of {}",
+                i / 4096,
+                got[i],
+                want[i]
+            );
+        }
+    }
+}
