@@ -314,10 +314,18 @@ impl Fs {
         if inner.opts.gc == crate::config::GcPolicy::Device
             && !ro
             && ck.flags & flashlog_format::cp::flags::UMOUNT == 0
-            && recovered == 0
         {
-            inner.seg.lend_recovery_reserve();
-            inner.seg.move_heads_to_fresh()?;
+            if recovered == 0 {
+                inner.seg.lend_recovery_reserve();
+                inner.seg.move_heads_to_fresh()?;
+            }
+            // What was written after the checkpoint and not recovered is dead: discard it
+            // before the mount's checkpoint applies the re-sent upcalls.
+            let n = inner.seg.discard_residue_after_cut()?;
+            inner
+                .stats
+                .residue_discarded
+                .fetch_add(n, Ordering::Relaxed);
         }
         // IPLFS hook (and the discard log of any policy): heads past a cut, re-issue the log.
         crate::gc_none::after_roll_forward(&inner, &ck, recovered)?;

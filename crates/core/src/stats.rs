@@ -223,6 +223,7 @@ pub struct Stats {
     pub stall_ns: AtomicU64,
     pub checkpoint_ns: AtomicU64,
     pub discard_log_reissued: AtomicU64,
+    pub residue_discarded: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -331,6 +332,9 @@ pub struct Counters {
     pub discards_queued: u64,
     /// Blocks mount issued again from the newest checkpoint's discard log.
     pub discard_log_reissued_blocks: u64,
+    /// gc=device: blocks of the host's region that mount discarded after a power cut (every
+    /// block the volume does not reference, the residue of unrecovered writes among them).
+    pub residue_discarded_blocks: u64,
     /// gc=none (infinite volumes): live blocks (no SIT holds them); 0 elsewhere.
     pub live_blocks: u64,
 }
@@ -388,6 +392,7 @@ impl Stats {
             discarded_blocks: 0,
             discards_queued: 0,
             discard_log_reissued_blocks: g(&self.discard_log_reissued),
+            residue_discarded_blocks: g(&self.residue_discarded),
             live_blocks: 0,
             fs_write_amplification: if data_blocks == 0 {
                 0.0

@@ -30,7 +30,8 @@
 //! Invariants: a case is a pure function of its fields (virtual clock, `io_threads` 0, no
 //! timer or handler thread: `ensure_space` applies batches of upcalls); after the cut every
 //! fsync'd byte reads back (a block written since the last fsync holds its fsync'd bytes or
-//! one of the later writes), and fsck is clean.
+//! one of the later writes), fsck is clean, and after the clean unmount the device holds
+//! valid exactly the blocks the volume references.
 //!
 //! Lock order: `CutSsd` has no locks (atomics only).
 
@@ -402,6 +403,26 @@ pub fn trace(seed: u64) -> Result<DeviceTrace, String> {
     })
 }
 
+/// After a clean unmount the device holds exactly the blocks the volume references
+/// (`reachable`, ascending): a dead block the device keeps valid is capacity lost for good
+/// (its discard missed it, or went out after the device forgot the move that would have
+/// redirected it). None if so, else what is left.
+fn dead_on_flash(ssd: &SsdDevice, reachable: &[u64]) -> Option<String> {
+    let conv = ssd.capabilities().conventional_blocks;
+    let dead: Vec<u64> = ssd
+        .valid_lpns()
+        .into_iter()
+        .filter(|&l| l >= conv && reachable.binary_search(&l).is_err())
+        .collect();
+    (!dead.is_empty()).then(|| {
+        format!(
+            "after the clean unmount the device keeps {} dead blocks (first {:x?})",
+            dead.len(),
+            &dead[..dead.len().min(8)]
+        )
+    })
+}
+
 /// Run one case: the workload up to the cut, a power cycle of the SSD, a remount, and the
 /// checks. Err carries every finding.
 pub fn run_case(case: &DeviceCase) -> Result<DeviceOutcome, String> {
@@ -459,7 +480,11 @@ pub fn run_case(case: &DeviceCase) -> Result<DeviceOutcome, String> {
     fs.unmount()
         .map_err(|e| format!("unmount after the check: {e}"))?;
     match fsck(&*ssd) {
-        Ok(r) if r.is_clean() => {}
+        Ok(r) if r.is_clean() => {
+            if let Some(m) = dead_on_flash(&ssd, &r.reachable) {
+                bad.push(m);
+            }
+        }
         Ok(r) => bad.push(format!("fsck: {r}")),
         Err(e) => bad.push(format!("fsck: {e}")),
     }

@@ -281,6 +281,12 @@ impl SsdDevice {
             .sum()
     }
 
+    /// The logical block of every valid page on flash, ascending, for any FTL (tests: which
+    /// blocks the device keeps that the host no longer references; O(physical size)).
+    pub fn valid_lpns(&self) -> Vec<u64> {
+        self.engine().valid_lpns()
+    }
+
     /// Every logical block the FTL maps, ascending, where it can list them (the interval
     /// FTL); None for the other FTLs. Read-only (crash simulator checks).
     pub fn mapped_lpns(&self) -> Option<Vec<u64>> {

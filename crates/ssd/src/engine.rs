@@ -93,6 +93,13 @@ impl Engine {
         &self.flash.lines
     }
 
+    /// Logical pages of every valid physical page, ascending (tests; O(physical size)).
+    pub fn valid_lpns(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.flash.valid_pages().map(|(_, l)| l).collect();
+        v.sort_unstable();
+        v
+    }
+
     pub fn ftl(&self) -> &dyn Ftl {
         self.ftl.as_ref()
     }
