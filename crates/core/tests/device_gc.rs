@@ -515,6 +515,55 @@ fn a_resent_pair_whose_new_address_is_live_withdraws_the_discard_of_its_old_addr
     fs.abandon();
 }
 
+/// The node-lock rule's last check in `apply_pair`: a pair is applied only if the owner the
+/// summary names still maps `old` in the slot it names. A valid block whose summary names
+/// another slot of its direct node (a stale or corrupt SSA entry; the SIT check before it
+/// turns away every stale pair the workloads make, so no other test reaches this one) must
+/// be skipped: remapping the named slot would point the file's other block at `new`.
+#[test]
+fn a_pair_whose_summary_names_a_slot_that_maps_another_block_is_skipped() {
+    let ssd = coupled();
+    let dev: Arc<dyn BlockDevice> = ssd.clone();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let ino = fs.write_file("/f", &vec![7u8; 64 * 4096]).unwrap();
+    fs.sync().unwrap();
+    let inner = fs.inner();
+    let addr_of = |index: u64| {
+        let c = inner.cell(ino).unwrap();
+        let mut st = c.lock();
+        inner.block_addr(&mut st, index).unwrap()
+    };
+    let (old, neighbour) = (addr_of(3), addr_of(4));
+    let new = (old + 1..)
+        .take(1 << 20)
+        .find(|&a| inner.sb.geo.seg_of(a).is_some() && !inner.seg.is_valid(a))
+        .expect("a free block");
+    let g = &inner.sb.geo;
+    let seg = g.seg_of(old).unwrap();
+    let off = ((old - g.main_addr) % 512) as usize;
+    let sum = inner.seg.read_ssa(seg).unwrap().entries[off];
+    inner
+        .seg
+        .set_summary(
+            old,
+            flashlog_format::meta::Summary {
+                ofs: sum.ofs + 1,
+                ..sum
+            },
+        )
+        .unwrap();
+    assert!(!gc_device::apply_pair(inner, old, new).unwrap());
+    assert_eq!(addr_of(3), old, "block 3 moved");
+    assert_eq!(
+        addr_of(4),
+        neighbour,
+        "block 4 was pointed at the pair's new address"
+    );
+    assert!(inner.seg.is_valid(old) && !inner.seg.is_valid(new));
+    fs.abandon();
+}
+
 /// ρ_regular 1.0 (FAST '25 §8.2): the regular region has one device capacity of zones, so
 /// with ~75 % of statfs live and random overwrites the host's free sections run out while
 /// the flash still has its physical overprovisioning lines (dead zones are reset by their
