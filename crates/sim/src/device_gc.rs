@@ -30,8 +30,8 @@
 //! Invariants: a case is a pure function of its fields (virtual clock, `io_threads` 0, no
 //! timer or handler thread: `ensure_space` applies batches of upcalls); after the cut every
 //! fsync'd byte reads back (a block written since the last fsync holds its fsync'd bytes or
-//! one of the later writes), fsck is clean, and after the clean unmount the device holds
-//! valid exactly the blocks the volume references.
+//! one of the later writes), fsck is clean, and after the clean unmount the device holds as
+//! many valid blocks as the volume references.
 //!
 //! Lock order: `CutSsd` has no locks (atomics only).
 
@@ -403,24 +403,45 @@ pub fn trace(seed: u64) -> Result<DeviceTrace, String> {
     })
 }
 
-/// After a clean unmount the device holds exactly the blocks the volume references
-/// (`reachable`, ascending): a dead block the device keeps valid is capacity lost for good
-/// (its discard missed it, or went out after the device forgot the move that would have
-/// redirected it). None if so, else what is left.
+/// After a clean unmount the device holds exactly as many valid blocks as the volume
+/// references (`reachable`, ascending). By count, not block by block: a block whose move the
+/// device reported after the unmount's last apply (its upcall still outstanding, applied at
+/// the next mount) is valid at its new address while the host names the old one. A dead
+/// block the device keeps valid is capacity lost for good (its discard missed it, or went
+/// out after the device forgot the move that would have redirected it). None if so, else
+/// what is left.
 fn dead_on_flash(ssd: &SsdDevice, reachable: &[u64]) -> Option<String> {
     let conv = ssd.capabilities().conventional_blocks;
-    let dead: Vec<u64> = ssd
+    let valid: Vec<u64> = ssd
         .valid_lpns()
         .into_iter()
-        .filter(|&l| l >= conv && reachable.binary_search(&l).is_err())
+        .filter(|&l| l >= conv)
         .collect();
-    (!dead.is_empty()).then(|| {
-        format!(
-            "after the clean unmount the device keeps {} dead blocks (first {:x?})",
-            dead.len(),
-            &dead[..dead.len().min(8)]
-        )
-    })
+    if valid.len() == reachable.len() {
+        return None;
+    }
+    let dead: Vec<u64> = valid
+        .iter()
+        .copied()
+        .filter(|l| reachable.binary_search(l).is_err())
+        .collect();
+    let moved = reachable
+        .iter()
+        .filter(|l| valid.binary_search(l).is_err())
+        .count();
+    let caps = ssd.capabilities();
+    let gc_from = caps.block_count - caps.gc_region_blocks;
+    Some(format!(
+        "after the clean unmount the device keeps {} valid blocks for {} the volume \
+         references: {} unreferenced ({} of them in the GC region from {gc_from:#x}; first \
+         {:x?}), {} referenced ones moved and not yet remapped",
+        valid.len(),
+        reachable.len(),
+        dead.len(),
+        dead.iter().filter(|&&l| l >= gc_from).count(),
+        &dead[..dead.len().min(8)],
+        moved
+    ))
 }
 
 /// Run one case: the workload up to the cut, a power cycle of the SSD, a remount, and the
