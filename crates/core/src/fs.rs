@@ -311,6 +311,7 @@ impl Fs {
         // gc=device after a cut: the heads' sections may hold blocks written after the
         // checkpoint, which the coupled device keeps write-once; continue in fresh sections
         // (discarded as they are claimed) as roll-forward does when it recovers something.
+        let mut residue = Vec::new();
         if inner.opts.gc == crate::config::GcPolicy::Device
             && !ro
             && ck.flags & flashlog_format::cp::flags::UMOUNT == 0
@@ -319,13 +320,10 @@ impl Fs {
                 inner.seg.lend_recovery_reserve();
                 inner.seg.move_heads_to_fresh()?;
             }
-            // What was written after the checkpoint and not recovered is dead: discard it
-            // before the mount's checkpoint applies the re-sent upcalls.
-            let n = inner.seg.discard_residue_after_cut()?;
-            inner
-                .stats
-                .residue_discarded
-                .fetch_add(n, Ordering::Relaxed);
+            // What was written after the checkpoint and not recovered is dead: taken now,
+            // before the mount's checkpoint applies the re-sent upcalls, and discarded once
+            // that checkpoint is durable (the fsync chains in it are walked again until then).
+            residue = inner.seg.residue_after_cut();
         }
         // IPLFS hook (and the discard log of any policy): heads past a cut, re-issue the log.
         crate::gc_none::after_roll_forward(&inner, &ck, recovered)?;
@@ -344,6 +342,13 @@ impl Fs {
                 || !ck.orphans.is_empty()
             {
                 inner.write_checkpoint(false)?;
+            }
+            if !residue.is_empty() {
+                let n = inner.seg.discard_residue(&residue)?;
+                inner
+                    .stats
+                    .residue_discarded
+                    .fetch_add(n, Ordering::Relaxed);
             }
         }
         // Roll-forward lent the recovery reserve to its head move; hold it again (taken

@@ -143,6 +143,8 @@ type FsyncOrder = (u64, usize, usize);
 
 struct ChainNode {
     addr: BlkAddr,
+    /// Where the walk went next (the next node, or where the chain ended).
+    next: BlkAddr,
     nid: Nid,
     ino: Ino,
     flags: u32,
@@ -178,6 +180,7 @@ fn walk_chain(
         }
         out.push(ChainNode {
             addr,
+            next: f.next_blkaddr,
             nid: f.nid,
             ino: f.ino,
             flags: f.flags,
@@ -288,7 +291,11 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
     // Log heads continue in fresh sections so that nothing recovered is overwritten. The
     // space budget held these sections out of every operation's reach (the recovery
     // reserve), so they are free now; mount holds the reserve again after its checkpoint.
+    // Not in the chains' own sections: a cut before the recovery checkpoint is durable walks
+    // them again (`SegManager::keep_until_checkpoint`).
     fs.seg.lend_recovery_reserve();
+    fs.seg
+        .keep_until_checkpoint(chain.iter().flat_map(|c| [c.addr, c.next]));
     fs.seg.move_heads_to_fresh()?;
     dent.sort_unstable();
     for (_, ino) in dent {

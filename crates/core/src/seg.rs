@@ -288,6 +288,14 @@ pub struct PartStats {
 /// when a head claims a section, with the section number.
 pub type SegHook = Arc<dyn Fn(&'static str, BlkAddr) + Send + Sync>;
 
+/// Append block `addr` to `ranges` (ascending), extending the last range when adjacent.
+fn push_block(ranges: &mut Vec<(u64, u64)>, addr: u64) {
+    match ranges.last_mut() {
+        Some((a, n)) if *a + *n == addr => *n += 1,
+        _ => ranges.push((addr, 1)),
+    }
+}
+
 /// Segments an SSR search looks at before taking the best seen (F2FS max_victim_search).
 pub const SSR_SEARCH_MAX: u64 = 4096;
 
@@ -745,30 +753,27 @@ impl SegManager {
     }
 
     /// `gc=device`, at mount after a power cut, once roll-forward marked what it recovered
-    /// valid and before any upcall is applied: discard every block of the host's region
-    /// that the volume does not reference (the residue of writes after the checkpoint that
-    /// nothing recovered), sections in use by a head excepted (claimed, hence discarded,
-    /// since the cut). Without it the residue stayed on flash for good where the host never
-    /// claimed its section again (up to 64 blocks a cut in `device_gc.rs`' multithreaded
-    /// power-cut test); where the device had moved it before the cut, its re-sent upcall
-    /// would be skipped (the host does not own the old address) and the moved copy stay in
-    /// the GC region, but the record of an unapplied pair still redirects, so this discard
-    /// reaches the moved copy. Safe
+    /// valid and before any upcall is applied: every block of the host's region that the
+    /// volume does not reference (the residue of writes after the checkpoint that nothing
+    /// recovered), as ranges, sections in use by a head excepted (claimed, hence
+    /// discarded, since the cut). Mount discards them (`discard_residue`) once its
+    /// checkpoint is durable. Without it the residue stayed on flash for good where the host
+    /// never claimed its section again (up to 64 blocks a cut in `device_gc.rs`'
+    /// multithreaded power-cut test); where the device had moved it before the cut, its
+    /// re-sent upcall would be skipped (the host does not own the old address) and the
+    /// moved copy stay in the GC region, but the record of a pair skipped by the mount's
+    /// checkpoint lasts until the next one, so the discard reaches the moved copy. Safe
     /// because every pair not yet applied (id past the pack's `last_upcall`) has an old
-    /// address the host references (then valid, left alone) or had dropped itself (then its
-    /// moved copy is dead too); the GC region is left alone (its moved copies become the
-    /// host's only when their pairs are applied). Returns the blocks named.
-    pub fn discard_residue_after_cut(&self) -> Result<u64> {
+    /// address the host references (then valid now, left out) or had dropped itself (then
+    /// its moved copy is dead too); the GC region is left alone (its moved copies become
+    /// the host's only as their pairs are applied).
+    pub fn residue_after_cut(&self) -> Vec<(u64, u64)> {
         let first_device = self.device_secs_from.load(Ordering::Relaxed);
         if first_device == u64::MAX {
-            return Ok(0);
+            return Vec::new();
         }
         let sps = self.sps();
         let mut ranges: Vec<(u64, u64)> = Vec::new();
-        let mut push = |addr: u64| match ranges.last_mut() {
-            Some((a, n)) if *a + *n == addr => *n += 1,
-            _ => ranges.push((addr, 1)),
-        };
         for sec in 0..first_device.min(self.geo.sections()) {
             if self.current.test(sec) {
                 continue;
@@ -778,15 +783,83 @@ impl SegManager {
                 let start = self.geo.seg_start(seg);
                 for off in 0..BLOCKS_PER_SEG as usize {
                     if !se.is_valid(off) {
-                        push(start + off as u64);
+                        push_block(&mut ranges, start + off as u64);
                     }
                 }
             }
         }
-        for chunk in ranges.chunks(flashlog_dev::MAX_DISCARD_RANGES) {
+        ranges
+    }
+
+    /// Discard the blocks of `residue_after_cut`'s ranges that are still free of data now,
+    /// outside the heads' sections: what the mount's checkpoint wrote since (into sections
+    /// it claimed) is valid and left out, and the old addresses of the pairs it applied
+    /// were valid when the ranges were taken, so they are not in them (a discard there would
+    /// be redirected to the block's live new copy). Returns the blocks discarded.
+    pub fn discard_residue(&self, ranges: &[(u64, u64)]) -> Result<u64> {
+        let mut now: Vec<(u64, u64)> = Vec::new();
+        for &(a, n) in ranges {
+            for b in a..a + n {
+                let in_head = self
+                    .locate(b)
+                    .is_some_and(|(seg, _)| self.current.test(self.sec_of(seg)));
+                if !in_head && !self.is_valid(b) {
+                    push_block(&mut now, b);
+                }
+            }
+        }
+        for chunk in now.chunks(flashlog_dev::MAX_DISCARD_RANGES) {
             self.dev.discard_many(chunk)?;
         }
-        Ok(ranges.iter().map(|r| r.1).sum())
+        Ok(now.iter().map(|r| r.1).sum())
+    }
+
+    /// Roll-forward, before its heads move: the sections holding the fsync chains it walked
+    /// (every node on them, superseded versions too, and the block each chain ended at) may
+    /// not be written until the recovery checkpoint is durable, because a cut before that
+    /// makes the next mount walk the same chains from the same checkpoint. The free ones
+    /// become prefree (F2FS keeps a segment prefree until the checkpoint after the one that
+    /// emptied it for the same reason), so no head claims them and that checkpoint frees
+    /// them. Before this a head moved into such a section (free: nothing on it recovered)
+    /// and the recovery checkpoint's first block there, landing before its pack, cut every
+    /// chain short at the next mount: fsync'd files lost
+    /// (`recovery_cut.rs`, `a_cut_during_the_recovery_mount_loses_no_fsynced_byte`).
+    /// Leaves enough free sections for the head move (`recovery_secs`); returns the
+    /// sections kept.
+    pub fn keep_until_checkpoint(&self, addrs: impl Iterator<Item = BlkAddr>) -> u64 {
+        if self.inf.is_some() {
+            return 0; // IPLFS hook: heads move into never-written space
+        }
+        let secs: BTreeSet<u64> = addrs
+            .filter_map(|a| self.locate(a))
+            .map(|(seg, _)| self.sec_of(seg))
+            .filter(|&sec| !self.used.test(sec) && !self.is_device_section(sec))
+            .collect();
+        let spare = self
+            .free_sections()
+            .saturating_sub(self.recovery_secs() * 2);
+        let mut kept = 0;
+        for &sec in secs.iter().take(spare as usize) {
+            if self.used.set(sec) {
+                continue;
+            }
+            self.parts[self.part_of(sec)]
+                .free
+                .fetch_sub(1, Ordering::AcqRel);
+            self.prefree_of(sec).lock().insert(sec);
+            kept += 1;
+        }
+        if kept < secs.len() as u64 {
+            tracing::warn!(
+                "roll-forward: {} of {} sections of the fsync chains are left free (the head \
+                 move needs the rest); a cut before the recovery checkpoint may lose fsync'd \
+                 data in them",
+                secs.len() as u64 - kept,
+                secs.len()
+            );
+        }
+        self.space.sections_changed(-(kept as i64));
+        kept
     }
 
     /// Whether `sec` lies in the device's GC region (`gc=device`).

@@ -212,6 +212,8 @@ pub struct Cut {
     pub cut: std::sync::atomic::AtomicBool,
     /// Requests left before the cut; negative: not armed.
     left: std::sync::atomic::AtomicI64,
+    /// Reads count towards the cut too (`arm_past_reads` clears it).
+    reads_count: std::sync::atomic::AtomicBool,
 }
 
 impl Cut {
@@ -220,12 +222,25 @@ impl Cut {
             inner,
             cut: std::sync::atomic::AtomicBool::new(false),
             left: std::sync::atomic::AtomicI64::new(-1),
+            reads_count: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
     /// Cut the power at the `n`th request from now (that request never reaches the SSD).
     pub fn arm(&self, n: u64) {
         self.left.store(n as i64, Ordering::Release);
+    }
+
+    /// Cut the power at the `n`th request from now that changes something (writes,
+    /// discards, flushes, acknowledgements and re-sends; reads pass and do not count).
+    pub fn arm_past_reads(&self, n: u64) {
+        self.reads_count.store(false, Ordering::Release);
+        self.arm(n);
+    }
+
+    /// Requests left before an armed cut (counting down from `arm`'s `n`).
+    pub fn left(&self) -> i64 {
+        self.left.load(Ordering::Acquire)
     }
 
     fn check(&self) -> flashlog_dev::DevResult<()> {
@@ -248,7 +263,11 @@ impl flashlog_dev::BlockDevice for Cut {
         self.inner.capabilities()
     }
     fn read(&self, a: u64, b: &mut [u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
-        self.check()?;
+        if self.reads_count.load(Ordering::Acquire) {
+            self.check()?;
+        } else if self.cut.load(Ordering::Acquire) {
+            return Err(DevError::PowerCut);
+        }
         self.inner.read(a, b)
     }
     fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
@@ -372,6 +391,73 @@ pub fn assert_files_hold(fs: &Fs, models: &std::collections::HashMap<String, Vec
                 i / 4096,
                 got[i],
                 want[i]
+            );
+        }
+    }
+}
+
+/// What `fsync_chains` made durable: each file's bytes, and the names fsync'd with theirs.
+pub type ChainModel = (Vec<Vec<u8>>, Vec<(String, u8)>);
+
+/// Long fsync chains with no checkpoint between: 4 files `/f0..` of 64 blocks written and
+/// synced, then `fsyncs` single-block overwrites each fsync'd (so the warm node log holds
+/// version after version of the same few nodes, most of them superseded: the chain's
+/// early sections hold nothing roll-forward keeps), with a new 1-block file created and
+/// fsync'd every 10 of the last 100 (the recovery mount puts its name back, so its
+/// checkpoint writes a dentry block and the directory's node). Returns the durable model.
+pub fn fsync_chains(fs: &Fs, seed: u64, fsyncs: usize) -> ChainModel {
+    const FILES: usize = 4;
+    const BLOCKS: usize = 64;
+    let mut model = Vec::new();
+    let mut inos = Vec::new();
+    for i in 0..FILES {
+        let data = vec![i as u8 + 1; BLOCKS * 4096];
+        inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
+        model.push(data);
+    }
+    fs.sync().unwrap();
+    let cps = fs.stats().checkpoints;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut news = Vec::new();
+    for n in 0..fsyncs {
+        if n + 100 > fsyncs && n % 10 == 9 {
+            let name = format!("/n{n}");
+            let ino = fs.write_file(&name, &[n as u8; 4096]).unwrap();
+            fs.fsync(ino, false).unwrap();
+            news.push((name, n as u8));
+        }
+        let f = rng.random_range(0..FILES);
+        let b = rng.random_range(0..BLOCKS);
+        let byte = 10 + (n % 240) as u8;
+        fs.write(inos[f], (b * 4096) as u64, &[byte; 4096]).unwrap();
+        fs.fsync(inos[f], false).unwrap();
+        model[f][b * 4096..(b + 1) * 4096].fill(byte);
+    }
+    assert_eq!(
+        fs.stats().checkpoints,
+        cps,
+        "a checkpoint cut the chains short"
+    );
+    (model, news)
+}
+
+/// The volume holds `fsync_chains`' durable model (`what` names the case in a failure).
+pub fn assert_chain_model(fs: &Fs, (model, news): &ChainModel, what: &str) {
+    for (name, byte) in news {
+        let got = fs
+            .read_file(name)
+            .unwrap_or_else(|e| panic!("{what}: fsync'd {name}: {e}"));
+        assert!(got == vec![*byte; 4096], "{what}: {name} differs");
+    }
+    for (i, m) in model.iter().enumerate() {
+        let got = fs.read_file(&format!("/f{i}")).unwrap();
+        if let Some(b) = (0..m.len() / 4096)
+            .find(|&b| got.get(b * 4096..(b + 1) * 4096) != Some(&m[b * 4096..(b + 1) * 4096]))
+        {
+            panic!(
+                "{what}: file {i} block {b} holds {:?}, fsync'd {}",
+                got.get(b * 4096),
+                m[b * 4096]
             );
         }
     }
