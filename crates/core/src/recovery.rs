@@ -33,7 +33,11 @@
 //! new version of the file's tree reach: blocks only the old tree reaches become invalid,
 //! blocks only the new one reaches become valid and get their summary entries.
 //! Anything recovered makes every log head move to a fresh section, and mount writes a
-//! checkpoint before the volume is used. Runs single-threaded at mount: no locks of its own.
+//! checkpoint before the volume is used. Until that checkpoint is durable a second cut
+//! walks the same chains again, so the fresh sections are never the chains' own: the free
+//! sections holding any walked node (superseded versions included) and the block each
+//! chain ended at are prefree until then (`SegManager::keep_until_checkpoint`). Runs
+//! single-threaded at mount: no locks of its own.
 
 use crate::error::{Error, Result};
 use crate::inner::FsInner;
