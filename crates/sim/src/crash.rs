@@ -73,13 +73,24 @@ pub struct Case {
     /// Mount option `inode_cache_max` (0: the default). A small cache makes the cap relief
     /// evict cells between checkpoints, so fsync meets files loaded back from disk.
     pub inode_cache: usize,
+    /// A second cut, in the recovery mount of the crash image: at its request `r` (0-based,
+    /// as `cut`; past its last request the mount completes and is abandoned), whose crash
+    /// image (same mode) is what is checked. Until its checkpoint is durable the recovery
+    /// mount may write nothing the next one needs again (the fsync chains).
+    pub recut: Option<u64>,
 }
+
+/// Sampled cases get a second cut in the recovery mount one time in this many
+/// ([`Case::recut`]), at one of its first [`RECUT_SPAN`] requests.
+pub const RECUT_ONE_IN: u32 = 4;
+/// The requests a recut is drawn from (a recovery mount makes ~30-40 on the base image).
+pub const RECUT_SPAN: u64 = 48;
 
 impl Case {
     /// The command that replays this case.
     pub fn replay_command(&self) -> String {
         format!(
-            "cargo run -p flashlog-sim --release -- replay --seed {} --mode {} --cut {} --partial {} --policy {}{}{}{}",
+            "cargo run -p flashlog-sim --release -- replay --seed {} --mode {} --cut {} --partial {} --policy {}{}{}{}{}",
             self.seed,
             mode_name(self.mode),
             self.cut,
@@ -99,6 +110,10 @@ impl Case {
                 String::new()
             } else {
                 format!(" --inode-cache {}", self.inode_cache)
+            },
+            match self.recut {
+                None => String::new(),
+                Some(r) => format!(" --recut {r}"),
             }
         )
     }
@@ -465,7 +480,16 @@ pub fn run_script_case(script: Script, case: &Case) -> Result<(), Failure> {
         Err(e) => return Err(fail(vec![format!("first mount: {e}")], &[])),
     };
     dev.cut_now();
-    let img = dev.crash_image(case.mode, case.image_seed());
+    let mut img = dev.crash_image(case.mode, case.image_seed());
+    if let Some(r) = case.recut {
+        let dev = Arc::new(SimDevice::from_image(img));
+        dev.cut_at(r, 0);
+        if let Ok(fs) = mount(dev.clone(), case.policy, case.mount_kind()) {
+            fs.abandon();
+        }
+        dev.cut_now();
+        img = dev.crash_image(case.mode, case.image_seed().rotate_left(7) ^ r);
+    }
     check_image_map(img, &model, case.policy, case.mount_kind()).map_err(|what| fail(what, &log))
 }
 
@@ -591,15 +615,19 @@ pub fn sampled_cases(
         for _ in 0..o.cuts_per_mode {
             // Cut points past the trace (n) crash after the last request.
             let cut = rng.random_range(0..=n);
+            let partial = partial_for(trace, cut, &mut rng);
+            let recut =
+                (rng.random_range(0..RECUT_ONE_IN) == 0).then(|| rng.random_range(0..RECUT_SPAN));
             out.push(Case {
                 seed,
                 mode,
                 cut,
-                partial: partial_for(trace, cut, &mut rng),
+                partial,
                 policy,
                 mlogs,
                 mlog_map: MlogMap::Ino,
                 inode_cache: 0,
+                recut,
             });
         }
     }
@@ -636,6 +664,7 @@ pub fn exhaustive_cases(
                     mlogs,
                     mlog_map: MlogMap::Ino,
                     inode_cache: 0,
+                    recut: None,
                 });
             }
         }

@@ -15,6 +15,7 @@ fn case(seed: u64, mode: CrashMode, cut: u64) -> Case {
         mlogs: 1,
         mlog_map: flashlog_core::MlogMap::Ino,
         inode_cache: 0,
+        recut: None,
     }
 }
 
@@ -217,6 +218,7 @@ fn two_mlogs_later_fsync_keeps_the_name() {
                 mlogs: 2,
                 mlog_map: flashlog_core::MlogMap::Ino,
                 inode_cache: 0,
+                recut: None,
             };
             if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
                 panic!(
@@ -294,6 +296,7 @@ fn unlink_of_a_linked_fsynced_name_then_new_file_fsync() {
                 mlogs,
                 mlog_map: flashlog_core::MlogMap::Ino,
                 inode_cache: 0,
+                recut: None,
             };
             if let Err(f) = run_script_case(Script::Ops(&ops), &c) {
                 panic!("{mlogs} mlogs, {mode:?}: {:?}\n{:#?}", f.what, f.ops);

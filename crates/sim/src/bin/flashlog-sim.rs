@@ -111,6 +111,9 @@ enum Cmd {
         /// Mount option `inode_cache_max` (0: the default).
         #[arg(long, default_value_t = 0)]
         inode_cache: usize,
+        /// A second cut, at this request of the recovery mount.
+        #[arg(long)]
+        recut: Option<u64>,
     },
     /// Crash at every point of the seed's trace (littlefs style).
     Exhaustive {
@@ -455,6 +458,7 @@ fn real_main() -> Result<ExitCode, String> {
             mlogs,
             mlog_map,
             inode_cache,
+            recut,
         } => {
             mlog_counts(&mlogs.to_string())?;
             let case = Case {
@@ -466,6 +470,7 @@ fn real_main() -> Result<ExitCode, String> {
                 mlogs,
                 mlog_map,
                 inode_cache,
+                recut,
             };
             match crash::run_case(&case) {
                 Ok(()) => {
