@@ -460,6 +460,33 @@ fn enospc_at_the_device_capacity_not_the_partition_size() {
     fsck_clean(&*dev);
 }
 
+/// A `gc=device` volume on a fresh coupled SSD with one synced file `/f` of 64 blocks of 7s.
+fn synced_file() -> (Fs, Ino) {
+    let dev: Arc<dyn BlockDevice> = coupled();
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev, opts()).unwrap();
+    let ino = fs.write_file("/f", &vec![7u8; 64 * 4096]).unwrap();
+    fs.sync().unwrap();
+    (fs, ino)
+}
+
+/// Where block `index` of file `ino` lives.
+fn block_of(fs: &Fs, ino: Ino, index: u64) -> u64 {
+    let inner = fs.inner();
+    let c = inner.cell(ino).unwrap();
+    let mut st = c.lock();
+    inner.block_addr(&mut st, index).unwrap()
+}
+
+/// The first main-area block after `addr` that holds nothing.
+fn free_block_after(fs: &Fs, addr: u64) -> u64 {
+    let inner = fs.inner();
+    (addr + 1..)
+        .take(1 << 20)
+        .find(|&a| inner.sb.geo.seg_of(a).is_some() && !inner.seg.is_valid(a))
+        .expect("a free block")
+}
+
 /// The state roll-forward leaves after a cut in `gc=device` (found with the power-cut test
 /// above under a checkpoint timing with fewer checkpoints): a pair (old, new) was applied in
 /// memory after the last durable checkpoint and the file fsync'd, so the recovered node
@@ -470,23 +497,11 @@ fn enospc_at_the_device_capacity_not_the_partition_size() {
 /// above then read zeros for an fsync'd block). Forced here directly on the host's maps.
 #[test]
 fn a_resent_pair_whose_new_address_is_live_withdraws_the_discard_of_its_old_address() {
-    let ssd = coupled();
-    let dev: Arc<dyn BlockDevice> = ssd.clone();
-    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let fs = Fs::mount(dev.clone(), opts()).unwrap();
-    let ino = fs.write_file("/f", &vec![7u8; 64 * 4096]).unwrap();
-    fs.sync().unwrap();
+    let (fs, ino) = synced_file();
     let inner = fs.inner();
-    let old = {
-        let c = inner.cell(ino).unwrap();
-        let mut st = c.lock();
-        inner.block_addr(&mut st, 3).unwrap()
-    };
+    let old = block_of(&fs, ino, 3);
     assert!(inner.seg.is_valid(old));
-    let new = (old + 1..)
-        .take(1 << 20)
-        .find(|&a| inner.sb.geo.seg_of(a).is_some() && !inner.seg.is_valid(a))
-        .expect("a free block");
+    let new = free_block_after(&fs, old);
     // What roll-forward's reconcile does: the recovered node's address becomes valid, the
     // checkpointed one is invalidated (and queued for discard).
     inner.seg.set_valid(new);
@@ -501,14 +516,8 @@ fn a_resent_pair_whose_new_address_is_live_withdraws_the_discard_of_its_old_addr
     );
     assert_eq!(fs.stats().upcall_discards_withdrawn, 1);
     // A pair whose new address is not live leaves a queued discard alone (the block died).
-    let other = (new + 1..)
-        .find(|&a| inner.sb.geo.seg_of(a).is_some() && !inner.seg.is_valid(a))
-        .unwrap();
-    let dead = {
-        let c = inner.cell(ino).unwrap();
-        let mut st = c.lock();
-        inner.block_addr(&mut st, 4).unwrap()
-    };
+    let other = free_block_after(&fs, new);
+    let dead = block_of(&fs, ino, 4);
     inner.seg.invalidate(dead);
     assert!(!gc_device::apply_pair(inner, dead, other).unwrap());
     assert!(pending(dead));
@@ -522,23 +531,10 @@ fn a_resent_pair_whose_new_address_is_live_withdraws_the_discard_of_its_old_addr
 /// be skipped: remapping the named slot would point the file's other block at `new`.
 #[test]
 fn a_pair_whose_summary_names_a_slot_that_maps_another_block_is_skipped() {
-    let ssd = coupled();
-    let dev: Arc<dyn BlockDevice> = ssd.clone();
-    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let fs = Fs::mount(dev.clone(), opts()).unwrap();
-    let ino = fs.write_file("/f", &vec![7u8; 64 * 4096]).unwrap();
-    fs.sync().unwrap();
+    let (fs, ino) = synced_file();
     let inner = fs.inner();
-    let addr_of = |index: u64| {
-        let c = inner.cell(ino).unwrap();
-        let mut st = c.lock();
-        inner.block_addr(&mut st, index).unwrap()
-    };
-    let (old, neighbour) = (addr_of(3), addr_of(4));
-    let new = (old + 1..)
-        .take(1 << 20)
-        .find(|&a| inner.sb.geo.seg_of(a).is_some() && !inner.seg.is_valid(a))
-        .expect("a free block");
+    let (old, neighbour) = (block_of(&fs, ino, 3), block_of(&fs, ino, 4));
+    let new = free_block_after(&fs, old);
     let g = &inner.sb.geo;
     let seg = g.seg_of(old).unwrap();
     let off = ((old - g.main_addr) % 512) as usize;
@@ -554,9 +550,9 @@ fn a_pair_whose_summary_names_a_slot_that_maps_another_block_is_skipped() {
         )
         .unwrap();
     assert!(!gc_device::apply_pair(inner, old, new).unwrap());
-    assert_eq!(addr_of(3), old, "block 3 moved");
+    assert_eq!(block_of(&fs, ino, 3), old, "block 3 moved");
     assert_eq!(
-        addr_of(4),
+        block_of(&fs, ino, 4),
         neighbour,
         "block 4 was pointed at the pair's new address"
     );
