@@ -296,7 +296,8 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
     // space budget held these sections out of every operation's reach (the recovery
     // reserve), so they are free now; mount holds the reserve again after its checkpoint.
     // Not in the chains' own sections: a cut before the recovery checkpoint is durable walks
-    // them again (`SegManager::keep_until_checkpoint`).
+    // them again (`SegManager::keep_until_checkpoint`; `chain` is in version order, oldest
+    // first, the order it keeps them in when it cannot keep all).
     fs.seg.lend_recovery_reserve();
     fs.seg
         .keep_until_checkpoint(chain.iter().flat_map(|c| [c.addr, c.next]));

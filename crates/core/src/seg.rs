@@ -830,10 +830,13 @@ impl SegManager {
         if self.inf.is_some() {
             return 0; // IPLFS hook: heads move into never-written space
         }
-        let secs: BTreeSet<u64> = addrs
+        // In the order the chains reach them (the caller's, oldest node first): if not all
+        // can be kept, one late on a chain costs less written over (the walk stops there).
+        let mut seen = BTreeSet::new();
+        let secs: Vec<u64> = addrs
             .filter_map(|a| self.locate(a))
             .map(|(seg, _)| self.sec_of(seg))
-            .filter(|&sec| !self.used.test(sec) && !self.is_device_section(sec))
+            .filter(|&sec| !self.used.test(sec) && !self.is_device_section(sec) && seen.insert(sec))
             .collect();
         let spare = self
             .free_sections()
