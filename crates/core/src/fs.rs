@@ -457,6 +457,14 @@ impl Fs {
                 ));
             }
             self.inner.write_checkpoint(true)?;
+            // gc=device: what the device moved while that checkpoint wrote (a few rounds at
+            // most: each checkpoint writes less than the one before).
+            for _ in 0..3 {
+                if !self.inner.collector.unsettled(&self.inner)? {
+                    break;
+                }
+                self.inner.write_checkpoint(true)?;
+            }
             // gc=none: the final checkpoint made the last dead blocks safe to discard;
             // issue them now instead of leaving them to the next mount, so that an
             // unmounted volume's device maps only live blocks, then write a pack whose

@@ -138,6 +138,13 @@ pub trait Collector: Send + Sync {
     fn last_upcall(&self) -> u64 {
         0
     }
+    /// After the unmount's checkpoint (op lock held exclusively): whether the device reported
+    /// work since that the host should take in one more checkpoint before it closes
+    /// (`gc=device`: moves its GC made while that checkpoint wrote, which a flush brings
+    /// back as upcalls). False by default.
+    fn unsettled(&self, _fs: &FsInner) -> Result<bool> {
+        Ok(false)
+    }
     /// The checkpoint covering upcalls up to `in_pack` is durable; `emptied` are the prefree
     /// sections it may free (not freed yet). Returns the sections to discard and free now:
     /// all of `emptied` by default; `gc=device` holds them for the next checkpoint and

@@ -47,34 +47,39 @@ fn fsck_clean(dev: &dyn BlockDevice) {
 /// After a clean unmount the device holds exactly the blocks the host's volume points at:
 /// every block the host invalidated was discarded, and the discard reached the block's
 /// current copy (a discard issued after the device forgot the record of a move finds the
-/// old address unmapped, and the moved copy stays on flash for good).
+/// old address unmapped, and the moved copy stays on flash for good); and no referenced
+/// block is valid only at another address (a move the unmount left unapplied).
 fn device_holds_only_live_blocks(ssd: &SsdDevice, dev: &dyn BlockDevice) {
     let r = flashlog_core::fsck::fsck(dev).unwrap();
-    let host = r.data_blocks + r.node_blocks;
-    let on_flash = valid_on_flash(ssd);
-    eprintln!("host live blocks {host}, device valid blocks {on_flash}");
-    if on_flash != host {
-        // Name the dead blocks: where they lie says which copy the discard missed.
-        let conv = dev.capabilities().conventional_blocks;
-        let gc_from = dev.capabilities().block_count - dev.capabilities().gc_region_blocks;
-        let live: std::collections::HashSet<u64> = r.reachable.iter().copied().collect();
-        let dead: Vec<u64> = ssd
-            .valid_lpns()
-            .into_iter()
-            .filter(|&l| l >= conv && !live.contains(&l))
-            .collect();
-        let in_gc = dead.iter().filter(|&&l| l >= gc_from).count();
-        eprintln!(
-            "{} dead blocks ({in_gc} in the GC region from {gc_from:#x}): {:x?}",
-            dead.len(),
-            &dead[..dead.len().min(80)]
-        );
-    }
-    assert_eq!(
-        on_flash,
-        host,
-        "the device keeps {} dead blocks the host invalidated",
-        on_flash as i64 - host as i64
+    let conv = dev.capabilities().conventional_blocks;
+    let gc_from = dev.capabilities().block_count - dev.capabilities().gc_region_blocks;
+    let valid: Vec<u64> = ssd
+        .valid_lpns()
+        .into_iter()
+        .filter(|&l| l >= conv)
+        .collect();
+    let dead: Vec<u64> = valid
+        .iter()
+        .copied()
+        .filter(|l| r.reachable.binary_search(l).is_err())
+        .collect();
+    let moved = r
+        .reachable
+        .iter()
+        .filter(|l| valid.binary_search(l).is_err())
+        .count();
+    eprintln!(
+        "host live blocks {}, device valid blocks {}",
+        r.reachable.len(),
+        valid.len()
+    );
+    assert!(
+        dead.is_empty() && moved == 0,
+        "the device keeps {} dead blocks the host invalidated ({} in the GC region from \
+         {gc_from:#x}; first {:x?}), and {moved} live blocks only at a new address",
+        dead.len(),
+        dead.iter().filter(|&&l| l >= gc_from).count(),
+        &dead[..dead.len().min(16)]
     );
 }
 
