@@ -457,8 +457,8 @@ impl Fs {
                 ));
             }
             self.inner.write_checkpoint(true)?;
-            // gc=device: what the device moved while that checkpoint wrote (a few rounds at
-            // most: each checkpoint writes less than the one before).
+            // gc=device: what the device moved while that checkpoint wrote, in up to three
+            // more (what is still outstanding after them, the next mount applies).
             for _ in 0..3 {
                 if !self.inner.collector.unsettled(&self.inner)? {
                     break;

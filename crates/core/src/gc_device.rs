@@ -496,7 +496,7 @@ impl crate::gc::Collector for DeviceCollector {
     /// flush brings their records back as upcalls (buffered ones included), which one more
     /// checkpoint applies and acknowledges, so that a clean unmount leaves the device with
     /// nothing outstanding (else the next mount applies them; a check of the device right
-    /// after the unmount found 251 blocks valid only at their new addresses).
+    /// after the unmount found 247 blocks valid only at their new addresses).
     fn unsettled(&self, fs: &FsInner) -> Result<bool> {
         fs.dev.flush()?;
         Ok(self.tap.pending() > 0)

@@ -408,7 +408,7 @@ pub fn trace(seed: u64) -> Result<DeviceTrace, String> {
 /// (its discard missed it, or went out after the device forgot the move that would have
 /// redirected it), and a referenced block valid only at another address is a move the
 /// unmount left unapplied (`Collector::unsettled`: the unmount takes in what the device
-/// moved while its checkpoint wrote; before that, 251 blocks at `--seed 13 --cut 2528`).
+/// moved while its checkpoint wrote; before that, 247 blocks at `--seed 13 --cut 2528`).
 /// None if so, else what differs.
 fn dead_on_flash(ssd: &SsdDevice, reachable: &[u64]) -> Option<String> {
     let conv = ssd.capabilities().conventional_blocks;
