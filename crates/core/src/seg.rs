@@ -818,8 +818,8 @@ impl SegManager {
     /// (every node on them, superseded versions too, and the block each chain ended at) may
     /// not be written until the recovery checkpoint is durable, because a cut before that
     /// makes the next mount walk the same chains from the same checkpoint. The free ones
-    /// become prefree (F2FS keeps a segment prefree until the checkpoint after the one that
-    /// emptied it for the same reason), so no head claims them and that checkpoint frees
+    /// become prefree (F2FS keeps an emptied segment prefree until the next checkpoint is
+    /// durable, for the same reason), so no head claims them and that checkpoint frees
     /// them. Before this a head moved into such a section (free: nothing on it recovered)
     /// and the recovery checkpoint's first block there, landing before its pack, cut every
     /// chain short at the next mount: fsync'd files lost
