@@ -42,7 +42,12 @@
 //!    of a later owner of a reused address), later ones are applied, in id order: the tap
 //!    queues them as completions return, which two I/O threads can cross, so a hole in the
 //!    ids makes the host ask for a re-send before applying (`ordered_upcalls`). The log is
-//!    issued once more after roll-forward (`gc_none::after_roll_forward`, harmless).
+//!    issued once more after roll-forward (`gc_none::after_roll_forward`, harmless). After
+//!    a cut, the blocks of the host's region the volume does not reference are taken
+//!    after roll-forward, before the mount's checkpoint applies anything, and discarded
+//!    once that checkpoint is durable (`SegManager::residue_after_cut`: what was written
+//!    back after the pack and not recovered, which the device would otherwise keep, or
+//!    move and keep).
 //!
 //! The handler thread checkpoints per batch of upcalls (`ack_batch_upcalls`, or a partial
 //! batch after `MAX_UPCALL_WAIT`); without it (`gc_interval` None) `ensure_space` does
