@@ -239,7 +239,7 @@ impl DiscardMap {
 }
 
 /// Append a run, merging it with the previous one when they touch.
-fn push_run(out: &mut Vec<DiscardCmd>, addr: u64, len: u64) {
+pub(crate) fn push_run(out: &mut Vec<DiscardCmd>, addr: u64, len: u64) {
     if let Some(last) = out.last_mut() {
         if last.addr + last.len == addr {
             last.len += len;

@@ -288,14 +288,6 @@ pub struct PartStats {
 /// when a head claims a section, with the section number.
 pub type SegHook = Arc<dyn Fn(&'static str, BlkAddr) + Send + Sync>;
 
-/// Append block `addr` to `ranges` (ascending), extending the last range when adjacent.
-fn push_block(ranges: &mut Vec<(u64, u64)>, addr: u64) {
-    match ranges.last_mut() {
-        Some((a, n)) if *a + *n == addr => *n += 1,
-        _ => ranges.push((addr, 1)),
-    }
-}
-
 /// Segments an SSR search looks at before taking the best seen (F2FS max_victim_search).
 pub const SSR_SEARCH_MAX: u64 = 4096;
 
@@ -767,13 +759,13 @@ impl SegManager {
     /// address the host references (then valid now, left out) or had dropped itself (then
     /// its moved copy is dead too); the GC region is left alone (its moved copies become
     /// the host's only as their pairs are applied).
-    pub fn residue_after_cut(&self) -> Vec<(u64, u64)> {
+    pub fn residue_after_cut(&self) -> Vec<crate::discard::DiscardCmd> {
         let first_device = self.device_secs_from.load(Ordering::Relaxed);
         if first_device == u64::MAX {
             return Vec::new();
         }
         let sps = self.sps();
-        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let mut ranges = Vec::new();
         for sec in 0..first_device.min(self.geo.sections()) {
             if self.current.test(sec) {
                 continue;
@@ -783,7 +775,7 @@ impl SegManager {
                 let start = self.geo.seg_start(seg);
                 for off in 0..BLOCKS_PER_SEG as usize {
                     if !se.is_valid(off) {
-                        push_block(&mut ranges, start + off as u64);
+                        crate::discard::push_run(&mut ranges, start + off as u64, 1);
                     }
                 }
             }
@@ -796,18 +788,19 @@ impl SegManager {
     /// it claimed) is valid and left out, and the old addresses of the pairs it applied
     /// were valid when the ranges were taken, so they are not in them (a discard there would
     /// be redirected to the block's live new copy). Returns the blocks discarded.
-    pub fn discard_residue(&self, ranges: &[(u64, u64)]) -> Result<u64> {
-        let mut now: Vec<(u64, u64)> = Vec::new();
-        for &(a, n) in ranges {
-            for b in a..a + n {
+    pub fn discard_residue(&self, ranges: &[crate::discard::DiscardCmd]) -> Result<u64> {
+        let mut now = Vec::new();
+        for r in ranges {
+            for b in r.addr..r.addr + r.len {
                 let in_head = self
                     .locate(b)
                     .is_some_and(|(seg, _)| self.current.test(self.sec_of(seg)));
                 if !in_head && !self.is_valid(b) {
-                    push_block(&mut now, b);
+                    crate::discard::push_run(&mut now, b, 1);
                 }
             }
         }
+        let now: Vec<(u64, u64)> = now.iter().map(|c| (c.addr, c.len)).collect();
         for chunk in now.chunks(flashlog_dev::MAX_DISCARD_RANGES) {
             self.dev.discard_many(chunk)?;
         }
