@@ -829,8 +829,8 @@ impl<'a> Checker<'a> {
         }
         let mut outside = 0u64;
         let mut ahead = 0u64;
-        let mut addrs: Vec<BlkAddr> = self.owners.keys().copied().collect();
-        addrs.sort_unstable();
+        // Taken out while `err` borrows `self`; put back below.
+        let addrs = std::mem::take(&mut self.report.reachable);
         for &a in &addrs {
             let hi = g.seg_of(a).map(|s| g.region_of_seg(s));
             let Some(v) = hi.and_then(|hi| iv.get_mut(hi)) else {
@@ -1118,6 +1118,9 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
     c.check_links();
     c.check_orphans();
     c.check_nat_leaks();
+    let mut reachable: Vec<BlkAddr> = c.owners.keys().copied().collect();
+    reachable.sort_unstable();
+    c.report.reachable = reachable;
     if c.geo.infinite {
         c.check_infinite();
     } else {
@@ -1125,10 +1128,5 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
     }
     c.check_counters_and_heads();
     c.check_discard_log();
-    if c.report.reachable.is_empty() {
-        let mut addrs: Vec<BlkAddr> = c.owners.keys().copied().collect();
-        addrs.sort_unstable();
-        c.report.reachable = addrs;
-    }
     Ok(c.report)
 }
