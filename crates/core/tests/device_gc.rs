@@ -51,35 +51,22 @@ fn fsck_clean(dev: &dyn BlockDevice) {
 /// block is valid only at another address (a move the unmount left unapplied).
 fn device_holds_only_live_blocks(ssd: &SsdDevice, dev: &dyn BlockDevice) {
     let r = flashlog_core::fsck::fsck(dev).unwrap();
-    let conv = dev.capabilities().conventional_blocks;
-    let gc_from = dev.capabilities().block_count - dev.capabilities().gc_region_blocks;
-    let valid: Vec<u64> = ssd
-        .valid_lpns()
-        .into_iter()
-        .filter(|&l| l >= conv)
-        .collect();
-    let dead: Vec<u64> = valid
-        .iter()
-        .copied()
-        .filter(|l| r.reachable.binary_search(l).is_err())
-        .collect();
-    let moved = r
-        .reachable
-        .iter()
-        .filter(|l| valid.binary_search(l).is_err())
-        .count();
+    let caps = dev.capabilities();
+    let gc_from = caps.block_count - caps.gc_region_blocks;
+    let d = ssd.valid_against(caps.conventional_blocks, &r.reachable);
     eprintln!(
         "host live blocks {}, device valid blocks {}",
         r.reachable.len(),
-        valid.len()
+        d.valid
     );
     assert!(
-        dead.is_empty() && moved == 0,
+        d.unreferenced.is_empty() && d.missing == 0,
         "the device keeps {} dead blocks the host invalidated ({} in the GC region from \
-         {gc_from:#x}; first {:x?}), and {moved} live blocks only at a new address",
-        dead.len(),
-        dead.iter().filter(|&&l| l >= gc_from).count(),
-        &dead[..dead.len().min(16)]
+         {gc_from:#x}; first {:x?}), and {} live blocks only at a new address",
+        d.unreferenced.len(),
+        d.unreferenced.iter().filter(|&&l| l >= gc_from).count(),
+        &d.unreferenced[..d.unreferenced.len().min(16)],
+        d.missing
     );
 }
 

@@ -411,36 +411,22 @@ pub fn trace(seed: u64) -> Result<DeviceTrace, String> {
 /// moved while its checkpoint wrote; before that, 247 blocks at `--seed 13 --cut 2528`).
 /// None if so, else what differs.
 fn dead_on_flash(ssd: &SsdDevice, reachable: &[u64]) -> Option<String> {
-    let conv = ssd.capabilities().conventional_blocks;
-    let valid: Vec<u64> = ssd
-        .valid_lpns()
-        .into_iter()
-        .filter(|&l| l >= conv)
-        .collect();
-    let dead: Vec<u64> = valid
-        .iter()
-        .copied()
-        .filter(|l| reachable.binary_search(l).is_err())
-        .collect();
-    let moved = reachable
-        .iter()
-        .filter(|l| valid.binary_search(l).is_err())
-        .count();
-    if dead.is_empty() && moved == 0 {
+    let caps = ssd.capabilities();
+    let d = ssd.valid_against(caps.conventional_blocks, reachable);
+    if d.unreferenced.is_empty() && d.missing == 0 {
         return None;
     }
-    let caps = ssd.capabilities();
     let gc_from = caps.block_count - caps.gc_region_blocks;
     Some(format!(
         "after the clean unmount the device keeps {} valid blocks for {} the volume \
          references: {} unreferenced ({} of them in the GC region from {gc_from:#x}; first \
          {:x?}), {} referenced ones moved and not yet remapped",
-        valid.len(),
+        d.valid,
         reachable.len(),
-        dead.len(),
-        dead.iter().filter(|&&l| l >= gc_from).count(),
-        &dead[..dead.len().min(8)],
-        moved
+        d.unreferenced.len(),
+        d.unreferenced.iter().filter(|&&l| l >= gc_from).count(),
+        &d.unreferenced[..d.unreferenced.len().min(8)],
+        d.missing
     ))
 }
 

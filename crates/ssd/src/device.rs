@@ -57,6 +57,18 @@ thread_local! {
     static THREAD_SLOT: usize = NEXT_THREAD_SLOT.fetch_add(1, Ordering::Relaxed) as usize;
 }
 
+/// [`SsdDevice::valid_against`]: how the blocks valid on flash differ from what the host
+/// references.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ValidDiff {
+    /// Blocks valid on flash (at or above the address asked from).
+    pub valid: u64,
+    /// Valid on flash and referenced by nobody, ascending.
+    pub unreferenced: Vec<u64>,
+    /// Referenced but not valid at that address.
+    pub missing: u64,
+}
+
 /// Errors building a device.
 #[derive(Debug, thiserror::Error)]
 pub enum SsdError {
@@ -281,10 +293,29 @@ impl SsdDevice {
             .sum()
     }
 
-    /// The logical block of every valid page on flash, ascending, for any FTL (tests: which
-    /// blocks the device keeps that the host no longer references; O(physical size)).
-    pub fn valid_lpns(&self) -> Vec<u64> {
-        self.engine().valid_lpns()
+    /// The blocks valid on flash at logical address `from` and above, against `referenced`
+    /// (ascending: what the host's volume points at), for any FTL. Tests and the crash
+    /// simulator: a block the device keeps that nobody references is capacity lost; a
+    /// referenced one not valid at its address was moved (or lost). O(physical size).
+    pub fn valid_against(&self, from: u64, referenced: &[u64]) -> ValidDiff {
+        let valid: Vec<u64> = self
+            .engine()
+            .valid_lpns()
+            .into_iter()
+            .filter(|&l| l >= from)
+            .collect();
+        ValidDiff {
+            valid: valid.len() as u64,
+            unreferenced: valid
+                .iter()
+                .copied()
+                .filter(|l| referenced.binary_search(l).is_err())
+                .collect(),
+            missing: referenced
+                .iter()
+                .filter(|l| valid.binary_search(l).is_err())
+                .count() as u64,
+        }
     }
 
     /// Every logical block the FTL maps, ascending, where it can list them (the interval

@@ -42,7 +42,7 @@ pub use config::{
     parse_duration_ns, parse_size, ClockKind, ConfigError, FtlKind, GcConfig, Geometry, SsdConfig,
     StoreKind, Timing, VictimKind, WriteBufferConfig, MAP_UNIT,
 };
-pub use device::{SsdDevice, SsdError, Timed};
+pub use device::{SsdDevice, SsdError, Timed, ValidDiff};
 pub use engine::{Counters, EngineError};
 pub use flash::Flash;
 pub use ftl::{
