@@ -4,6 +4,8 @@ use flashlog_core::*;
 use flashlog_dev::{BlockDevice, RamDevice};
 use std::sync::Arc;
 
+mod common;
+
 fn opts() -> MountOptions {
     MountOptions {
         cp_interval: None,
@@ -262,7 +264,7 @@ fn a_power_cut_on_a_full_small_volume_remounts_with_every_fsynced_byte() {
             let fs = Fs::mount(sim.clone(), o.clone()).unwrap();
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
             // Per file: its inode and, per block, the last fsync'd byte and those since.
-            let mut files: Vec<(Ino, Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
+            let mut files: Vec<(Ino, common::BlockHistory)> = Vec::new();
             // Per file and block: the byte written last (what an fsync makes durable).
             let mut cur: Vec<Vec<u8>> = Vec::new();
             loop {
@@ -275,7 +277,7 @@ fn a_power_cut_on_a_full_small_volume_remounts_with_every_fsynced_byte() {
                 if fs.fsync(ino, false).is_err() {
                     break;
                 }
-                files.push((ino, vec![byte; blocks], vec![Vec::new(); blocks]));
+                files.push((ino, (vec![byte; blocks], vec![Vec::new(); blocks])));
                 cur.push(vec![byte; blocks]);
             }
             let st = fs.statfs();
@@ -287,7 +289,7 @@ fn a_power_cut_on_a_full_small_volume_remounts_with_every_fsynced_byte() {
             let ops = rng.random_range(50..400);
             for i in 0..ops {
                 let f = rng.random_range(0..files.len());
-                let (ino, durable, since) = &mut files[f];
+                let (ino, (durable, since)) = &mut files[f];
                 if rng.random_range(0..4) == 0 {
                     match fs.fsync(*ino, false) {
                         Ok(()) => {
@@ -319,19 +321,8 @@ fn a_power_cut_on_a_full_small_volume_remounts_with_every_fsynced_byte() {
             let fs = Fs::mount(img.clone(), o)
                 .unwrap_or_else(|e| panic!("{what}: remount after the cut: {e}"));
             recovered += fs.stats().roll_forward_nodes;
-            let mut got = vec![0u8; 4096];
-            for (i, (ino, durable, since)) in files.iter().enumerate() {
-                for b in 0..durable.len() {
-                    fs.read(*ino, b as u64 * 4096, &mut got).unwrap();
-                    assert!(
-                        got.iter().all(|&x| x == got[0])
-                            && (got[0] == durable[b] || since[b].contains(&got[0])),
-                        "{what}: file {i} block {b} holds {}, fsync'd {}, written since {:?}",
-                        got[0],
-                        durable[b],
-                        since[b]
-                    );
-                }
+            for (i, (ino, h)) in files.iter().enumerate() {
+                common::assert_blocks_hold_history(&fs, *ino, h, &format!("{what}: file {i}"));
             }
             fs.unmount().unwrap();
             let r = fsck(&*img).unwrap();
