@@ -1042,7 +1042,7 @@ fn a_cut_during_the_recovery_mount_of_a_device_volume_loses_no_fsynced_byte() {
     let fs = Fs::mount(dev.clone(), o.clone()).unwrap();
     assert!(fs.stats().roll_forward_nodes > 0);
     assert!(fs.stats().residue_discarded_blocks > 0);
-    common::assert_chain_model(&fs, &model, "after roll-forward");
+    common::assert_files_hold(&fs, &model, "after roll-forward");
     let n = (1u64 << 40) - dev.left() as u64;
     fs.abandon();
     for k in 0..n {
@@ -1056,7 +1056,7 @@ fn a_cut_during_the_recovery_mount_of_a_device_volume_loses_no_fsynced_byte() {
         ssd.power_cycle();
         let fs = Fs::mount(ssd.clone(), o.clone())
             .unwrap_or_else(|e| panic!("{what}: third mount: {e}"));
-        common::assert_chain_model(&fs, &model, &what);
+        common::assert_files_hold(&fs, &model, &what);
         fs.unmount().unwrap();
         fsck_clean(&*ssd);
         device_holds_only_live_blocks(&ssd, &*ssd);

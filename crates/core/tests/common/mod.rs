@@ -396,69 +396,50 @@ pub fn assert_files_hold(fs: &Fs, models: &std::collections::HashMap<String, Vec
     }
 }
 
-/// What `fsync_chains` made durable: each file's bytes, and the names fsync'd with theirs.
-pub type ChainModel = (Vec<Vec<u8>>, Vec<(String, u8)>);
-
 /// Long fsync chains with no checkpoint between: 4 files `/f0..` of 64 blocks written and
 /// synced, then `fsyncs` single-block overwrites each fsync'd (so the warm node log holds
 /// version after version of the same few nodes, most of them superseded: the chain's
 /// early sections hold nothing roll-forward keeps), with a new 1-block file created and
 /// fsync'd every 10 of the last 100 (the recovery mount puts its name back, so its
-/// checkpoint writes a dentry block and the directory's node). Returns the durable model.
-pub fn fsync_chains(fs: &Fs, seed: u64, fsyncs: usize) -> ChainModel {
+/// checkpoint writes a dentry block and the directory's node). Returns the durable model,
+/// name -> bytes, for `assert_files_hold`.
+pub fn fsync_chains(
+    fs: &Fs,
+    seed: u64,
+    fsyncs: usize,
+) -> std::collections::HashMap<String, Vec<u8>> {
     const FILES: usize = 4;
     const BLOCKS: usize = 64;
-    let mut model = Vec::new();
+    let mut model = std::collections::HashMap::new();
     let mut inos = Vec::new();
     for i in 0..FILES {
         let data = vec![i as u8 + 1; BLOCKS * 4096];
         inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
-        model.push(data);
+        model.insert(format!("f{i}"), data);
     }
     fs.sync().unwrap();
     let cps = fs.stats().checkpoints;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut news = Vec::new();
     for n in 0..fsyncs {
         if n + 100 > fsyncs && n % 10 == 9 {
-            let name = format!("/n{n}");
-            let ino = fs.write_file(&name, &[n as u8; 4096]).unwrap();
+            let name = format!("n{n}");
+            let ino = fs
+                .write_file(&format!("/{name}"), &[n as u8; 4096])
+                .unwrap();
             fs.fsync(ino, false).unwrap();
-            news.push((name, n as u8));
+            model.insert(name, vec![n as u8; 4096]);
         }
         let f = rng.random_range(0..FILES);
         let b = rng.random_range(0..BLOCKS);
         let byte = 10 + (n % 240) as u8;
         fs.write(inos[f], (b * 4096) as u64, &[byte; 4096]).unwrap();
         fs.fsync(inos[f], false).unwrap();
-        model[f][b * 4096..(b + 1) * 4096].fill(byte);
+        model.get_mut(&format!("f{f}")).unwrap()[b * 4096..(b + 1) * 4096].fill(byte);
     }
     assert_eq!(
         fs.stats().checkpoints,
         cps,
         "a checkpoint cut the chains short"
     );
-    (model, news)
-}
-
-/// The volume holds `fsync_chains`' durable model (`what` names the case in a failure).
-pub fn assert_chain_model(fs: &Fs, (model, news): &ChainModel, what: &str) {
-    for (name, byte) in news {
-        let got = fs
-            .read_file(name)
-            .unwrap_or_else(|e| panic!("{what}: fsync'd {name}: {e}"));
-        assert!(got == vec![*byte; 4096], "{what}: {name} differs");
-    }
-    for (i, m) in model.iter().enumerate() {
-        let got = fs.read_file(&format!("/f{i}")).unwrap();
-        if let Some(b) = (0..m.len() / 4096)
-            .find(|&b| got.get(b * 4096..(b + 1) * 4096) != Some(&m[b * 4096..(b + 1) * 4096]))
-        {
-            panic!(
-                "{what}: file {i} block {b} holds {:?}, fsync'd {}",
-                got.get(b * 4096),
-                m[b * 4096]
-            );
-        }
-    }
+    model
 }
