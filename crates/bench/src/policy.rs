@@ -4,8 +4,9 @@
 //! followed by emulator overrides for that policy's device, `/KEY=VALUE` repeated, e.g.
 //! `device/vop_degree=1.2` or `none/compaction_period=0`; the host keys are
 //! `io_threads=N`, the log's queue depth, e.g. `f2fs/io_threads=2`, `flushers=N`, the
-//! background write-back threads, e.g. `f2fs/flushers=4`, and `own_writeback=1`, writers
-//! over the hard dirty cap writing back their own file), the candidate
+//! background write-back threads, e.g. `f2fs/flushers=4`, `own_writeback=1`, writers
+//! over the hard dirty cap writing back their own file, and `cp_tail=0`, `none`'s
+//! checkpoints excluding operations until their pack is durable), the candidate
 //! list [`CANDIDATES`], and the probe that finds which candidates the core implements.
 //!
 //! Adding a policy is one row of [`TABLE`]. The default set is every row marked `default`
@@ -141,6 +142,18 @@ pub struct PolicySpec {
     /// `/own_writeback=1`: writers over the hard dirty cap write back their own file
     /// (`MountOptions::own_writeback`).
     pub own_writeback: Option<bool>,
+    /// `/cp_tail=0`: `gc=none`'s room-making checkpoints exclude operations until their
+    /// pack is durable (`MountOptions::cp_tail`; on by default).
+    pub cp_tail: Option<bool>,
+}
+
+/// A host key's switch `v` (1/on or 0/off), or an error naming the policy and the key.
+fn host_flag(label: &str, key: &str, v: &str) -> Result<bool> {
+    match v.trim() {
+        "1" | "on" => Ok(true),
+        "0" | "off" => Ok(false),
+        _ => bail!("policy {label:?}: {key} is 1 or 0 (got {v:?})"),
+    }
 }
 
 /// A host key's count `v` in `1..=max`, or an error naming the policy and the key.
@@ -161,6 +174,7 @@ impl PolicySpec {
         let mut io_threads = None;
         let mut flushers = None;
         let mut own_writeback = None;
+        let mut cp_tail = None;
         for kv in parts {
             let kv = kv.trim();
             match kv.split_once('=') {
@@ -171,11 +185,10 @@ impl PolicySpec {
                     flushers = Some(host_count(label, "flushers", v, MAX_FLUSHERS)?)
                 }
                 Some((k, v)) if k.trim() == "own_writeback" => {
-                    own_writeback = Some(match v.trim() {
-                        "1" | "on" => true,
-                        "0" | "off" => false,
-                        _ => bail!("policy {label:?}: own_writeback is 1 or 0 (got {v:?})"),
-                    })
+                    own_writeback = Some(host_flag(label, "own_writeback", v)?)
+                }
+                Some((k, v)) if k.trim() == "cp_tail" => {
+                    cp_tail = Some(host_flag(label, "cp_tail", v)?)
                 }
                 Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
                     ssd_set.push(format!("{}={}", k.trim(), v.trim()))
@@ -217,6 +230,7 @@ impl PolicySpec {
             io_threads,
             flushers,
             own_writeback,
+            cp_tail,
         })
     }
 
@@ -237,6 +251,9 @@ impl PolicySpec {
         }
         if let Some(b) = self.own_writeback {
             o.own_writeback = b;
+        }
+        if let Some(b) = self.cp_tail {
+            o.cp_tail = b;
         }
         o
     }

@@ -8,6 +8,16 @@
 //!    the pack to discard and free now (all, except `gc=device`, which frees them one
 //!    checkpoint later, after its discards and acknowledgement: `gc_device.rs`).
 //!
+//! The tail (step 1's wait for the log writes, step 2's NAT writes, steps 3 and 4) needs no
+//! operation excluded once the snapshot (step 1's write-back, the NAT blocks encoded, the
+//! pack encoded, the next interval started) is taken. `gc=none`'s room-making checkpoints run
+//! them beside operations (`checkpoint_beside_ops`, mount option `cp_tail`); every other
+//! checkpoint runs them at once. Invariants: one tail at a time (a checkpoint waits for
+//! the previous one's first); fsync and sync return only once the pack of the interval
+//! they wrote in is durable (`wait_durable`); what a pack frees is taken at its snapshot.
+//! Lock order: the tail takes no op lock, no cell and no `gc_lock` (a thread holding
+//! either may wait for it); `tail_lock` is a leaf.
+//!
 //! Per-phase time goes to the `cp_*_ns` counters (apply, writeback, metadata and pack, after
 //! the pack), so a benchmark reports where checkpoint time goes.
 //!
@@ -378,6 +388,9 @@ pub(crate) fn build(
         cells: Default::default(),
         cp: Mutex::new(cp),
         cp_version: AtomicU64::new(version),
+        cp_durable: AtomicU64::new(version),
+        tail_lock: Mutex::new(()),
+        tail_done: parking_lot::Condvar::new(),
         node_version: AtomicU64::new(flashlog_format::node::first_node_version(version)),
         mlog_shift: Default::default(),
         orphans: Mutex::new(Default::default()),
@@ -881,12 +894,93 @@ impl FsInner {
         self.write_nodes_unsynced(&mut st)
     }
 
+    /// Write a checkpoint, with every operation excluded (the caller holds the op lock
+    /// exclusively) until its pack is durable.
     pub fn write_checkpoint(&self, umount: bool) -> Result<()> {
+        let tail = self.checkpoint_snapshot(umount)?;
+        self.tail_excluding_all(tail)
+    }
+
+    /// The tail with operations still excluded (so counted in the checkpoint's time too).
+    fn tail_excluding_all(&self, tail: CpTail) -> Result<()> {
+        let t0 = std::time::Instant::now();
+        let r = self.checkpoint_tail(tail);
+        self.stats
+            .checkpoint_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        r
+    }
+
+    /// `gc=none`: the part of a checkpoint that needs every operation excluded (the
+    /// snapshot: write-back, the pack's contents fixed); the caller releases the op lock
+    /// and then runs the returned tail (`checkpoint_tail`), operations running beside it.
+    /// Other volumes, and a mount with `cp_tail` off, write the whole checkpoint here and
+    /// return None.
+    pub fn write_checkpoint_overlapped(&self) -> Result<Option<CpTail>> {
+        let tail = self.checkpoint_snapshot(false)?;
+        if self.seg.is_infinite() && self.opts.cp_tail {
+            self.stats.cp_tails_beside.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(tail));
+        }
+        self.tail_excluding_all(tail)?;
+        Ok(None)
+    }
+
+    /// `gc=none`'s room-making checkpoint: the snapshot with every operation excluded,
+    /// then (the op lock released) the tail beside them. Other volumes, and `cp_tail` off:
+    /// the whole checkpoint excluding them. The caller holds no op lock.
+    pub fn checkpoint_beside_ops(&self) -> Result<()> {
+        // A tail still in flight: wait for it here, not with every operation excluded.
+        self.wait_durable(self.cp_version.load(Ordering::Acquire))?;
+        let tail = {
+            let _g = self.oplock.checkpoint();
+            self.check_writable()?;
+            self.write_checkpoint_overlapped()?
+        };
+        match tail {
+            Some(t) => self.checkpoint_tail(t),
+            None => Ok(()),
+        }
+    }
+
+    /// A checkpoint's tail is running beside operations (its pack not yet durable).
+    pub fn tail_in_flight(&self) -> bool {
+        self.cp_version.load(Ordering::Acquire) > self.cp_durable.load(Ordering::Acquire)
+    }
+
+    /// Wait until the pack of checkpoint `version` is durable (a tail in flight, see
+    /// `checkpoint_tail`); an error if the mount was poisoned meanwhile.
+    pub fn wait_durable(&self, version: u64) -> Result<()> {
+        if self.cp_durable.load(Ordering::Acquire) >= version {
+            return Ok(());
+        }
+        let t0 = std::time::Instant::now();
+        let mut g = self.tail_lock.lock();
+        while self.cp_durable.load(Ordering::Acquire) < version {
+            if self.poisoned.load(Ordering::Acquire) {
+                drop(g);
+                return Err(Error::Poisoned(
+                    self.poison.lock().clone().unwrap_or_default(),
+                ));
+            }
+            self.tail_done.wait(&mut g);
+        }
+        drop(g);
+        crate::waits::record(crate::waits::Point::CheckpointTail, t0);
+        Ok(())
+    }
+
+    /// The snapshot, with every operation excluded: waits for the previous checkpoint's
+    /// tail, writes back every dirty page and node, fixes what the pack records, and
+    /// starts the next interval (node versions under the new tag, `cp_version`).
+    fn checkpoint_snapshot(&self, umount: bool) -> Result<CpTail> {
         let t0 = std::time::Instant::now();
         let _role = crate::waits::as_role(crate::waits::Role::Checkpoint);
         // No space check: everything this writes was charged to the space budget as debt
         // when it became dirty, so its sections are there (space.rs).
-        let r = self.write_checkpoint_inner(umount);
+        let r = self
+            .wait_durable(self.cp_version.load(Ordering::Acquire))
+            .and_then(|_| self.snapshot_inner(umount));
         self.stats
             .checkpoint_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -896,7 +990,7 @@ impl FsInner {
         r
     }
 
-    fn write_checkpoint_inner(&self, umount: bool) -> Result<()> {
+    fn snapshot_inner(&self, umount: bool) -> Result<CpTail> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned(
                 self.poison.lock().clone().unwrap_or_default(),
@@ -916,7 +1010,8 @@ impl FsInner {
         self.test_point("checkpoint:applied");
         let last_upcall = self.collector.last_upcall();
         lap(&self.stats.cp_apply_ns);
-        // 1. Data, then nodes, of every cached inode.
+        // 1. Data, then nodes, of every cached inode; their log writes are submitted here
+        //    and waited for by the tail.
         let cells = self.cells.all();
         for c in &cells {
             let mut st = c.lock();
@@ -934,28 +1029,27 @@ impl FsInner {
             st.needs_cp = false;
             st.unsynced = false;
         }
-        self.seg.submit_all()?;
+        let io_mark = self.seg.submit_all_nowait()?;
         lap(&self.stats.cp_writeback_ns);
-        // 2. Metadata to the other copies.
-        let mut cp = self.cp.lock();
+        // 2. Metadata for the other copies: NAT blocks encoded now (written by the tail),
+        //    SIT and SSA written now (finite volumes only; their tail runs at once).
+        let cp = self.cp.lock();
         let mut nat_bm = cp.nat_bm.clone();
         let mut sit_bm = cp.sit_bm.clone();
         let mut ssa_bm = cp.ssa_bm.clone();
+        let elapsed = cp.elapsed_base + self.epoch.elapsed().as_secs();
+        drop(cp);
+        let mut nat_blocks = Vec::new();
         for i in self.nat.dirty_blocks() {
             let copy = !flashlog_format::codec::test_bit(&nat_bm, i as usize);
             let b = self.nat.encode_block(i).encode();
-            self.dev
-                .write(self.sb.geo.nat_block_addr(i, copy as u8), &b[..])?;
-            self.seg.blocks_written.fetch_add(1, Ordering::Relaxed);
+            nat_blocks.push((self.sb.geo.nat_block_addr(i, copy as u8), b));
             flashlog_format::codec::set_bit(&mut nat_bm, i as usize, copy);
             self.nat.clear_dirty(i);
         }
         self.seg.flush_meta(&mut sit_bm, &mut ssa_bm)?;
-        // 3. The pack: its header and payload go with the metadata before one flush (a
-        //    pack without its footer is not valid, and this slot is not the newest pack's),
-        //    then the footer, then a flush.
+        // 3. The pack's contents.
         let version = self.cp_version.load(Ordering::Acquire) + 1;
-        let elapsed = cp.elapsed_base + self.epoch.elapsed().as_secs();
         let orphans: Vec<_> = self.orphans.lock().iter().copied().collect();
         // The discard log (gc=none, gc=device): what is dead and not yet issued.
         let base_bytes = (orphans.len() * 4
@@ -988,12 +1082,89 @@ impl FsInner {
             discard_log: discards.log.clone(),
             live_blocks: self.seg.live_blocks().unwrap_or(0),
         };
-        let blocks = ck.encode();
-        if blocks.len() as u64 > self.sb.geo.cp_pack_blocks {
+        let pack = ck.encode();
+        if pack.len() as u64 > self.sb.geo.cp_pack_blocks {
             return Err(Error::Corrupt("checkpoint pack outgrew its area".into()));
         }
-        let start = self.sb.geo.cp_pack_addr((version % 2) as u8);
-        let (footer, body) = blocks.split_last().expect("pack has a footer");
+        // 4. The next interval starts here. Every node written from now on carries the new
+        //    checkpoint's tag and a sequence that starts over; what this pack frees is
+        //    taken now (what is freed later is still referenced by it).
+        self.cp_version.store(version, Ordering::Release);
+        self.node_version.store(
+            flashlog_format::node::first_node_version(version),
+            Ordering::Release,
+        );
+        let nids = self.nat.take_prefree();
+        let prefree = self.seg.take_prefree();
+        for c in &cells {
+            c.is_new.store(false, Ordering::Release);
+        }
+        drop(cells);
+        self.dirty_nodes.store(0, Ordering::Relaxed);
+        self.last_cp_ns
+            .store(self.last_op_ns.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.cells.end_interval();
+        self.cells.evict(self.opts.inode_cache_max / 2, version);
+        lap(&self.stats.cp_meta_ns);
+        Ok(CpTail {
+            version,
+            umount,
+            io_mark,
+            nat_blocks,
+            nat_bm,
+            sit_bm,
+            ssa_bm,
+            pack,
+            discards,
+            nids,
+            prefree,
+            last_upcall,
+        })
+    }
+
+    /// The tail: the log writes before the snapshot reach the device, then the NAT blocks
+    /// and the pack; once it is durable, what it freed is freed. Needs no op lock; the
+    /// next checkpoint, and every durability promise made after the snapshot, waits for
+    /// it (`wait_durable`). An error poisons the mount.
+    pub fn checkpoint_tail(&self, t: CpTail) -> Result<()> {
+        let t0 = std::time::Instant::now();
+        let version = t.version;
+        let r = self.tail_inner(t);
+        self.stats
+            .cp_tail_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        match &r {
+            Err(e) => self.poison_with(format!("checkpoint failed: {e}")),
+            Ok(()) => {
+                let _g = self.tail_lock.lock();
+                self.cp_durable.store(version, Ordering::Release);
+                self.tail_done.notify_all();
+            }
+        }
+        r
+    }
+
+    fn tail_inner(&self, t: CpTail) -> Result<()> {
+        let mut phase = std::time::Instant::now();
+        let mut lap = |c: &AtomicU64| {
+            let now = std::time::Instant::now();
+            c.fetch_add((now - phase).as_nanos() as u64, Ordering::Relaxed);
+            phase = now;
+        };
+        self.seg.wait_io_upto(t.io_mark)?;
+        lap(&self.stats.cp_writeback_ns);
+        self.test_point("checkpoint:tail");
+        for (addr, b) in &t.nat_blocks {
+            self.dev.write(*addr, &b[..])?;
+        }
+        self.seg
+            .blocks_written
+            .fetch_add(t.nat_blocks.len() as u64, Ordering::Relaxed);
+        // The pack: its header and payload go with the metadata before one flush (a pack
+        // without its footer is not valid, and this slot is not the newest pack's), then
+        // the footer, then a flush.
+        let start = self.sb.geo.cp_pack_addr((t.version % 2) as u8);
+        let (footer, body) = t.pack.split_last().expect("pack has a footer");
         let mut buf = Vec::with_capacity(body.len() * BLOCK_SIZE);
         for b in body {
             buf.extend_from_slice(&b[..]);
@@ -1004,41 +1175,44 @@ impl FsInner {
         self.dev.flush()?;
         self.seg
             .blocks_written
-            .fetch_add(blocks.len() as u64, Ordering::Relaxed);
+            .fetch_add(t.pack.len() as u64, Ordering::Relaxed);
         // Durable: commit the in-memory view.
-        cp.nat_bm = nat_bm;
-        cp.sit_bm = sit_bm;
-        cp.ssa_bm = ssa_bm;
-        drop(cp);
-        self.cp_version.store(version, Ordering::Release);
+        {
+            let mut cp = self.cp.lock();
+            cp.nat_bm = t.nat_bm;
+            cp.sit_bm = t.sit_bm;
+            cp.ssa_bm = t.ssa_bm;
+        }
         lap(&self.stats.cp_meta_ns);
-        crate::gc_none::after_durable(self, discards)?;
-        // Under the exclusive op lock: no node write is in flight, so every node written
-        // from now on carries the new checkpoint's tag and a sequence that starts over.
-        self.node_version.store(
-            flashlog_format::node::first_node_version(version),
-            Ordering::Release,
-        );
-        self.nat.release_prefree();
-        let secs = self.seg.take_prefree();
+        crate::gc_none::after_durable(self, t.discards)?;
+        self.nat.release(t.nids);
         self.test_point("checkpoint:durable");
         let secs = self
             .collector
-            .after_checkpoint(self, last_upcall, secs, umount)?;
+            .after_checkpoint(self, t.last_upcall, t.prefree, t.umount)?;
         self.test_point("checkpoint:acked");
         self.seg.release_sections(secs);
         self.test_point("checkpoint:released");
         lap(&self.stats.cp_after_pack_ns);
-        for c in &cells {
-            c.is_new.store(false, Ordering::Release);
-        }
-        drop(cells);
-        self.dirty_nodes.store(0, Ordering::Relaxed);
         self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-        self.last_cp_ns
-            .store(self.last_op_ns.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.cells.end_interval();
-        self.cells.evict(self.opts.inode_cache_max / 2, version);
         Ok(())
     }
+}
+
+/// What a checkpoint's snapshot fixed for its tail (`FsInner::checkpoint_tail`).
+pub struct CpTail {
+    version: u64,
+    umount: bool,
+    /// The log writes submitted before the snapshot (`SegManager::submit_all_nowait`).
+    io_mark: u64,
+    /// Encoded NAT blocks and the addresses of the copies they go to.
+    nat_blocks: Vec<(u64, Box<Block>)>,
+    nat_bm: Vec<u8>,
+    sit_bm: Vec<u8>,
+    ssa_bm: Vec<u8>,
+    pack: Vec<Box<Block>>,
+    discards: crate::gc_none::CheckpointDiscards,
+    nids: Vec<flashlog_format::Nid>,
+    prefree: Vec<u64>,
+    last_upcall: u64,
 }

@@ -235,6 +235,12 @@ pub struct MountOptions {
     /// every other path per core), not the default: docs/BENCHMARKS.md "Writers writing
     /// back their own files".
     pub own_writeback: bool,
+    /// `gc=none`: a checkpoint that makes room (`gc_none`) lets operations run again once
+    /// its pack's contents are fixed, while its I/O tail (the log writes before it, the NAT
+    /// blocks, the pack and its flushes) reaches the device; fsync and sync after that
+    /// point wait for the tail (docs/DESIGN.md "The checkpoint's tail beside operations").
+    /// Off: every checkpoint excludes operations until its pack is durable.
+    pub cp_tail: bool,
     /// How work maps to an mlog on volumes with several (`MlogMap`).
     pub mlog_map: MlogMap,
 }
@@ -261,6 +267,7 @@ impl Default for MountOptions {
             io_threads: DEFAULT_IO_THREADS,
             flushers: DEFAULT_FLUSHERS,
             own_writeback: false,
+            cp_tail: true,
             mlog_map: MlogMap::Ino,
         }
     }

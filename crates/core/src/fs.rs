@@ -181,6 +181,7 @@ fn timer_checkpoint(inner: &FsInner) -> Result<()> {
     }
     inner.ensure_space(false)?;
     inner.writeback_before_checkpoint()?;
+    inner.wait_durable(inner.cp_version.load(Ordering::Acquire))?;
     let _g = inner.oplock.checkpoint();
     inner.write_checkpoint(false)
 }
@@ -844,6 +845,10 @@ impl Fs {
 
     /// The checkpoint itself, with every operation excluded (no pre-pass before it).
     fn checkpoint_excluding_all(&self) -> Result<()> {
+        // A checkpoint's tail still in flight (`gc=none`): wait for it before excluding
+        // every operation (the checkpoint would wait for it anyway).
+        let inner = &self.inner;
+        inner.wait_durable(inner.cp_version.load(Ordering::Acquire))?;
         let _g = self.inner.oplock.checkpoint();
         self.inner.check_writable()?;
         self.inner.write_checkpoint(false)
@@ -1624,9 +1629,14 @@ impl Fs {
                 .stats
                 .fsync_checkpoints
                 .fetch_add(1, Ordering::Relaxed);
-            self.sync()?;
+            return self.sync();
         }
-        Ok(())
+        // A checkpoint whose tail is still in flight (`gc=none`) wrote this file back, or
+        // started the interval whose tag its nodes carry: either way its bytes are safe
+        // only once that pack is durable (DESIGN "The checkpoint's tail beside
+        // operations").
+        let inner = &self.inner;
+        inner.wait_durable(inner.cp_version.load(Ordering::Acquire))
     }
 
     /// One fsync attempt; Ok(true) means a checkpoint is needed instead.

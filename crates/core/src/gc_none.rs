@@ -374,9 +374,8 @@ fn make_room_early(fs: &FsInner) -> Result<()> {
 /// then issue the whole queue; returns the blocks issued. The caller holds `gc_lock`.
 fn checkpoint_and_issue(fs: &FsInner) -> Result<u64> {
     if fs.seg.dead_pending() > 0 {
-        let _g = fs.oplock.checkpoint();
-        fs.check_writable()?;
-        fs.write_checkpoint(false)?;
+        // Operations go on while the pack is written; its discards queue once it lands.
+        fs.checkpoint_beside_ops()?;
     }
     dispatch_all(fs)
 }

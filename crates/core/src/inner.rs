@@ -55,8 +55,16 @@ pub struct FsInner {
     pub seg: SegManager,
     pub cells: CellTable,
     pub cp: Mutex<CpState>,
-    /// Version of the last durable checkpoint.
+    /// Version of the last checkpoint's snapshot: the pack that the state since is
+    /// written after (the interval's epoch). Equal to `cp_durable` except while that
+    /// checkpoint's tail is in flight (`gc=none`, `checkpoint.rs` "The tail").
     pub cp_version: AtomicU64,
+    /// Version of the last durable checkpoint pack.
+    pub cp_durable: AtomicU64,
+    /// `cp_durable` moved, or the mount was poisoned (waiters: `wait_durable`). The lock
+    /// is a leaf.
+    pub tail_lock: Mutex<()>,
+    pub tail_done: parking_lot::Condvar,
     /// The one global node-version counter (issue 12 item 3, Max 4.4): the next node write
     /// takes `fetch_add(1)` and stamps it into its footer. High half: the current
     /// checkpoint's version tag; low half: the write sequence under that checkpoint. One
@@ -235,6 +243,9 @@ impl FsInner {
             *p = Some(why);
         }
         self.poisoned.store(true, Ordering::Release);
+        // Whoever waits for a checkpoint's tail learns it will not come.
+        let _g = self.tail_lock.lock();
+        self.tail_done.notify_all();
     }
 
     /// Run `f`; poison the mount if it failed with a device error (a write of unknown

@@ -8,7 +8,8 @@
 //!
 //! Invariants: a buffer stays readable through `read_inflight` until the device accepted
 //! it; `wait_idle` returns only when every submitted buffer is on the device (so a flush
-//! after it covers them) or reports the first write error; after an error no further
+//! after it covers them) or reports the first write error, and `wait_upto` the same for
+//! the buffers submitted before its mark (ids grow in submission order); after an error no further
 //! queued buffer is written (the mount is poisoned; nothing is written over an unknown
 //! state). With zero threads every submission is a synchronous write (deterministic order
 //! for the crash simulator). On a zoned device (`Capabilities::zone_blocks`, the zoned and
@@ -234,6 +235,24 @@ impl IoPool {
         }
     }
 
+    /// A mark for `wait_upto`: every buffer submitted before this call is below it.
+    pub fn mark(&self) -> u64 {
+        self.state.lock().next_id
+    }
+
+    /// Wait until every buffer submitted before `mark` (`IoPool::mark`) is on the device,
+    /// not for those submitted since (a checkpoint's tail: writers go on submitting).
+    pub fn wait_upto(&self, mark: u64) -> Result<()> {
+        let mut st = self.state.lock();
+        while st.error.is_none() && st.bufs.iter().any(|b| b.id < mark) {
+            self.done.wait(&mut st);
+        }
+        match &st.error {
+            Some(e) => Err(Error::Poisoned(e.clone())),
+            None => Ok(()),
+        }
+    }
+
     /// Copy block `addr` out of a buffer not yet written, if there is one.
     pub fn read_inflight(&self, addr: BlkAddr, out: &mut [u8]) -> bool {
         if self.inflight.load(Ordering::Acquire) == 0 {
@@ -410,6 +429,75 @@ mod tests {
         let mut b = vec![0u8; BLOCK_SIZE];
         dev.read(MAX_INFLIGHT as u64 + 7, &mut b).unwrap();
         assert_eq!(b[0], MAX_INFLIGHT as u8 + 7);
+        pool.stop();
+    }
+
+    /// A device whose writes at block 100 and up wait until `open` is set.
+    struct HighStalled {
+        inner: RamDevice,
+        open: std::sync::atomic::AtomicBool,
+    }
+
+    impl BlockDevice for HighStalled {
+        fn capabilities(&self) -> &flashlog_dev::Capabilities {
+            self.inner.capabilities()
+        }
+        fn read(&self, a: u64, b: &mut [u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+            self.inner.read(a, b)
+        }
+        fn write(&self, a: u64, b: &[u8]) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+            while a >= 100 && !self.open.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            self.inner.write(a, b)
+        }
+        fn discard(&self, a: u64, n: u64) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+            self.inner.discard(a, n)
+        }
+        fn flush(&self) -> flashlog_dev::DevResult<flashlog_dev::Completion> {
+            self.inner.flush()
+        }
+    }
+
+    /// A checkpoint's tail waits for the log writes submitted before its snapshot, not for
+    /// the writers' later ones: with a later buffer stalled in the device, `wait_upto` the
+    /// earlier mark returns (and the earlier buffer is on the device), `wait_idle` would not.
+    #[test]
+    fn wait_upto_waits_for_the_buffers_before_the_mark_only() {
+        let dev = Arc::new(HighStalled {
+            inner: RamDevice::new(4096),
+            open: std::sync::atomic::AtomicBool::new(false),
+        });
+        let pool = IoPool::new(dev.clone(), 2);
+        pool.submit(7, filled(7, BLOCK_SIZE), WriteHint::Data)
+            .unwrap();
+        let mark = pool.mark();
+        pool.submit(200, filled(9, BLOCK_SIZE), WriteHint::Data)
+            .unwrap();
+        pool.wait_upto(mark).unwrap();
+        let mut b = vec![0u8; BLOCK_SIZE];
+        dev.inner.read(7, &mut b).unwrap();
+        assert_eq!(
+            b[0], 7,
+            "wait_upto returned before the earlier buffer landed"
+        );
+        assert_eq!(
+            pool.inflight(),
+            1,
+            "the later buffer should still be stalled"
+        );
+        let later = pool.mark();
+        let (p2, d2) = (pool.clone(), dev.clone());
+        let t = std::thread::spawn(move || {
+            p2.wait_upto(later).unwrap();
+            assert!(
+                d2.open.load(Ordering::SeqCst),
+                "returned with its buffer stalled"
+            );
+        });
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        dev.open.store(true, Ordering::SeqCst);
+        t.join().unwrap();
         pool.stop();
     }
 

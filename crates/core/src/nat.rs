@@ -208,12 +208,20 @@ impl NatTable {
         b
     }
 
-    /// After a durable checkpoint: nids freed before it may be reused.
-    pub fn release_prefree(&self) {
-        for p in self.prefree.iter() {
-            for nid in p.lock().drain(..) {
-                self.used.clear(nid as u64);
-            }
+    /// A checkpoint's snapshot: the nids freed before it, which its pack records as free
+    /// (`release` them once the pack is durable; those freed later wait for the next one).
+    pub fn take_prefree(&self) -> Vec<Nid> {
+        self.prefree
+            .iter()
+            .flat_map(|p| std::mem::take(&mut *p.lock()))
+            .collect()
+    }
+
+    /// After a durable checkpoint: the nids it recorded as free (`take_prefree`) may be
+    /// reused.
+    pub fn release(&self, nids: Vec<Nid>) {
+        for nid in nids {
+            self.used.clear(nid as u64);
         }
     }
 }

@@ -1446,6 +1446,23 @@ impl SegManager {
         self.wait_io()
     }
 
+    /// Write every head's gathered blocks without waiting for them: returns the mark that
+    /// `wait_io_upto` waits for (a checkpoint's snapshot; its tail waits).
+    pub fn submit_all_nowait(&self) -> Result<u64> {
+        for (hi, h) in self.heads.iter().enumerate() {
+            self.submit(hi, &mut h.lock())?;
+        }
+        Ok(self.io.mark())
+    }
+
+    /// Wait for the log writes submitted before `mark` (`submit_all_nowait`); poisons on a
+    /// failed one.
+    pub fn wait_io_upto(&self, mark: u64) -> Result<()> {
+        self.io
+            .wait_upto(mark)
+            .inspect_err(|_| self.poisoned.store(true, Ordering::Release))
+    }
+
     /// Put off this thread's wait for room in the log-write queue until the guard drops
     /// (`IoPool::defer_throttle`): for appends under a file cell.
     pub fn defer_throttle(&self) -> crate::io::DeferredThrottle<'_> {

@@ -209,6 +209,8 @@ pub struct Stats {
     pub cp_writeback_ns: AtomicU64,
     pub cp_meta_ns: AtomicU64,
     pub cp_after_pack_ns: AtomicU64,
+    pub cp_tail_ns: AtomicU64,
+    pub cp_tails_beside: AtomicU64,
     pub cp_prewrite_ns: AtomicU64,
     pub cp_prewrite_nodes: AtomicU64,
     pub cp_helped_nodes: AtomicU64,
@@ -276,6 +278,12 @@ pub struct Counters {
     pub cp_writeback_s: f64,
     pub cp_meta_s: f64,
     pub cp_after_pack_s: f64,
+    /// Seconds checkpoints' tails took (the log writes before the snapshot, NAT, pack,
+    /// after the pack). Also in `checkpoint_time_s`, except for a tail that ran beside
+    /// operations (`gc=none`'s room-making checkpoints, `MountOptions::cp_tail`).
+    pub cp_tail_s: f64,
+    /// Checkpoints whose tail ran beside operations.
+    pub cp_tails_beside: u64,
     /// Seconds of writeback before checkpoints took the op lock exclusively
     /// (`writeback_before_checkpoint`; writers go on meanwhile, not in `checkpoint_time_s`).
     pub cp_prewrite_s: f64,
@@ -373,6 +381,8 @@ impl Stats {
             cp_writeback_s: g(&self.cp_writeback_ns) as f64 / 1e9,
             cp_meta_s: g(&self.cp_meta_ns) as f64 / 1e9,
             cp_after_pack_s: g(&self.cp_after_pack_ns) as f64 / 1e9,
+            cp_tail_s: g(&self.cp_tail_ns) as f64 / 1e9,
+            cp_tails_beside: g(&self.cp_tails_beside),
             cp_prewrite_s: g(&self.cp_prewrite_ns) as f64 / 1e9,
             cp_prewrite_nodes: g(&self.cp_prewrite_nodes),
             cp_helped_nodes: g(&self.cp_helped_nodes),

@@ -57,9 +57,13 @@ pub enum Point {
     /// fsync waiting for a flusher visit's copies of its file's pages to be mapped
     /// (`FsInner::wait_for_writeback`; no lock held).
     WritebackInFlight,
+    /// fsync, or the next checkpoint, waiting for a checkpoint's I/O tail to make its
+    /// pack durable (`FsInner::wait_durable`; no lock held but, for a checkpoint, the op
+    /// lock).
+    CheckpointTail,
 }
 
-pub const POINTS: [(Point, &str); 16] = [
+pub const POINTS: [(Point, &str); 17] = [
     (Point::OpShared, "op_lock_shared"),
     (Point::OpExclusive, "op_lock_checkpoint"),
     (Point::Cell, "file_cell"),
@@ -76,6 +80,7 @@ pub const POINTS: [(Point, &str); 16] = [
     (Point::Prepass, "checkpoint_prepass"),
     (Point::CapRelief, "cap_relief"),
     (Point::WritebackInFlight, "writeback_in_flight"),
+    (Point::CheckpointTail, "checkpoint_tail"),
 ];
 
 struct Counter {

@@ -435,7 +435,8 @@ fn the_flusher_writes_ahead_of_none_checkpoints() {
 /// Power cuts while 3 threads overwrite and fsync their own files on a `gc=none` volume
 /// about 80 % full: free capacity runs short every few MiB, so the discard dispatcher
 /// checkpoints and issues the dead blocks again and again beside the writers, their
-/// fsyncs and the flusher's 2 lanes (512 KiB dirty cap), with the race windows widened
+/// fsyncs and the flusher's 2 lanes (512 KiB dirty cap), those checkpoints' tails
+/// (`MountOptions::cp_tail`) running beside them too, with the race windows widened
 /// (`common::widen_races`). After the cut (the SSD keeps what it accepted): fsck is clean,
 /// every block holds its last fsync'd byte or one written since, and after a clean unmount
 /// the device maps exactly the live blocks (a discard that raced a write would show as a
@@ -443,7 +444,7 @@ fn the_flusher_writes_ahead_of_none_checkpoints() {
 #[test]
 fn multithreaded_power_cuts_near_full_keep_fsynced_bytes_and_leak_nothing() {
     use rand::{Rng, SeedableRng};
-    let mut discarded = 0;
+    let (mut discarded, mut tails) = (0, 0);
     for seed in 0..6u64 {
         let ssd = interval(96 << 20);
         let dev = Arc::new(common::Cut::new(ssd.clone()));
@@ -454,6 +455,7 @@ fn multithreaded_power_cuts_near_full_keep_fsynced_bytes_and_leak_nothing() {
             common::threads_until_cut(&fs, &inos, blocks, common::CUT_THREADS, (2500, 16), seed);
         dev.cut.store(true, std::sync::atomic::Ordering::Release);
         discarded += fs.stats().discarded_blocks;
+        tails += fs.stats().cp_tails_beside;
         // The clean unmount at its end issues every discard the recovery left (no waiting
         // for the dispatcher's pace): then the device maps exactly what fsck finds live.
         let what = format!("seed {seed}");
@@ -465,5 +467,99 @@ fn multithreaded_power_cuts_near_full_keep_fsynced_bytes_and_leak_nothing() {
         );
     }
     assert!(discarded > 0, "no discard was issued before any cut");
-    eprintln!("{discarded} blocks discarded before the cuts");
+    // The writers and fsyncs ran beside checkpoints' tails (`MountOptions::cp_tail`).
+    assert!(tails > 0, "no checkpoint's tail ran beside the writers");
+    eprintln!("{discarded} blocks discarded before the cuts, {tails} tails beside writers");
+}
+
+/// A room-making checkpoint's tail runs beside operations (`MountOptions::cp_tail`,
+/// docs/DESIGN.md "The checkpoint's tail beside operations"). The test hook holds one at
+/// `checkpoint:tail`: its snapshot is done and the op lock released, its pack not yet
+/// written. Meanwhile another thread creates, writes and fsyncs a new file `b`. The create
+/// and the write must return (they run beside the tail). The fsync's nodes carry the new
+/// checkpoint's tag, which roll-forward from the old pack does not walk, so the fsync must
+/// not return before that pack is durable. The power is then cut with the tail still held.
+/// An fsync that returned must find its bytes after the remount: without the wait in
+/// `Fs::fsync` it returned and `b` was gone ("no such file").
+#[test]
+fn an_fsync_beside_a_checkpoints_tail_returns_only_once_its_pack_is_durable() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let ssd = interval(CAP);
+    let dev = Arc::new(common::Cut::new(ssd.clone()));
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Arc::new(Fs::mount(dev.clone(), opts()).unwrap());
+    let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &pattern(1, 1 << 20)).unwrap();
+    fs.fsync(a, false).unwrap();
+    // Dirty pages for the snapshot to write back, and dead blocks for it to log.
+    fs.write(a, 0, &pattern(2, 1 << 20)).unwrap();
+    let (at_tail, reached) = mpsc::channel::<()>();
+    let (go, wait_go) = mpsc::channel::<()>();
+    let (at_tail, wait_go) = (
+        parking_lot::Mutex::new(at_tail),
+        parking_lot::Mutex::new(wait_go),
+    );
+    fs.set_test_hook(Some(Arc::new(move |what| {
+        if what == "checkpoint:tail" {
+            let _ = at_tail.lock().send(());
+            let _ = wait_go.lock().recv();
+        }
+    })));
+    let cp = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.inner().checkpoint_beside_ops())
+    };
+    reached
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the checkpoint never reached its tail");
+    let (wrote, written) = mpsc::channel::<()>();
+    let writer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0)?.ino;
+            fs.write(b, 0, &pattern(3, 64 << 10))?;
+            let _ = wrote.send(());
+            fs.fsync(b, false)
+        })
+    };
+    written
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a create and a write did not run beside the tail");
+    std::thread::sleep(Duration::from_millis(200));
+    let returned_in_tail = writer.is_finished();
+    dev.cut.store(true, std::sync::atomic::Ordering::Release);
+    go.send(()).unwrap();
+    assert!(
+        cp.join().unwrap().is_err(),
+        "the tail wrote its pack past the cut"
+    );
+    let synced = writer.join().unwrap().is_ok();
+    fs.set_test_hook(None);
+    let fs = Arc::try_unwrap(fs).ok().expect("threads are done");
+    fs.abandon();
+    ssd.power_cycle();
+    fsck_clean(&*ssd);
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    if synced {
+        let b = fs
+            .lookup(ROOT_INO, b"b")
+            .unwrap_or_else(|e| panic!("fsync'd b returned (in the tail: {returned_in_tail}): {e}"))
+            .ino;
+        let mut buf = vec![0u8; 64 << 10];
+        fs.read(b, 0, &mut buf).unwrap();
+        assert!(buf == pattern(3, 64 << 10), "fsync'd bytes of b lost");
+    }
+    assert!(
+        !returned_in_tail,
+        "the fsync returned before the pack it needs was durable"
+    );
+    let mut buf = vec![0u8; 1 << 20];
+    fs.read(a, 0, &mut buf).unwrap();
+    assert!(
+        buf == pattern(1, 1 << 20) || buf == pattern(2, 1 << 20),
+        "a holds neither its fsync'd bytes nor the later ones"
+    );
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
 }

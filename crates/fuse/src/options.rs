@@ -146,6 +146,10 @@ impl MountConfig {
                 flag(val)?;
                 self.core.own_writeback = key == "own_writeback";
             }
+            "cp_tail" | "nocp_tail" => {
+                flag(val)?;
+                self.core.cp_tail = key == "cp_tail";
+            }
             "killpriv" | "nokillpriv" => {
                 flag(val)?;
                 self.killpriv = key == "killpriv";
@@ -292,7 +296,7 @@ impl MountConfig {
         Err(format!(
             "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, mlog=ino|thread, \
              allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
-             writeback, nowriteback, own_writeback, noown_writeback, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, image_io=direct|buffered, io_threads=N, flushers=N, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
+             writeback, nowriteback, own_writeback, noown_writeback, cp_tail, nocp_tail, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, image_io=direct|buffered, io_threads=N, flushers=N, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
              _netdev, nofail, x-*"
         ))
@@ -311,7 +315,7 @@ impl MountConfig {
         let mode = format!("{:?}", c.alloc_mode).to_lowercase();
         let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
         format!(
-            "{},gc={gc},mode={mode},{}{}{}{}threads={},io_threads={},flushers={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}{}{}",
+            "{},gc={gc},mode={mode},{}{}{}{}threads={},io_threads={},flushers={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}{}{}{}",
             if c.read_only { "ro" } else { "rw" },
             if self.allow_other { "allow_other," } else { "" },
             if self.checks_permissions() {
@@ -335,6 +339,7 @@ impl MountConfig {
             if self.subtype { "" } else { ",nosubtype" },
             if self.image_direct { ",image_io=direct" } else { "" },
             if c.own_writeback { ",own_writeback" } else { "" },
+            if c.cp_tail { "" } else { ",nocp_tail" },
         )
     }
 }
@@ -430,6 +435,9 @@ mod tests {
                 .own_writeback
         );
         assert!(parse("own_writeback=1").is_err());
+        assert!(c.core.cp_tail);
+        assert!(!parse("nocp_tail").unwrap().core.cp_tail);
+        assert!(parse("nocp_tail,cp_tail").unwrap().core.cp_tail);
         assert!(parse("flushers=0").unwrap_err().contains("flushers"));
         assert!(parse("flushers=65").unwrap_err().contains("flushers"));
         assert!(parse("io_threads=0").unwrap_err().contains("io_threads"));
