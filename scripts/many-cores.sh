@@ -235,8 +235,10 @@ next)
         --mlogs 16 --tests DWAL --policies f2fs,f2fs/flushers=16
     run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
         --policies device,f2fs
+    # `none`'s checkpoint tail beside operations against the old exclusive checkpoint
+    # (2 cores: +15-17 %, docs/BENCHMARKS.md).
     run iplfs-none-16 sustained --device 970pro-like:8GiB --ssd-set op=6 --segs-per-sec 1 \
-        --fill 0.97 --write-factor 6 --duration 20 --threads 16 --policies none
+        --fill 0.97 --write-factor 6 --duration 20 --threads 16 --policies none,none/cp_tail=0
     ;;
 quick)
     race_tests 1 chaos
