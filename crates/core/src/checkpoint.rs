@@ -10,9 +10,9 @@
 //!
 //! The tail (step 1's wait for the log writes, step 2's NAT writes, steps 3 and 4) needs no
 //! operation excluded once the snapshot (step 1's write-back, the NAT blocks encoded, the
-//! pack encoded, the next interval started) is taken. `gc=none`'s room-making checkpoints run
-//! them beside operations (`checkpoint_beside_ops`, mount option `cp_tail`); every other
-//! checkpoint runs them at once. Invariants: one tail at a time (a checkpoint waits for
+//! pack encoded, the next interval started) is taken. `gc=none`'s room-making and timer
+//! checkpoints run them beside operations (`checkpoint_beside_ops`, mount option
+//! `cp_tail`); every other checkpoint runs them at once. Invariants: one tail at a time (a checkpoint waits for
 //! the previous one's first); fsync and sync return only once the pack of the interval
 //! they wrote in is durable (`wait_durable`); what a pack frees is taken at its snapshot.
 //! Lock order: the tail takes no op lock, no cell and no `gc_lock` (a thread holding
@@ -926,9 +926,9 @@ impl FsInner {
         Ok(None)
     }
 
-    /// `gc=none`'s room-making checkpoint: the snapshot with every operation excluded,
-    /// then (the op lock released) the tail beside them. Other volumes, and `cp_tail` off:
-    /// the whole checkpoint excluding them. The caller holds no op lock.
+    /// `gc=none`'s room-making and timer checkpoints: the snapshot with every operation
+    /// excluded, then (the op lock released) the tail beside them. Other volumes, and
+    /// `cp_tail` off: the whole checkpoint excluding them. The caller holds no op lock.
     pub fn checkpoint_beside_ops(&self) -> Result<()> {
         // A tail still in flight: wait for it here, not with every operation excluded.
         self.wait_durable(self.cp_version.load(Ordering::Acquire))?;

@@ -436,7 +436,8 @@ fn the_flusher_writes_ahead_of_none_checkpoints() {
 /// about 80 % full: free capacity runs short every few MiB, so the discard dispatcher
 /// checkpoints and issues the dead blocks again and again beside the writers, their
 /// fsyncs and the flusher's 2 lanes (512 KiB dirty cap), those checkpoints' tails
-/// (`MountOptions::cp_tail`) running beside them too, with the race windows widened
+/// (`MountOptions::cp_tail`) running beside them too (and on odd seeds a 5 ms checkpoint
+/// timer's), with the race windows widened
 /// (`common::widen_races`). After the cut (the SSD keeps what it accepted): fsck is clean,
 /// every block holds its last fsync'd byte or one written since, and after a clean unmount
 /// the device maps exactly the live blocks (a discard that raced a write would show as a
@@ -448,7 +449,12 @@ fn multithreaded_power_cuts_near_full_keep_fsynced_bytes_and_leak_nothing() {
     for seed in 0..6u64 {
         let ssd = interval(96 << 20);
         let dev = Arc::new(common::Cut::new(ssd.clone()));
-        let (fs, inos, blocks) = common::cut_race_volume(dev.clone(), opts(), 80, seed);
+        // Odd seeds add the checkpoint timer (every 5 ms), whose tails run beside too.
+        let timer = MountOptions {
+            cp_interval: (seed % 2 == 1).then_some(std::time::Duration::from_millis(5)),
+            ..opts()
+        };
+        let (fs, inos, blocks) = common::cut_race_volume(dev.clone(), timer, 80, seed);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         dev.arm(rng.random_range(200..6000));
         let results =
