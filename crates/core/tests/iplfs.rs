@@ -569,3 +569,87 @@ fn an_fsync_beside_a_checkpoints_tail_returns_only_once_its_pack_is_durable() {
     fs.unmount().unwrap();
     fsck_clean(&*ssd);
 }
+
+/// One tail at a time, and waiting for it does not exclude operations: while the test hook
+/// holds a checkpoint's tail, a `sync` waits for that tail before it takes the op lock, so
+/// a create and a write on another thread still return meanwhile (without the wait before
+/// the op lock, `sync` took the lock and then waited inside its checkpoint, and the create
+/// waited for both). Once the tail is released, `sync` writes its own pack; after an
+/// unmount, fsck is clean and both files read back.
+#[test]
+fn a_sync_beside_a_checkpoints_tail_waits_for_it_without_excluding_operations() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let ssd = interval(CAP);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Arc::new(Fs::mount(ssd.clone(), opts()).unwrap());
+    let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &pattern(1, 1 << 20)).unwrap();
+    fs.sync().unwrap();
+    fs.write(a, 0, &pattern(2, 1 << 20)).unwrap();
+    let (at_tail, reached) = mpsc::channel::<()>();
+    let (go, wait_go) = mpsc::channel::<()>();
+    let (at_tail, wait_go) = (
+        parking_lot::Mutex::new(at_tail),
+        parking_lot::Mutex::new(wait_go),
+    );
+    let held = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let held_in_hook = held.clone();
+    fs.set_test_hook(Some(Arc::new(move |what| {
+        // Only the first tail is held (the sync's own runs through).
+        if what == "checkpoint:tail"
+            && held_in_hook.swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            let _ = at_tail.lock().send(());
+            let _ = wait_go.lock().recv();
+        }
+    })));
+    let before = fs.stats().checkpoints;
+    let cp = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.inner().checkpoint_beside_ops())
+    };
+    reached
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the checkpoint never reached its tail");
+    let sync = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.sync())
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let (done, ran) = mpsc::channel::<Ino>();
+    {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap().ino;
+            fs.write(b, 0, &pattern(3, 64 << 10)).unwrap();
+            let _ = done.send(b);
+        });
+    }
+    let b = ran.recv_timeout(Duration::from_secs(2));
+    assert!(
+        !sync.is_finished(),
+        "sync returned while the tail before it was held"
+    );
+    go.send(()).unwrap();
+    let b = b.expect("a create and a write waited for a sync that waited for a tail");
+    cp.join().unwrap().unwrap();
+    sync.join().unwrap().unwrap();
+    fs.set_test_hook(None);
+    assert_eq!(
+        fs.stats().checkpoints,
+        before + 2,
+        "the held checkpoint and the sync's"
+    );
+    let fs = Arc::try_unwrap(fs).ok().expect("threads are done");
+    fs.unmount().unwrap();
+    fsck_clean(&*ssd);
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    fs.read(a, 0, &mut buf).unwrap();
+    assert!(buf == pattern(2, 1 << 20), "a lost its last bytes");
+    let mut buf = vec![0u8; 64 << 10];
+    fs.read(b, 0, &mut buf).unwrap();
+    assert!(buf == pattern(3, 64 << 10), "b lost its bytes");
+    fs.unmount().unwrap();
+}
