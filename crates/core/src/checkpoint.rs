@@ -1029,25 +1029,26 @@ impl FsInner {
             st.needs_cp = false;
             st.unsynced = false;
         }
-        let io_mark = self.seg.submit_all_nowait()?;
+        self.seg.submit_all_nowait()?;
         lap(&self.stats.cp_writeback_ns);
-        // 2. Metadata for the other copies: NAT blocks encoded now (written by the tail),
-        //    SIT and SSA written now (finite volumes only; their tail runs at once).
+        // 2. Metadata to the other copies, queued with the log writes (`write_meta`): the
+        //    tail waits for all of them before the pack.
         let cp = self.cp.lock();
         let mut nat_bm = cp.nat_bm.clone();
         let mut sit_bm = cp.sit_bm.clone();
         let mut ssa_bm = cp.ssa_bm.clone();
         let elapsed = cp.elapsed_base + self.epoch.elapsed().as_secs();
         drop(cp);
-        let mut nat_blocks = Vec::new();
         for i in self.nat.dirty_blocks() {
             let copy = !flashlog_format::codec::test_bit(&nat_bm, i as usize);
             let b = self.nat.encode_block(i).encode();
-            nat_blocks.push((self.sb.geo.nat_block_addr(i, copy as u8), b));
+            self.seg
+                .write_meta(self.sb.geo.nat_block_addr(i, copy as u8), &b)?;
             flashlog_format::codec::set_bit(&mut nat_bm, i as usize, copy);
             self.nat.clear_dirty(i);
         }
         self.seg.flush_meta(&mut sit_bm, &mut ssa_bm)?;
+        let io_mark = self.seg.io_mark();
         // 3. The pack's contents.
         let version = self.cp_version.load(Ordering::Acquire) + 1;
         let orphans: Vec<_> = self.orphans.lock().iter().copied().collect();
@@ -1110,7 +1111,6 @@ impl FsInner {
             version,
             umount,
             io_mark,
-            nat_blocks,
             nat_bm,
             sit_bm,
             ssa_bm,
@@ -1154,12 +1154,6 @@ impl FsInner {
         self.seg.wait_io_upto(t.io_mark)?;
         lap(&self.stats.cp_writeback_ns);
         self.test_point("checkpoint:tail");
-        for (addr, b) in &t.nat_blocks {
-            self.dev.write(*addr, &b[..])?;
-        }
-        self.seg
-            .blocks_written
-            .fetch_add(t.nat_blocks.len() as u64, Ordering::Relaxed);
         // The pack: its header and payload go with the metadata before one flush (a pack
         // without its footer is not valid, and this slot is not the newest pack's), then
         // the footer, then a flush.
@@ -1203,10 +1197,9 @@ impl FsInner {
 pub struct CpTail {
     version: u64,
     umount: bool,
-    /// The log writes submitted before the snapshot (`SegManager::submit_all_nowait`).
+    /// The log and metadata writes submitted before the snapshot ended
+    /// (`SegManager::io_mark`).
     io_mark: u64,
-    /// Encoded NAT blocks and the addresses of the copies they go to.
-    nat_blocks: Vec<(u64, Box<Block>)>,
     nat_bm: Vec<u8>,
     sit_bm: Vec<u8>,
     ssa_bm: Vec<u8>,

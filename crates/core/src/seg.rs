@@ -1446,13 +1446,18 @@ impl SegManager {
         self.wait_io()
     }
 
-    /// Write every head's gathered blocks without waiting for them: returns the mark that
-    /// `wait_io_upto` waits for (a checkpoint's snapshot; its tail waits).
-    pub fn submit_all_nowait(&self) -> Result<u64> {
+    /// Write every head's gathered blocks without waiting for them (a checkpoint's
+    /// snapshot; its tail waits, `io_mark` / `wait_io_upto`).
+    pub fn submit_all_nowait(&self) -> Result<()> {
         for (hi, h) in self.heads.iter().enumerate() {
             self.submit(hi, &mut h.lock())?;
         }
-        Ok(self.io.mark())
+        Ok(())
+    }
+
+    /// A mark for `wait_io_upto`: every log and metadata write submitted so far is below it.
+    pub fn io_mark(&self) -> u64 {
+        self.io.mark()
     }
 
     /// Wait for the log writes submitted before `mark` (`submit_all_nowait`); poisons on a
@@ -1643,7 +1648,14 @@ impl SegManager {
         Ok((sit_written, ssa_written))
     }
 
-    fn write_meta(&self, addr: BlkAddr, b: &Block) -> Result<()> {
+    /// Write a metadata block (SIT, SSA, NAT) for a checkpoint: queued on the log-write
+    /// pool where it writes in parallel (`IoPool::submit_meta`), so the checkpoint must
+    /// wait for the pool (`io_mark` / `wait_io_upto`) before its pack; else now.
+    pub fn write_meta(&self, addr: BlkAddr, b: &Block) -> Result<()> {
+        if self.io.submit_meta(addr, &b[..])? {
+            self.blocks_written.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         self.dev
             .write_hinted(addr, b, WriteHint::Meta)
             .map_err(|e| {
