@@ -2,8 +2,10 @@
 //!
 //! Checkpoint protocol (docs/DESIGN.md "Checkpoint"), with every operation excluded:
 //! 1. write back all dirty data and nodes to the logs; submit the log buffers;
-//! 2. write dirty NAT, SIT and SSA blocks to their *other* copies (flipping bits in memory);
-//! 3. write the pack header and payload to pack (v % 2); flush; write the footer; flush;
+//! 2. write dirty NAT, SIT and SSA blocks to their *other* copies (flipping bits in memory),
+//!    queued on the log-write pool beside the log buffers (`SegManager::write_meta`);
+//! 3. wait for every write of 1 and 2; write the pack header and payload to pack (v % 2);
+//!    flush; write the footer; flush;
 //! 4. durable: the collector's `after_checkpoint` says which of the sections emptied before
 //!    the pack to discard and free now (all, except `gc=device`, which frees them one
 //!    checkpoint later, after its discards and acknowledgement: `gc_device.rs`).
