@@ -203,13 +203,22 @@ pub fn dispatch_some(fs: &FsInner, max: usize) -> Result<usize> {
     Ok(n)
 }
 
-fn issue_or_requeue(fs: &FsInner, cmds: Vec<DiscardCmd>) -> Result<()> {
+/// Issue a batch taken from the queue, then finish it there (what failed goes back to the
+/// queue's front); until then every checkpoint still logs it.
+fn issue_or_requeue(fs: &FsInner, batch: discard::Batch) -> Result<()> {
+    if batch.id != 0 {
+        fs.test_point("discards:taken");
+    }
     let per = flashlog_dev::MAX_DISCARD_RANGES;
-    for (i, chunk) in cmds.chunks(per).enumerate() {
+    for (i, chunk) in batch.chunks(per).enumerate() {
         if let Err(e) = issue(fs, chunk, true) {
-            fs.seg.discards.lock().requeue(cmds[i * per..].to_vec());
+            let rest = batch.cmds[i * per..].to_vec();
+            fs.seg.discards.lock().finish(batch.id, rest);
             return Err(e);
         }
+    }
+    if batch.id != 0 {
+        fs.seg.discards.lock().finish(batch.id, Vec::new());
     }
     Ok(())
 }
