@@ -256,7 +256,7 @@ pub(crate) fn push_run(out: &mut Vec<DiscardCmd>, addr: u64, len: u64) {
 /// discard log, so a checkpoint logs the in-flight batches too (`pending`). Before they
 /// were tracked, a checkpoint that ran while a dispatcher or a writer was issuing a batch
 /// logged neither the batch nor its blocks; a cut before that issue reached the device
-/// left those blocks dead and mapped for good (20-45 blocks, in about 1 run in 40 of the
+/// left those blocks dead and mapped for good (10-75 blocks, in about 1 run in 40 of the
 /// near-full `gc=none` power-cut test with a 5 ms checkpoint timer).
 #[derive(Default)]
 pub struct DiscardQueue {

@@ -130,7 +130,8 @@ pub fn checkpoint_discards(fs: &FsInner, pack_room_bytes: u64) -> CheckpointDisc
     let residue = fs.seg.inf_take_residue();
     let log = {
         let q = fs.seg.discards.lock();
-        if q.is_empty() && drained.is_empty() && residue.is_empty() {
+        // `pending`, not `is_empty`: a batch being issued is still to log.
+        if q.pending().next().is_none() && drained.is_empty() && residue.is_empty() {
             Vec::new()
         } else {
             discard::encode_log(q.pending().chain(&drained).chain(&residue))

@@ -661,8 +661,9 @@ fn a_sync_beside_a_checkpoints_tail_waits_for_it_without_excluding_operations() 
 /// meanwhile; then the power is cut before the batch reaches the device. The mount must
 /// issue those blocks from the pack's log: after it and a clean unmount the device maps
 /// exactly the live blocks. Before in-flight batches were logged, the pack left them out
-/// and they stayed mapped for good ("dead blocks the device still maps": 533 mapped, 275
-/// live).
+/// and they stayed mapped for good ("dead blocks the device still maps": 516 mapped, 258
+/// live); so did a first fix that logged them only when the queue or the map held
+/// something too (its shortcut for an empty log looked at the queue alone).
 #[test]
 fn a_discard_batch_in_flight_at_a_checkpoint_is_in_its_log() {
     use std::sync::mpsc;
@@ -702,9 +703,9 @@ fn a_discard_batch_in_flight_at_a_checkpoint_is_in_its_log() {
         .recv_timeout(Duration::from_secs(20))
         .expect("the dispatcher never took the batch");
     assert_eq!(in_flight, 1, "the batch is tracked while it is issued");
-    // A pack written while the batch is in flight, then the cut before it is issued.
-    let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap().ino;
-    fs.write(b, 0, &pattern(3, 64 << 10)).unwrap();
+    // A pack written while the batch is in flight, with nothing else to log (the queue
+    // is empty, nothing died since the last pack), then the cut before the batch is
+    // issued.
     fs.sync().unwrap();
     dev.cut.store(true, std::sync::atomic::Ordering::Release);
     go.send(()).unwrap();
