@@ -478,6 +478,29 @@ fn multithreaded_power_cuts_near_full_keep_fsynced_bytes_and_leak_nothing() {
     eprintln!("{discarded} blocks discarded before the cuts, {tails} tails beside writers");
 }
 
+/// Install a test hook that stops the first thread to reach test point `point` once `armed`
+/// is set (it disarms itself) until the returned sender releases it; the receiver hears
+/// when that thread arrived.
+fn hold_first_at(
+    fs: &Fs,
+    point: &'static str,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+    let (arrived, reached) = std::sync::mpsc::channel::<()>();
+    let (go, wait_go) = std::sync::mpsc::channel::<()>();
+    let (arrived, wait_go) = (
+        parking_lot::Mutex::new(arrived),
+        parking_lot::Mutex::new(wait_go),
+    );
+    fs.set_test_hook(Some(Arc::new(move |what| {
+        if what == point && armed.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            let _ = arrived.lock().send(());
+            let _ = wait_go.lock().recv();
+        }
+    })));
+    (reached, go)
+}
+
 /// A room-making checkpoint's tail runs beside operations (`MountOptions::cp_tail`,
 /// docs/DESIGN.md "The checkpoint's tail beside operations"). The test hook holds one at
 /// `checkpoint:tail`: its snapshot is done and the op lock released, its pack not yet
@@ -500,18 +523,8 @@ fn an_fsync_beside_a_checkpoints_tail_returns_only_once_its_pack_is_durable() {
     fs.fsync(a, false).unwrap();
     // Dirty pages for the snapshot to write back, and dead blocks for it to log.
     fs.write(a, 0, &pattern(2, 1 << 20)).unwrap();
-    let (at_tail, reached) = mpsc::channel::<()>();
-    let (go, wait_go) = mpsc::channel::<()>();
-    let (at_tail, wait_go) = (
-        parking_lot::Mutex::new(at_tail),
-        parking_lot::Mutex::new(wait_go),
-    );
-    fs.set_test_hook(Some(Arc::new(move |what| {
-        if what == "checkpoint:tail" {
-            let _ = at_tail.lock().send(());
-            let _ = wait_go.lock().recv();
-        }
-    })));
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (reached, go) = hold_first_at(&fs, "checkpoint:tail", armed);
     let cp = {
         let fs = fs.clone();
         std::thread::spawn(move || fs.inner().checkpoint_beside_ops())
@@ -587,23 +600,9 @@ fn a_sync_beside_a_checkpoints_tail_waits_for_it_without_excluding_operations() 
     fs.write(a, 0, &pattern(1, 1 << 20)).unwrap();
     fs.sync().unwrap();
     fs.write(a, 0, &pattern(2, 1 << 20)).unwrap();
-    let (at_tail, reached) = mpsc::channel::<()>();
-    let (go, wait_go) = mpsc::channel::<()>();
-    let (at_tail, wait_go) = (
-        parking_lot::Mutex::new(at_tail),
-        parking_lot::Mutex::new(wait_go),
-    );
-    let held = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let held_in_hook = held.clone();
-    fs.set_test_hook(Some(Arc::new(move |what| {
-        // Only the first tail is held (the sync's own runs through).
-        if what == "checkpoint:tail"
-            && held_in_hook.swap(false, std::sync::atomic::Ordering::AcqRel)
-        {
-            let _ = at_tail.lock().send(());
-            let _ = wait_go.lock().recv();
-        }
-    })));
+    // Only the first tail is held (the sync's own runs through).
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (reached, go) = hold_first_at(&fs, "checkpoint:tail", armed);
     let before = fs.stats().checkpoints;
     let cp = {
         let fs = fs.clone();
@@ -666,31 +665,13 @@ fn a_sync_beside_a_checkpoints_tail_waits_for_it_without_excluding_operations() 
 /// something too (its shortcut for an empty log looked at the queue alone).
 #[test]
 fn a_discard_batch_in_flight_at_a_checkpoint_is_in_its_log() {
-    use std::sync::mpsc;
     use std::time::Duration;
     let ssd = interval(CAP);
     let dev = Arc::new(common::Cut::new(ssd.clone()));
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
     let fs = Arc::new(Fs::mount(dev.clone(), opts()).unwrap());
-    let (taken, held) = mpsc::channel::<usize>();
-    let (go, wait_go) = mpsc::channel::<()>();
-    let (taken, wait_go) = (
-        parking_lot::Mutex::new(taken),
-        parking_lot::Mutex::new(wait_go),
-    );
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let (armed, weak) = (armed.clone(), Arc::downgrade(&fs));
-        fs.set_test_hook(Some(Arc::new(move |what| {
-            if what == "discards:taken" && armed.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                let in_flight = weak
-                    .upgrade()
-                    .map_or(0, |fs| fs.inner().seg.discards.lock().in_flight());
-                let _ = taken.lock().send(in_flight);
-                let _ = wait_go.lock().recv();
-            }
-        })));
-    }
+    let (held, go) = hold_first_at(&fs, "discards:taken", armed.clone());
     let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
     fs.write(a, 0, &pattern(1, 1 << 20)).unwrap();
     fs.sync().unwrap();
@@ -699,10 +680,13 @@ fn a_discard_batch_in_flight_at_a_checkpoint_is_in_its_log() {
     armed.store(true, std::sync::atomic::Ordering::Release);
     fs.write(a, 0, &pattern(2, 1 << 20)).unwrap();
     fs.sync().unwrap();
-    let in_flight = held
-        .recv_timeout(Duration::from_secs(20))
+    held.recv_timeout(Duration::from_secs(20))
         .expect("the dispatcher never took the batch");
-    assert_eq!(in_flight, 1, "the batch is tracked while it is issued");
+    assert_eq!(
+        fs.inner().seg.discards.lock().in_flight(),
+        1,
+        "the batch is tracked while it is issued"
+    );
     // A pack written while the batch is in flight, with nothing else to log (the queue
     // is empty, nothing died since the last pack), then the cut before the batch is
     // issued.
