@@ -10,13 +10,13 @@
 //!    the pack to discard and free now (all, except `gc=device`, which frees them one
 //!    checkpoint later, after its discards and acknowledgement: `gc_device.rs`).
 //!
-//! The tail (step 1's wait for the log writes, step 2's NAT writes, steps 3 and 4) needs no
-//! operation excluded once the snapshot (step 1's write-back, the NAT blocks encoded, the
-//! pack encoded, the next interval started) is taken. `gc=none`'s room-making and timer
-//! checkpoints run them beside operations (`checkpoint_beside_ops`, mount option
-//! `cp_tail`); every other checkpoint runs them at once. Invariants: one tail at a time (a checkpoint waits for
-//! the previous one's first); fsync and sync return only once the pack of the interval
-//! they wrote in is durable (`wait_durable`); what a pack frees is taken at its snapshot.
+//! The tail (step 3's wait and the pack, step 4) needs no operation excluded once the
+//! snapshot (steps 1 and 2 submitted, the pack encoded, the next interval started) is
+//! taken. `gc=none`'s room-making and timer checkpoints run it beside operations
+//! (`checkpoint_beside_ops`, mount option `cp_tail`); every other checkpoint runs it at
+//! once. Invariants: one tail at a time (a checkpoint waits for the previous one's first);
+//! fsync and sync return only once the pack of the interval they wrote in is durable
+//! (`wait_durable`); what a pack frees is taken at its snapshot.
 //! Lock order: the tail takes no op lock, no cell and no `gc_lock` (a thread holding
 //! either may wait for it); `tail_lock` is a leaf.
 //!
@@ -918,7 +918,7 @@ impl FsInner {
     /// and then runs the returned tail (`checkpoint_tail`), operations running beside it.
     /// Other volumes, and a mount with `cp_tail` off, write the whole checkpoint here and
     /// return None.
-    pub fn write_checkpoint_overlapped(&self) -> Result<Option<CpTail>> {
+    fn write_checkpoint_overlapped(&self) -> Result<Option<CpTail>> {
         let tail = self.checkpoint_snapshot(false)?;
         if self.seg.is_infinite() && self.opts.cp_tail {
             self.stats.cp_tails_beside.fetch_add(1, Ordering::Relaxed);
@@ -933,7 +933,7 @@ impl FsInner {
     /// `cp_tail` off: the whole checkpoint excluding them. The caller holds no op lock.
     pub fn checkpoint_beside_ops(&self) -> Result<()> {
         // A tail still in flight: wait for it here, not with every operation excluded.
-        self.wait_durable(self.cp_version.load(Ordering::Acquire))?;
+        self.wait_durable()?;
         let tail = {
             let _g = self.oplock.checkpoint();
             self.check_writable()?;
@@ -950,9 +950,10 @@ impl FsInner {
         self.cp_version.load(Ordering::Acquire) > self.cp_durable.load(Ordering::Acquire)
     }
 
-    /// Wait until the pack of checkpoint `version` is durable (a tail in flight, see
-    /// `checkpoint_tail`); an error if the mount was poisoned meanwhile.
-    pub fn wait_durable(&self, version: u64) -> Result<()> {
+    /// Wait until the pack of the last snapshot is durable (its tail, if one is in flight,
+    /// see `checkpoint_tail`); an error if the mount was poisoned meanwhile.
+    pub fn wait_durable(&self) -> Result<()> {
+        let version = self.cp_version.load(Ordering::Acquire);
         if self.cp_durable.load(Ordering::Acquire) >= version {
             return Ok(());
         }
@@ -981,7 +982,7 @@ impl FsInner {
         // No space check: everything this writes was charged to the space budget as debt
         // when it became dirty, so its sections are there (space.rs).
         let r = self
-            .wait_durable(self.cp_version.load(Ordering::Acquire))
+            .wait_durable()
             .and_then(|_| self.snapshot_inner(umount));
         self.stats
             .checkpoint_ns
@@ -1124,11 +1125,11 @@ impl FsInner {
         })
     }
 
-    /// The tail: the log writes before the snapshot reach the device, then the NAT blocks
-    /// and the pack; once it is durable, what it freed is freed. Needs no op lock; the
+    /// The tail: the log and metadata writes the snapshot submitted reach the device, then
+    /// the pack; once it is durable, what it freed is freed. Needs no op lock; the
     /// next checkpoint, and every durability promise made after the snapshot, waits for
     /// it (`wait_durable`). An error poisons the mount.
-    pub fn checkpoint_tail(&self, t: CpTail) -> Result<()> {
+    fn checkpoint_tail(&self, t: CpTail) -> Result<()> {
         let t0 = std::time::Instant::now();
         let version = t.version;
         let r = self.tail_inner(t);

@@ -846,8 +846,7 @@ impl Fs {
     fn checkpoint_excluding_all(&self) -> Result<()> {
         // A checkpoint's tail still in flight (`gc=none`): wait for it before excluding
         // every operation (the checkpoint would wait for it anyway).
-        let inner = &self.inner;
-        inner.wait_durable(inner.cp_version.load(Ordering::Acquire))?;
+        self.inner.wait_durable()?;
         let _g = self.inner.oplock.checkpoint();
         self.inner.check_writable()?;
         self.inner.write_checkpoint(false)
@@ -1634,8 +1633,7 @@ impl Fs {
         // started the interval whose tag its nodes carry: either way its bytes are safe
         // only once that pack is durable (DESIGN "The checkpoint's tail beside
         // operations").
-        let inner = &self.inner;
-        inner.wait_durable(inner.cp_version.load(Ordering::Acquire))
+        self.inner.wait_durable()
     }
 
     /// One fsync attempt; Ok(true) means a checkpoint is needed instead.

@@ -207,9 +207,10 @@ pub fn dispatch_some(fs: &FsInner, max: usize) -> Result<usize> {
 /// Issue a batch taken from the queue, then finish it there (what failed goes back to the
 /// queue's front); until then every checkpoint still logs it.
 fn issue_or_requeue(fs: &FsInner, batch: discard::Batch) -> Result<()> {
-    if batch.id != 0 {
-        fs.test_point("discards:taken");
+    if batch.is_empty() {
+        return Ok(());
     }
+    fs.test_point("discards:taken");
     let per = flashlog_dev::MAX_DISCARD_RANGES;
     for (i, chunk) in batch.chunks(per).enumerate() {
         if let Err(e) = issue(fs, chunk, true) {
@@ -218,9 +219,7 @@ fn issue_or_requeue(fs: &FsInner, batch: discard::Batch) -> Result<()> {
             return Err(e);
         }
     }
-    if batch.id != 0 {
-        fs.seg.discards.lock().finish(batch.id, Vec::new());
-    }
+    fs.seg.discards.lock().finish(batch.id, Vec::new());
     Ok(())
 }
 

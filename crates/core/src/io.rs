@@ -9,9 +9,9 @@
 //! Invariants: a buffer stays readable through `read_inflight` until the device accepted
 //! it; `wait_idle` returns only when every submitted buffer is on the device (so a flush
 //! after it covers them) or reports the first write error, and `wait_upto` the same for
-//! the buffers submitted before its mark (ids grow in submission order); after an error no further
-//! queued buffer is written (the mount is poisoned; nothing is written over an unknown
-//! state). With zero threads every submission is a synchronous write (deterministic order
+//! the buffers submitted before its mark (ids grow in submission order); after an error no
+//! further queued buffer is written (the mount is poisoned; nothing is written over an
+//! unknown state). With zero threads every submission is a synchronous write (deterministic order
 //! for the crash simulator). On a zoned device (`Capabilities::zone_blocks`, the zoned and
 //! the D2FS coupled FTL) the buffers of one zone reach the device in submission order (a
 //! zone's write pointer and the coupled FTL's "last slot seals the line" rule need it): the
