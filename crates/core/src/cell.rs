@@ -6,19 +6,24 @@
 //! invariant: an inode has a cell or such a record, never both). An inode's
 //! cell holds everything that belongs to that file alone: its inode block, its other node
 //! blocks (direct, indirect, xattr), and its page cache. All of it is guarded by the cell's
-//! one mutex, so node contents never need a lock of their own (every node belongs to exactly
-//! one inode) and the GC/flush race is settled under this lock (the node-lock rule). A
-//! page's bytes are the one thing shared outside it: with a flusher visit that copies them
-//! with the cell released (`PageData`, `Page::wb`); a write makes its own copy first.
+//! mutex. Each cached node (not the inode block) also has a lock of its own
+//! (`NodeLock`, the node lock of ScaleLFS's node-lock rule), which the cell holder takes for
+//! every access to the node and a `scale` collector takes *without* the cell, found through
+//! the cell's `NodeIndex`, to check and remap one direct node's blocks
+//! (`scale::commit_dnode_run`, docs/DESIGN.md "ScaleLFS commit"). A page's bytes are shared
+//! outside the cell only with a flusher visit that copies them with the cell released
+//! (`PageData`, `Page::wb`); a write makes its own copy first. A flusher visit takes the
+//! cell twice, to mark pages and to map their copies (`FsInner::writeback_pages_released`).
+//!
+//! Invariants: a node in a cell's `NodeMap` is in its `NodeIndex` with the same lock and
+//! not `gone`; a node removed from the map is marked `gone` under its lock; a cell that
+//! someone keeps (an `Arc` besides the table's) is not evicted.
 //!
 //! Lock order: op lock (shared) -> rename lock -> directory cells (ascending ino) -> other
-//! cells (ascending ino) -> log heads -> leaves. The table's shard locks are leaves: never
-//! held while taking a cell lock (`evict` only try-locks cells under one). The cell is also the lock of every node of its file (the
-//! node lock of the node-lock rule): `scale` collectors take it twice per direct-node run,
-//! to check and to remap, and write their copies in between without it
-//! (`scale::commit_dnode_run`, docs/DESIGN.md "ScaleLFS commit"); a flusher visit takes it
-//! twice the same way, to mark pages and to map their copies
-//! (`FsInner::writeback_pages_released`).
+//! cells (ascending ino) -> node locks (one at a time) -> log heads -> leaves. The table's
+//! shard locks and the node index are leaves: never held while taking a cell or node lock
+//! (`evict` only try-locks cells under one). A thread that holds a node lock without its
+//! cell (a collector) takes no cell and no other node lock.
 
 use crate::config::CELL_SHARDS;
 use flashlog_format::codec::Block;
@@ -29,10 +34,135 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-/// A cached node block of a file (not its inode).
+/// A cached node block of a file (not its inode), behind its own lock: the node lock of
+/// ScaleLFS's node-lock rule (`NodeLock`).
 pub struct NodeBuf {
     pub blk: Box<Block>,
     pub dirty: bool,
+    /// Dropped from its file's cache (freed, trimmed as clean, or its file freed): a
+    /// collector that found the node before that must not change it, and takes the cell
+    /// to find the node the cache has now (`scale::commit_dnode_run`).
+    pub gone: bool,
+}
+
+/// A node's lock. The file's cell holder takes it for every access to the node (under the
+/// cell: lock order cell -> node); a `scale` collector takes it *without* the cell, found
+/// through the cell's `NodeIndex`, to check and remap the blocks of one direct node
+/// (ScaleLFS §4.3: collectors and writers of other parts of one file never wait for each
+/// other). A thread that holds a node lock takes no cell and no other node lock, only
+/// leaves (NAT, SVP, SIT atomics, the space counters).
+pub type NodeLock = Arc<Mutex<NodeBuf>>;
+
+/// A held node lock.
+pub type NodeGuard<'a> = parking_lot::MutexGuard<'a, NodeBuf>;
+
+/// Lock a node, timing the wait when it is contended (`waits::Point::Node`).
+pub fn lock_node(n: &Mutex<NodeBuf>) -> NodeGuard<'_> {
+    if let Some(g) = n.try_lock() {
+        return g;
+    }
+    let t0 = std::time::Instant::now();
+    let g = n.lock();
+    crate::waits::record(crate::waits::Point::Node, t0);
+    g
+}
+
+type NidMap<V> = HashMap<Nid, V, std::hash::BuildHasherDefault<InoHash>>;
+
+/// The nodes of a cell that a thread not holding it may look up (`InodeCell::node`): the
+/// same locks as the cell's `NodeMap`, changed with it. A leaf lock, held only for a
+/// lookup, an insert or a removal.
+#[derive(Default)]
+pub struct NodeIndex(Mutex<NidMap<NodeLock>>);
+
+/// The cached nodes of a file (`InodeState::nodes`), each behind its `NodeLock`. Changed
+/// only by the cell holder; every insert and removal is mirrored in the cell's
+/// `NodeIndex`, and a removed node is marked `gone` under its lock.
+///
+/// Invariant: a node in the map is in the index, with the same lock, and not gone.
+#[derive(Default)]
+pub struct NodeMap {
+    map: NidMap<NodeLock>,
+    index: Arc<NodeIndex>,
+}
+
+impl NodeMap {
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    pub fn contains(&self, nid: Nid) -> bool {
+        self.map.contains_key(&nid)
+    }
+    /// Lock node `nid` if it is cached.
+    pub fn lock(&self, nid: Nid) -> Option<NodeGuard<'_>> {
+        self.map.get(&nid).map(|n| lock_node(n))
+    }
+    /// Cache node `nid` (a node cached before under that nid is dropped: `gone`).
+    pub fn insert(&mut self, nid: Nid, blk: Box<Block>, dirty: bool) {
+        let n: NodeLock = Arc::new(Mutex::new(NodeBuf {
+            blk,
+            dirty,
+            gone: false,
+        }));
+        self.index.0.lock().insert(nid, n.clone());
+        if let Some(old) = self.map.insert(nid, n) {
+            lock_node(&old).gone = true;
+        }
+    }
+    /// Drop node `nid` from the cache; whether it was dirty, if it was cached.
+    pub fn remove(&mut self, nid: Nid) -> Option<bool> {
+        let n = self.map.remove(&nid)?;
+        self.index.0.lock().remove(&nid);
+        let mut g = lock_node(&n);
+        g.gone = true;
+        Some(g.dirty)
+    }
+    /// Drop every node; how many were dirty.
+    pub fn drain(&mut self) -> u64 {
+        self.index.0.lock().clear();
+        let mut dirty = 0;
+        for (_, n) in self.map.drain() {
+            let mut g = lock_node(&n);
+            g.gone = true;
+            dirty += u64::from(g.dirty);
+        }
+        dirty
+    }
+    /// Drop every clean node (checked and dropped under each node's lock, so a node a
+    /// collector dirties meanwhile stays).
+    pub fn drop_clean(&mut self) {
+        let mut dropped = Vec::new();
+        self.map.retain(|&nid, n| {
+            let mut g = lock_node(n);
+            if g.dirty {
+                return true;
+            }
+            g.gone = true;
+            dropped.push(nid);
+            false
+        });
+        let mut idx = self.index.0.lock();
+        for nid in dropped {
+            idx.remove(&nid);
+        }
+    }
+    pub fn any_dirty(&self) -> bool {
+        self.map.values().any(|n| lock_node(n).dirty)
+    }
+    /// The dirty nodes, with the kind their footer gives.
+    pub fn dirty(&self) -> Vec<(Nid, Option<flashlog_format::node::NodeKind>)> {
+        self.map
+            .iter()
+            .filter_map(|(&nid, n)| {
+                let g = lock_node(n);
+                g.dirty
+                    .then(|| (nid, flashlog_format::node::footer(&g.blk).kind()))
+            })
+            .collect()
+    }
 }
 
 /// A page's bytes. Shared only while a flusher copies them into the log with the file's
@@ -136,7 +266,7 @@ pub struct InodeState {
     /// Hashed with `InoHash` (node ids come from the same allocator as inode numbers):
     /// every page a flusher visit picks and maps looks its direct node up here, and with
     /// SipHash those lookups were a third of the visit's time under the cell.
-    pub nodes: HashMap<Nid, NodeBuf, std::hash::BuildHasherDefault<InoHash>>,
+    pub nodes: NodeMap,
     pub pages: BTreeMap<u64, Page>,
     pub dirty_pages: u64,
     /// Resources freed: the inode no longer exists.
@@ -169,7 +299,7 @@ impl InodeState {
             hdr,
             dirty,
             inode_charged: false,
-            nodes: HashMap::default(),
+            nodes: NodeMap::default(),
             pages: BTreeMap::new(),
             dirty_pages: 0,
             freed: false,
@@ -190,7 +320,7 @@ impl InodeState {
         self.hdr.mode & libc_mode::S_IFMT == libc_mode::S_IFLNK
     }
     pub fn has_dirty_nodes(&self) -> bool {
-        self.nodes.values().any(|n| n.dirty)
+        self.nodes.any_dirty()
     }
     /// The first `max` dirty pages by index that no write-back visit has in flight
     /// (`Page::wb`: those are the visit's to map).
@@ -243,12 +373,15 @@ pub struct InodeCell {
     /// every acquisition: while the cell is held, its holder. A waiter charges its wait to
     /// it (`waits::cell_holders`, the bench's "file-cell waits by holder").
     pub holder: AtomicU8,
+    /// The cell's nodes, for a thread that does not hold the cell (`node`).
+    nodes: Arc<NodeIndex>,
 }
 
 impl InodeCell {
     pub fn new(state: InodeState, is_new: bool) -> Arc<Self> {
         Arc::new(InodeCell {
             ino: state.ino,
+            nodes: state.nodes.index.clone(),
             pino: AtomicU32::new(state.hdr.pino),
             state: Mutex::new(state),
             open: AtomicU32::new(0),
@@ -279,6 +412,14 @@ impl InodeCell {
         self.holder
             .store(crate::waits::role() as u8, Ordering::Relaxed);
         Some(g)
+    }
+
+    /// The lock of node `nid` if the cell has it cached, looked up without the cell. The
+    /// caller keeps this cell (its `Arc`) while it uses the node: a cell someone keeps is
+    /// never evicted (`CellTable::evict`), so the node leaves the cache only by a removal,
+    /// which marks it `gone`.
+    pub fn node(&self, nid: Nid) -> Option<NodeLock> {
+        self.nodes.0.lock().get(&nid).cloned()
     }
 
     pub fn pino(&self) -> Ino {

@@ -890,7 +890,7 @@ impl FsInner {
         let Some(mut st) = lock() else {
             return Ok(0);
         };
-        if st.freed || !(st.dirty || st.nodes.values().any(|n| n.dirty)) {
+        if st.freed || !(st.dirty || st.nodes.any_dirty()) {
             return Ok(0);
         }
         self.write_nodes_unsynced(&mut st)

@@ -440,10 +440,9 @@ impl FsInner {
                     idx = (start + count).max(idx + 1);
                 }
                 Some((nid, slot)) => {
-                    let addr = self.dnode_get(st, nid, slot);
+                    let addr = self.dnode_replace(st, nid, slot, NULL_ADDR);
                     if addr != NULL_ADDR {
                         self.free_data_addr(st, addr);
-                        self.dnode_set(st, nid, slot, NULL_ADDR);
                     }
                     idx += 1;
                 }

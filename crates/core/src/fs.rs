@@ -1730,12 +1730,7 @@ impl Fs {
         if x == 0 {
             return Ok(Vec::new());
         }
-        if !st.nodes.contains_key(&x) {
-            let blk = fs.read_node(x, st.ino)?;
-            st.nodes
-                .insert(x, crate::cell::NodeBuf { blk, dirty: false });
-        }
-        Ok(node::xattrs(&st.nodes[&x].blk)?)
+        Ok(node::xattrs(&fs.node_of(st, x)?.blk)?)
     }
 
     /// The ACL stored under `name` (an ACL attribute name), decoded; a value that does not
@@ -1858,20 +1853,14 @@ impl Fs {
                 fs.valid_nodes.fetch_add(1, Ordering::Relaxed);
                 st.nodes.insert(
                     x,
-                    crate::cell::NodeBuf {
-                        blk: node::new_node(NodeKind::Xattr, x, st.ino, u32::MAX),
-                        dirty: false,
-                    },
+                    node::new_node(NodeKind::Xattr, x, st.ino, u32::MAX),
+                    false,
                 );
                 st.hdr.xattr_nid = x;
             }
-            let nb = st.nodes.get_mut(&x).expect("loaded");
+            let mut nb = fs.node_of(st, x)?;
             node::set_xattrs(&mut nb.blk, list);
-            if !nb.dirty {
-                nb.dirty = true;
-                fs.dirty_nodes.fetch_add(1, Ordering::Relaxed);
-                fs.seg.space.charge(1);
-            }
+            fs.dirty_node(&mut nb);
         }
         st.hdr.ctime = fs.now();
         fs.dirty_inode(st);

@@ -499,7 +499,7 @@ pub(crate) fn owner_index(
         let inline = st.hdr.flags & (node::iflag::INLINE_DATA | node::iflag::INLINE_DENTRY) != 0;
         return Ok((!inline && slot < node::ADDRS_PER_INODE).then_some(slot as u64));
     }
-    if fs.nat.addr(nid) == NULL_ADDR && !st.nodes.contains_key(&nid) {
+    if fs.nat.addr(nid) == NULL_ADDR && !st.nodes.contains(nid) {
         return Ok(None);
     }
     let blk = match fs.node_of(st, nid) {
@@ -507,7 +507,7 @@ pub(crate) fn owner_index(
         Err(Error::Corrupt(_)) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let f = node::footer(blk);
+    let f = node::footer(&blk.blk);
     if f.kind() != Some(NodeKind::Direct) || slot >= node::ADDRS_PER_BLOCK {
         return Ok(None);
     }
@@ -532,13 +532,13 @@ fn migrate_node(fs: &FsInner, nid: Nid, addr: BlkAddr, how: Migration) -> Result
     let was_dirty = if nid == ino {
         st.dirty
     } else {
-        st.nodes.get(&nid).is_some_and(|n| n.dirty)
+        st.nodes.lock(nid).is_some_and(|n| n.dirty)
     };
     let kind = if nid == ino {
         fs.dirty_inode(&mut st);
         NodeKind::Inode
     } else {
-        let k = node::footer(fs.node_of(&mut st, nid)?)
+        let k = node::footer(&fs.node_of(&mut st, nid)?.blk)
             .kind()
             .unwrap_or(NodeKind::Direct);
         fs.mark_dirty_node(&mut st, nid);

@@ -5,7 +5,7 @@
 //! Lock order: see `cell`. Everything here that takes `&mut InodeState` runs with that
 //! inode's cell locked by the caller.
 
-use crate::cell::{CellTable, InodeCell, InodeState, NodeBuf};
+use crate::cell::{CellTable, InodeCell, InodeState, NodeBuf, NodeGuard};
 use crate::config::{MlogMap, MountOptions};
 use crate::error::{Error, Result};
 use crate::lock::OpLock;
@@ -301,27 +301,32 @@ impl FsInner {
         Ok(b)
     }
 
-    /// Node `nid` of the locked file (loaded from disk if needed).
-    pub fn node_of<'a>(&self, st: &'a mut InodeState, nid: Nid) -> Result<&'a Block> {
-        Ok(&self.load_node(st, nid)?.blk)
+    /// Node `nid` of the locked file (loaded from disk if needed), locked.
+    pub fn node_of<'a>(&self, st: &'a mut InodeState, nid: Nid) -> Result<NodeGuard<'a>> {
+        self.load_node(st, nid)
     }
 
-    fn load_node<'a>(&self, st: &'a mut InodeState, nid: Nid) -> Result<&'a mut NodeBuf> {
-        if !st.nodes.contains_key(&nid) {
+    fn load_node<'a>(&self, st: &'a mut InodeState, nid: Nid) -> Result<NodeGuard<'a>> {
+        if !st.nodes.contains(nid) {
             let blk = self.read_node(nid, st.ino)?;
-            st.nodes.insert(nid, NodeBuf { blk, dirty: false });
+            st.nodes.insert(nid, blk, false);
         }
-        Ok(st.nodes.get_mut(&nid).expect("just inserted"))
+        Ok(st.nodes.lock(nid).expect("just inserted"))
     }
 
     pub fn mark_dirty_node(&self, st: &mut InodeState, nid: Nid) {
-        if let Some(n) = st.nodes.get_mut(&nid) {
-            if !n.dirty {
-                n.dirty = true;
-                self.dirty_nodes.fetch_add(1, Ordering::Relaxed);
-                // Checkpoint debt: the block this node will be written to.
-                self.seg.space.charge(1);
-            }
+        if let Some(mut n) = st.nodes.lock(nid) {
+            self.dirty_node(&mut n);
+        }
+    }
+
+    /// Mark a locked node dirty, charging it to the space budget once (checkpoint debt:
+    /// the block it will be written to).
+    pub fn dirty_node(&self, n: &mut NodeBuf) {
+        if !n.dirty {
+            n.dirty = true;
+            self.dirty_nodes.fetch_add(1, Ordering::Relaxed);
+            self.seg.space.charge(1);
         }
     }
 
@@ -405,16 +410,13 @@ impl FsInner {
                     NodeKind::Indirect
                 };
                 let c = self.new_node(st, kind, p.node_ofs[d + 1])?;
-                node::set_indirect_nid(
-                    &mut st.nodes.get_mut(&parent).expect("loaded").blk,
-                    p.slots[d],
-                    c,
-                );
-                self.mark_dirty_node(st, parent);
+                let mut pn = st.nodes.lock(parent).expect("loaded");
+                node::set_indirect_nid(&mut pn.blk, p.slots[d], c);
+                self.dirty_node(&mut pn);
                 c
             };
         }
-        self.load_node(st, nid)?;
+        drop(self.load_node(st, nid)?);
         Ok(Some((nid, p.slots[p.depth])))
     }
 
@@ -429,13 +431,8 @@ impl FsInner {
         };
         self.nat.set(nid, st.ino, NULL_ADDR);
         self.valid_nodes.fetch_add(1, Ordering::Relaxed);
-        st.nodes.insert(
-            nid,
-            NodeBuf {
-                blk: node::new_node(kind, nid, st.ino, ofs),
-                dirty: false,
-            },
-        );
+        st.nodes
+            .insert(nid, node::new_node(kind, nid, st.ino, ofs), false);
         self.mark_dirty_node(st, nid);
         Ok(nid)
     }
@@ -446,18 +443,39 @@ impl FsInner {
             node::inode_addr(&st.node, slot)
         } else {
             st.nodes
-                .get(&nid)
+                .lock(nid)
                 .map_or(NULL_ADDR, |n| node::dnode_addr(&n.blk, slot))
         }
     }
 
     pub fn dnode_set(&self, st: &mut InodeState, nid: Nid, slot: usize, addr: BlkAddr) {
+        self.dnode_replace(st, nid, slot, addr);
+    }
+
+    /// Set slot `slot` of direct node `nid` (the inode if `nid == st.ino`) to `addr` and
+    /// return what it held, under one acquisition of the node's lock: a `scale` collector
+    /// may remap the slot between a separate read and write (`scale::commit_dnode_run`
+    /// holds the node's lock, not the cell), and the address read would then be its
+    /// victim, invalidated twice, and its copy left mapped by nothing.
+    pub fn dnode_replace(
+        &self,
+        st: &mut InodeState,
+        nid: Nid,
+        slot: usize,
+        addr: BlkAddr,
+    ) -> BlkAddr {
         if nid == st.ino {
+            let old = node::inode_addr(&st.node, slot);
             node::set_inode_addr(&mut st.node, slot, addr);
             self.dirty_inode(st);
-        } else if let Some(n) = st.nodes.get_mut(&nid) {
+            old
+        } else if let Some(mut n) = st.nodes.lock(nid) {
+            let old = node::dnode_addr(&n.blk, slot);
             node::set_dnode_addr(&mut n.blk, slot, addr);
-            self.mark_dirty_node(st, nid);
+            self.dirty_node(&mut n);
+            old
+        } else {
+            NULL_ADDR
         }
     }
 
@@ -488,11 +506,9 @@ impl FsInner {
         if addr != NULL_ADDR {
             self.seg.invalidate(addr);
         }
-        if let Some(n) = st.nodes.remove(&nid) {
-            if n.dirty {
-                self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
-                self.seg.space.refund(1);
-            }
+        if st.nodes.remove(nid) == Some(true) {
+            self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
+            self.seg.space.refund(1);
         }
         self.nat.free(nid);
         self.valid_nodes.fetch_sub(1, Ordering::Relaxed);
@@ -556,20 +572,27 @@ impl FsInner {
                 st.ino
             )));
         }
-        self.load_node(st, nid)?;
+        drop(self.load_node(st, nid)?);
         if level == 1 {
             let from = first.saturating_sub(start).min(A as u64) as usize;
-            for slot in from..A {
-                let addr = node::dnode_addr(&st.nodes[&nid].blk, slot);
-                if addr != NULL_ADDR {
-                    self.free_data_addr(st, addr);
-                    node::set_dnode_addr(
-                        &mut st.nodes.get_mut(&nid).expect("loaded").blk,
-                        slot,
-                        NULL_ADDR,
-                    );
-                    self.mark_dirty_node(st, nid);
+            // Emptied under one hold of the node's lock (a collector remaps slots under
+            // it), freed after it.
+            let mut freed = Vec::new();
+            {
+                let mut n = st.nodes.lock(nid).expect("loaded");
+                for slot in from..A {
+                    let addr = node::dnode_addr(&n.blk, slot);
+                    if addr != NULL_ADDR {
+                        node::set_dnode_addr(&mut n.blk, slot, NULL_ADDR);
+                        freed.push(addr);
+                    }
                 }
+                if !freed.is_empty() {
+                    self.dirty_node(&mut n);
+                }
+            }
+            for addr in freed {
+                self.free_data_addr(st, addr);
             }
         } else {
             let span = A as u64 * (N as u64).pow(level as u32 - 2);
@@ -578,17 +601,18 @@ impl FsInner {
                 if child_start + span <= first {
                     continue;
                 }
-                let child = node::indirect_nid(&st.nodes[&nid].blk, slot);
+                let child = st
+                    .nodes
+                    .lock(nid)
+                    .map_or(0, |n| node::indirect_nid(&n.blk, slot));
                 if child == 0 {
                     continue;
                 }
                 if self.free_subtree(st, child, level - 1, child_start, first, depth_guard + 1)? {
-                    node::set_indirect_nid(
-                        &mut st.nodes.get_mut(&nid).expect("loaded").blk,
-                        slot,
-                        0,
-                    );
-                    self.mark_dirty_node(st, nid);
+                    // A deeper level may have trimmed the cache: load the node again.
+                    let mut n = self.load_node(st, nid)?;
+                    node::set_indirect_nid(&mut n.blk, slot, 0);
+                    self.dirty_node(&mut n);
                 }
             }
         }
@@ -621,30 +645,30 @@ impl FsInner {
         }
         let version = self.nat.version(nid);
         let ino = st.ino;
+        let sum = Summary {
+            nid,
+            ofs: 0,
+            version,
+        };
+        let seal = |_: BlkAddr, next: BlkAddr, out: &mut Block| {
+            node::seal_node(out, node_version, next, flags)
+        };
         let was_dirty;
-        let new_addr = {
-            let blk: &Block = if nid == ino {
-                was_dirty = st.dirty;
-                st.hdr.write(&mut st.node);
-                &st.node
-            } else {
-                let n = st
-                    .nodes
-                    .get(&nid)
-                    .ok_or_else(|| Error::Corrupt(format!("node {nid} not cached")))?;
-                was_dirty = n.dirty;
-                &n.blk
-            };
-            self.seg.append_copy(
-                hi,
-                Summary {
-                    nid,
-                    ofs: 0,
-                    version,
-                },
-                blk,
-                |_, next, out| node::seal_node(out, node_version, next, flags),
-            )?
+        let new_addr = if nid == ino {
+            was_dirty = st.dirty;
+            st.hdr.write(&mut st.node);
+            self.seg.append_copy(hi, sum, &st.node, seal)?
+        } else {
+            // Read, copied and made clean under one hold of the node's lock: a collector's
+            // remap is in the copy or dirties the node again after it, never lost between.
+            let mut n = st
+                .nodes
+                .lock(nid)
+                .ok_or_else(|| Error::Corrupt(format!("node {nid} not cached")))?;
+            was_dirty = n.dirty;
+            let a = self.seg.append_copy(hi, sum, &n.blk, seal)?;
+            n.dirty = false;
+            a
         };
         let old = self.nat.addr(nid);
         self.nat.set(nid, ino, new_addr);
@@ -664,8 +688,6 @@ impl FsInner {
         }
         if nid == ino {
             st.dirty = false;
-        } else if let Some(n) = st.nodes.get_mut(&nid) {
-            n.dirty = false;
         }
         if was_dirty && nid != ino {
             self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
@@ -815,8 +837,7 @@ impl FsInner {
             st.pages.remove(&p.idx);
             st.dirty_pages -= 1;
             self.page_written(false);
-            let old = self.dnode_get(&st, nid, slot);
-            self.dnode_set(&mut st, nid, slot, new);
+            let old = self.dnode_replace(&mut st, nid, slot, new);
             if old != NULL_ADDR && old != NEW_ADDR {
                 self.seg.invalidate(old);
             }
@@ -940,8 +961,7 @@ impl FsInner {
             }
             st.dirty_pages -= 1;
             self.page_written(wb);
-            let old = self.dnode_get(st, nid, slot);
-            self.dnode_set(st, nid, slot, addr);
+            let old = self.dnode_replace(st, nid, slot, addr);
             if old != NULL_ADDR && old != NEW_ADDR {
                 self.seg.invalidate(old);
             }
@@ -1052,15 +1072,11 @@ impl FsInner {
         fsync_flags: Option<u32>,
     ) -> Result<(u64, usize)> {
         let is_dir = st.is_dir();
-        let mut nids: Vec<(Nid, NodeKind)> = st
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.dirty)
-            .map(|(&nid, n)| (nid, node::footer(&n.blk).kind().unwrap_or(NodeKind::Direct)))
-            .collect();
+        let mut nids: Vec<(Nid, Option<NodeKind>)> = st.nodes.dirty();
         nids.sort_unstable_by_key(|(n, _)| *n);
         let mut n = 0;
         for (nid, kind) in nids {
+            let kind = kind.unwrap_or(NodeKind::Direct);
             let temp = if warm {
                 Temp::Warm
             } else {
@@ -1082,7 +1098,7 @@ impl FsInner {
         }
         // Keep the per-file node cache bounded: drop clean nodes past the limit.
         if st.nodes.len() > crate::config::NODE_CACHE_PER_FILE {
-            st.nodes.retain(|_, nb| nb.dirty);
+            st.nodes.drop_clean();
         }
         // The inode's node mlog is pinned for the checkpoint interval (`node_mlog`): every
         // node of this fsync went to this head.
@@ -1196,8 +1212,8 @@ impl FsInner {
         if st.hdr.xattr_nid != 0 {
             let x = st.hdr.xattr_nid;
             if self.nat.valid(x) {
-                if !st.nodes.contains_key(&x) {
-                    let _ = self.load_node(st, x);
+                if !st.nodes.contains(x) {
+                    drop(self.load_node(st, x));
                 }
                 self.free_node(st, x);
             }
@@ -1211,12 +1227,9 @@ impl FsInner {
         self.valid_nodes.fetch_sub(1, Ordering::Relaxed);
         self.valid_inodes.fetch_sub(1, Ordering::Relaxed);
         self.release_blocks(1);
-        for (_, n) in st.nodes.drain() {
-            if n.dirty {
-                self.dirty_nodes.fetch_sub(1, Ordering::Relaxed);
-                self.seg.space.refund(1);
-            }
-        }
+        let dirty = st.nodes.drain();
+        self.dirty_nodes.fetch_sub(dirty, Ordering::Relaxed);
+        self.seg.space.refund(dirty);
         if std::mem::take(&mut st.inode_charged) {
             self.seg.space.refund(1);
         }

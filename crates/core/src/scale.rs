@@ -10,9 +10,10 @@
 //!   that the checkpoint persists and recovery knows;
 //! - protects each page it moves in the victim protector (SVP) instead of locking the file
 //!   for the whole migration, and commits the moves of one direct node's run of blocks
-//!   together (`commit_dnode_run`): the cell is held to check the owner and to remap, the
-//!   copies are written between the two holds with no file lock held, and a copy whose
-//!   slot changed meanwhile is invalidated instead of mapped (the node-lock rule);
+//!   together (`commit_dnode_run`): the direct node's own lock, not the file's cell, is held
+//!   to check the owner and to remap, the copies are written between the two holds with no
+//!   lock held, and a copy whose slot changed meanwhile is invalidated instead of mapped
+//!   (the node-lock rule, per dnode as in the paper);
 //! - updates the SIT with atomics (LSU, in `seg`);
 //! - reserves from the space budget what each victim's moves may use before it takes the
 //!   op lock for it (`gc::reserve_victim`), so that parallel workers can never take the
@@ -23,12 +24,14 @@
 //! stop when the target is met or no victim is left. Every technique can be switched off
 //! (`ScaleFeatures`) for the ablation.
 //!
-//! Lock order: op lock (shared, per victim) -> victim claim bits (atomic) -> file cell ->
-//! SVP shard (try only) -> log head. A run's commit takes the cell twice and the log head
-//! in between with no cell held; the SVP protections it holds across are never waited on
-//! by a worker, and I/O paths take their range before the cell. Workers never wait on the
-//! SVP.
+//! Lock order: op lock (shared, per victim) -> victim claim bits (atomic) -> node lock (or
+//! the file cell, for the inode's own slots) -> NAT, SVP shard (try only); the file cell
+//! only by a try while no node lock is held; the log head with no file or node lock held
+//! (but for a dirty page's move under the cell). The SVP protections a run holds across are
+//! never waited on by a worker, and I/O paths take their range before the cell. Workers
+//! never wait on the SVP.
 
+use crate::cell::{lock_node, NodeBuf};
 use crate::config::{MountOptions, ScaleFeatures};
 use crate::error::{Error, Result};
 use crate::gc::{
@@ -39,6 +42,7 @@ use crate::waits::{self, Point};
 use flashlog_format::codec::Block;
 use flashlog_format::cp::{LogKind, Temp};
 use flashlog_format::meta::Summary;
+use flashlog_format::node::{self, NodeKind};
 use flashlog_format::{BlkAddr, Ino, Nid, BLOCKS_PER_SEG, BLOCK_SIZE};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
@@ -557,25 +561,227 @@ impl Drop for Protected<'_> {
 }
 
 /// Move the blocks of one victim that direct node `nid` of inode `ino` maps (a *run*, in
-/// slot order), with the file cell held only to check and to remap, never while the copies
-/// are written (the commit lock of ScaleLFS's per-dnode design; docs/DESIGN.md "ScaleLFS
-/// commit"):
+/// slot order) under the node's own lock, not the file's cell: ScaleLFS's per-dnode commit
+/// (§4.3, the node-lock rule), so that collectors and writers of other parts of one file
+/// never wait for each other (docs/DESIGN.md "ScaleLFS commit"):
 ///
-/// 1. cell held: for each block, the node-lock rule (the node still maps `addr` in the
-///    summary's version) and a try of the page's SVP protection; a block whose page is
-///    dirty in the cache moves now, with the page's newer bytes (`relocate_data_block`,
-///    rare: its writer is done, or the try would have failed);
-/// 2. no file lock held: each protected block's copy is appended to the worker's head;
-/// 3. cell held: each copy is mapped if the slot still holds `addr` (the node-lock rule
-///    again), else the copy is invalidated (the owner moved on; nothing points at it);
+/// 1. node lock held (found through the cell's node index; the cell is kept, so it is not
+///    evicted, but not locked): for each block, the node still maps `addr` in the
+///    summary's version, and a try of the page's SVP protection. If the cell is free (a
+///    try, never a wait), a protected block whose page is dirty in the cache moves now
+///    under it, with the page's newer bytes (`relocate_data_block`, rare);
+/// 2. no lock held: each protected block's copy is appended to the worker's head;
+/// 3. node lock held: each copy is mapped if the slot still holds `addr`, else it is
+///    invalidated (the owner moved on; nothing points at it);
 /// 4. the pages are released (I/O that waited on them proceeds).
 ///
 /// Between 1 and 3 the pages' SVP protection keeps every path that changes a file's slots
-/// (write, truncate, punch, a deferred free) off these slots; directory blocks, whose
-/// dentry writes take no range, and anything else are caught by the check in 3. The op lock
-/// (shared, held by the caller for the victim) keeps the checkpoint out. Returns (moved,
-/// skipped).
+/// (write, truncate, punch, a deferred free) off these slots; write-back, directory blocks
+/// (whose dentry writes take no range) and anything else are caught by the check in 3, and
+/// every path that reads a slot and writes it holds the node's lock across both
+/// (`FsInner::dnode_replace`, `write_node`). The op lock (shared, held by the caller for
+/// the victim) keeps the checkpoint out. A node not cached is loaded under the cell; the
+/// inode's own slots, and a node dropped from the cache between 1 and 3 (`NodeBuf::gone`),
+/// are committed under the cell (`commit_run_under_cell`). Returns (moved, skipped).
 fn commit_dnode_run(
+    fs: &FsInner,
+    w: usize,
+    f: ScaleFeatures,
+    ino: Ino,
+    nid: Nid,
+    run: &[RunBlock],
+    buf: &[u8],
+) -> Result<(u64, u64)> {
+    let all = run.len() as u64;
+    if nid == ino {
+        return commit_run_under_cell(fs, w, f, ino, nid, run, buf);
+    }
+    // Kept to the end: a cell someone keeps is not evicted, so `node` stays its node
+    // until a removal marks it gone.
+    let cell = match fs.cell(ino) {
+        Ok(c) => c,
+        Err(Error::NotFound) => return Ok((0, all)),
+        Err(e) => return Err(e),
+    };
+    let node = match cell.node(nid) {
+        Some(n) => n,
+        None => {
+            let mut st = cell.lock();
+            if st.freed || crate::gc::owner_index(fs, &mut st, nid, 0)?.is_none() {
+                return Ok((0, all));
+            }
+            cell.node(nid).expect("loaded under the cell")
+        }
+    };
+    let block = |k: usize| -> &Block {
+        buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
+            .try_into()
+            .expect("block")
+    };
+    let mut prot = Protected {
+        fs,
+        ino,
+        pages: Vec::with_capacity(run.len()),
+    };
+    let mut todo: Vec<Pending> = Vec::with_capacity(run.len());
+    // 1. Check and protect under the node's lock.
+    {
+        let g = lock_node(&node);
+        if g.gone {
+            drop(g);
+            return commit_run_under_cell(fs, w, f, ino, nid, run, buf);
+        }
+        let foot = node::footer(&g.blk);
+        let first = match (foot.kind(), node::dnode_range(foot.ofs)) {
+            (Some(NodeKind::Direct), Some((first, _))) => first,
+            _ => return Ok((0, all)),
+        };
+        for b in run {
+            let slot = b.sum.ofs as usize;
+            if slot >= node::ADDRS_PER_BLOCK
+                || fs.nat.version(nid) != b.sum.version
+                || node::dnode_addr(&g.blk, slot) != b.addr
+            {
+                continue;
+            }
+            let idx = first + slot as u64;
+            if !fs.svp.try_protect_page(ino, idx) {
+                continue; // an I/O path holds the page: skip, as ScaleLFS's trylock does
+            }
+            prot.pages.push(idx);
+            todo.push(Pending {
+                sum: b.sum,
+                addr: b.addr,
+                idx,
+                k: b.k,
+                new: None,
+            });
+        }
+    }
+    // A page dirty in the cache moves now with its newer bytes, if the cell is free.
+    let mut moved = 0;
+    if !todo.is_empty() {
+        if let Some(mut st) = cell.try_lock() {
+            if !st.freed && !st.is_dir() {
+                let mut i = 0;
+                while i < todo.len() {
+                    let p = &todo[i];
+                    let slot = p.sum.ofs as usize;
+                    if st.pages.get(&p.idx).is_some_and(|pg| pg.dirty)
+                        && fs.dnode_get(&st, nid, slot) == p.addr
+                    {
+                        let head = gc_head(fs, w, f, ino);
+                        fs.relocate_data_block(
+                            &mut st,
+                            head,
+                            nid,
+                            slot,
+                            p.idx,
+                            p.addr,
+                            block(p.k),
+                        )?;
+                        moved += 1;
+                        todo.swap_remove(i);
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+    if todo.is_empty() {
+        return Ok((moved, all - moved));
+    }
+    fs.test_point("scale:protected");
+    // 2. Write the copies with no lock held.
+    let head = gc_head(fs, w, f, ino);
+    write_copies(fs, head, &mut todo, buf)?;
+    fs.test_point("scale:copied");
+    // 3. Remap under the node's lock (under the cell if the node left the cache).
+    let mut g = lock_node(&node);
+    if !g.gone {
+        moved += remap(fs, nid, &mut g, &todo);
+    } else {
+        drop(g);
+        let mut st = cell.lock();
+        let current = if st.freed || !fs.nat.valid(nid) {
+            Ok(None)
+        } else {
+            crate::gc::owner_index(fs, &mut st, nid, 0)
+        };
+        match current {
+            Ok(Some(_)) => {
+                let mut g = st.nodes.lock(nid).expect("loaded");
+                moved += remap(fs, nid, &mut g, &todo);
+            }
+            Ok(None) | Err(_) => {
+                for p in &todo {
+                    fs.seg.invalidate(p.new.expect("written"));
+                }
+                fs.stats
+                    .gc_lost_copies
+                    .fetch_add(todo.len() as u64, Ordering::Relaxed);
+                current?;
+            }
+        }
+    }
+    // 4. `prot` releases the pages.
+    drop(prot);
+    Ok((moved, all - moved))
+}
+
+/// Append each pending block's copy (its bytes are block `k` of `buf`) to log head `head`.
+/// On an error nothing points at the copies written so far: they are invalidated.
+fn write_copies(fs: &FsInner, head: usize, todo: &mut [Pending], buf: &[u8]) -> Result<()> {
+    let wrote = (|| -> Result<()> {
+        for p in todo.iter_mut() {
+            let data = &buf[p.k * BLOCK_SIZE..(p.k + 1) * BLOCK_SIZE];
+            p.new = Some(
+                fs.seg
+                    .append(head, p.sum, |_, _, out| out.copy_from_slice(data))?,
+            );
+            // A move of a clean block is no debt: the collector's reservation pays it.
+            fs.seg.space.charge(1);
+        }
+        Ok(())
+    })();
+    if wrote.is_err() {
+        for p in todo.iter() {
+            if let Some(new) = p.new {
+                fs.seg.invalidate(new);
+            }
+        }
+    }
+    wrote
+}
+
+/// Step 3 of a run's commit, with direct node `nid` locked (`g`, not gone): map each copy
+/// whose slot still holds the victim's address in the summary's version, invalidate the
+/// others. Returns the blocks moved.
+fn remap(fs: &FsInner, nid: Nid, g: &mut NodeBuf, todo: &[Pending]) -> u64 {
+    let mut moved = 0;
+    let alive = fs.nat.valid(nid);
+    for p in todo {
+        let new = p.new.expect("written");
+        let slot = p.sum.ofs as usize;
+        if alive && fs.nat.version(nid) == p.sum.version && node::dnode_addr(&g.blk, slot) == p.addr
+        {
+            node::set_dnode_addr(&mut g.blk, slot, new);
+            fs.dirty_node(g);
+            fs.seg.invalidate(p.addr);
+            moved += 1;
+        } else {
+            fs.seg.invalidate(new);
+            fs.stats.gc_lost_copies.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    moved
+}
+
+/// `commit_dnode_run` with the file's cell as the node lock: for the inode's own slots
+/// (its block is the cell's) and for a node that left the cache during a commit. The
+/// same four steps, the checks and remaps under the cell.
+fn commit_run_under_cell(
     fs: &FsInner,
     w: usize,
     f: ScaleFeatures,
@@ -642,27 +848,7 @@ fn commit_dnode_run(
     fs.test_point("scale:protected");
     // 2. Write the copies with no file lock held.
     let head = gc_head(fs, w, f, ino);
-    let wrote = (|| -> Result<()> {
-        for p in todo.iter_mut() {
-            let data = block(p.k);
-            p.new = Some(
-                fs.seg
-                    .append(head, p.sum, |_, _, out| out.copy_from_slice(data))?,
-            );
-            // A move of a clean block is no debt: the collector's reservation pays it.
-            fs.seg.space.charge(1);
-        }
-        Ok(())
-    })();
-    if let Err(e) = wrote {
-        // Nothing points at the copies written so far: they are garbage.
-        for p in &todo {
-            if let Some(new) = p.new {
-                fs.seg.invalidate(new);
-            }
-        }
-        return Err(e);
-    }
+    write_copies(fs, head, &mut todo, buf)?;
     fs.test_point("scale:copied");
     // 3. Remap what the node still maps (one cell acquisition for the run).
     {

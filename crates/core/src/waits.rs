@@ -61,9 +61,12 @@ pub enum Point {
     /// pack durable (`FsInner::wait_durable`; no lock held but, for a checkpoint, the op
     /// lock).
     CheckpointTail,
+    /// A node's own lock (`cell::NodeLock`): a `scale` collector checking or remapping a
+    /// direct node's blocks without the file's cell, and the cell holder, meet on it.
+    Node,
 }
 
-pub const POINTS: [(Point, &str); 17] = [
+pub const POINTS: [(Point, &str); 18] = [
     (Point::OpShared, "op_lock_shared"),
     (Point::OpExclusive, "op_lock_checkpoint"),
     (Point::Cell, "file_cell"),
@@ -81,6 +84,7 @@ pub const POINTS: [(Point, &str); 17] = [
     (Point::CapRelief, "cap_relief"),
     (Point::WritebackInFlight, "writeback_in_flight"),
     (Point::CheckpointTail, "checkpoint_tail"),
+    (Point::Node, "node_lock"),
 ];
 
 struct Counter {
