@@ -516,16 +516,46 @@ pub(crate) fn owner_index(
 
 /// Move one node block if the NAT still points at it.
 fn migrate_node(fs: &FsInner, nid: Nid, addr: BlkAddr, how: Migration) -> Result<bool> {
+    Ok(migrate_node_if(fs, nid, addr, how, false)?.unwrap_or(false))
+}
+
+/// `migrate_node`; with `try_only`, None (nothing done) if the file's cell is held.
+fn migrate_node_if(
+    fs: &FsInner,
+    nid: Nid,
+    addr: BlkAddr,
+    how: Migration,
+    try_only: bool,
+) -> Result<Option<bool>> {
     if !fs.nat.valid(nid) || fs.nat.addr(nid) != addr {
-        return Ok(false);
+        return Ok(Some(false));
     }
     let ino = fs.nat.ino(nid);
     let cell = match fs.cell(ino) {
         Ok(c) => c,
-        Err(Error::NotFound) => return Ok(false),
+        Err(Error::NotFound) => return Ok(Some(false)),
         Err(e) => return Err(e),
     };
-    let mut st = cell.lock();
+    let mut st = if try_only {
+        match cell.try_lock() {
+            Some(st) => st,
+            None => return Ok(None),
+        }
+    } else {
+        cell.lock()
+    };
+    Ok(Some(migrate_node_locked(fs, &mut st, nid, addr, how)?))
+}
+
+/// `migrate_node` with the node's file cell held (`st`).
+fn migrate_node_locked(
+    fs: &FsInner,
+    st: &mut InodeState,
+    nid: Nid,
+    addr: BlkAddr,
+    how: Migration,
+) -> Result<bool> {
+    let ino = st.ino;
     if st.freed || fs.nat.addr(nid) != addr {
         return Ok(false);
     }
@@ -535,28 +565,28 @@ fn migrate_node(fs: &FsInner, nid: Nid, addr: BlkAddr, how: Migration) -> Result
         st.nodes.lock(nid).is_some_and(|n| n.dirty)
     };
     let kind = if nid == ino {
-        fs.dirty_inode(&mut st);
+        fs.dirty_inode(st);
         NodeKind::Inode
     } else {
-        let k = node::footer(&fs.node_of(&mut st, nid)?.blk)
+        let k = node::footer(&fs.node_of(st, nid)?.blk)
             .kind()
             .unwrap_or(NodeKind::Direct);
-        fs.mark_dirty_node(&mut st, nid);
+        fs.mark_dirty_node(st, nid);
         k
     };
     if how == Migration::Eager {
         let temp = node_temp(st.is_dir(), kind);
-        let hi = fs.node_head(&mut st, temp);
-        fs.write_node(&mut st, nid, hi, 0)?;
+        let hi = fs.node_head(st, temp);
+        fs.write_node(st, nid, hi, 0)?;
         if was_dirty {
             // The node had changes not yet written: the moved copy (unflagged, maybe on
             // the cold log or another mlog's chain, maybe not flushed) is no copy
             // roll-forward can use, so it stays dirty for the next fsync or checkpoint to
             // write (one more node write; the section still empties now).
             if nid == ino {
-                fs.dirty_inode(&mut st);
+                fs.dirty_inode(st);
             } else {
-                fs.mark_dirty_node(&mut st, nid);
+                fs.mark_dirty_node(st, nid);
             }
         }
     }
@@ -851,7 +881,13 @@ pub(crate) fn data_owner(fs: &FsInner, sum: &Summary) -> Result<Option<Arc<Inode
     }
 }
 
-/// Eager node migration for other collectors.
-pub(crate) fn migrate_node_pub(fs: &FsInner, nid: Nid, addr: BlkAddr) -> Result<bool> {
-    migrate_node(fs, nid, addr, Migration::Eager)
+/// Eager node migration for other collectors; with `try_only`, None (nothing done) if
+/// the node's file cell is held.
+pub(crate) fn migrate_node_pub(
+    fs: &FsInner,
+    nid: Nid,
+    addr: BlkAddr,
+    try_only: bool,
+) -> Result<Option<bool>> {
+    migrate_node_if(fs, nid, addr, Migration::Eager, try_only)
 }

@@ -390,9 +390,25 @@ fn clean_section_scale(
             continue;
         };
         if kind == LogKind::Node {
+            // A node block's move writes it into its file's node chain, which the file's
+            // cell orders (`write_node`): it takes the cell. Blocks whose cell is held
+            // (mostly by another collector moving that file's nodes) go last, as the
+            // walk order does with data runs, instead of queueing on it.
+            let mut busy = Vec::new();
             for &off in &offs {
                 let addr = start + off as u64;
-                if crate::gc::migrate_node_pub(fs, ssa.entries[off].nid, addr)? {
+                match crate::gc::migrate_node_pub(fs, ssa.entries[off].nid, addr, true)? {
+                    Some(true) => {
+                        fs.stats.gc_moved_blocks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(false) => {}
+                    None => busy.push(off),
+                }
+            }
+            for off in busy {
+                let addr = start + off as u64;
+                if crate::gc::migrate_node_pub(fs, ssa.entries[off].nid, addr, false)? == Some(true)
+                {
                     fs.stats.gc_moved_blocks.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -395,3 +395,66 @@ fn a_collector_moves_a_files_direct_node_blocks_while_its_cell_is_held() {
     let r = fsck(&*dev).unwrap();
     assert!(r.is_clean(), "{r}");
 }
+
+/// Node blocks too: a collector moving a victim's node blocks passes over those whose
+/// file's cell is held (a node's move writes it into its file's node chain, which the cell
+/// orders) and moves the others first, the held ones at the end. Two files' nodes
+/// interleave in the node log (a block of each written and synced 200 times), a third
+/// file's syncs then close those sections, so the cheapest victims hold both files' last
+/// nodes; the test holds the first file's cell and cleans with one worker: blocks must
+/// move while it is held. Without the rule the worker waits on the cell at the first
+/// node of that file, and the test fails after 5 s when that node comes first.
+#[test]
+fn a_collector_moves_other_files_nodes_while_one_files_cell_is_held() {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let o = MountOptions {
+        alloc_mode: AllocMode::Lfs,
+        ..opts()
+    };
+    let fs = Arc::new(Fs::mount(dev.clone(), o.clone()).unwrap());
+    let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
+    let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap().ino;
+    let c = fs.create(ROOT_INO, b"c", 0o644, 0, 0).unwrap().ino;
+    let first = ADDRS_PER_INODE;
+    for i in 0..200 {
+        fs.write(a, (first + i) * 4096, &block(i, 0)).unwrap();
+        fs.write(b, (first + i) * 4096, &block(i, 10)).unwrap();
+        fs.sync().unwrap();
+    }
+    for i in 0..1200 {
+        fs.write(c, (i % 8) * 4096, &block(i, 20)).unwrap();
+        fs.sync().unwrap();
+    }
+    let moved0 = fs.stats().gc_moved_blocks;
+    let cell = fs.inner().cell(a).unwrap();
+    let held = cell.lock();
+    let cleaner = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.gc(1).unwrap())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while fs.stats().gc_moved_blocks == moved0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let moved = fs.stats().gc_moved_blocks - moved0;
+    drop(held);
+    cleaner.join().unwrap();
+    assert!(moved > 0, "nothing moved while a's cell was held");
+    let check = |fs: &Fs| {
+        let mut buf = vec![0u8; 4096];
+        for i in 0..200 {
+            fs.read(a, (first + i) * 4096, &mut buf).unwrap();
+            assert!(buf == block(i, 0), "a block {i}");
+            fs.read(b, (first + i) * 4096, &mut buf).unwrap();
+            assert!(buf == block(i, 10), "b block {i}");
+        }
+    };
+    check(&fs);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+    let fs = Fs::mount(dev.clone(), o).unwrap();
+    check(&fs);
+    fs.unmount().unwrap();
+    let r = fsck(&*dev).unwrap();
+    assert!(r.is_clean(), "{r}");
+}
