@@ -17,7 +17,8 @@
 //! zone's write pointer and the coupled FTL's "last slot seals the line" rule need it): the
 //! next one starts once the device has accepted the previous one in order
 //! (`BlockDevice::write_hinted_ordered`; the emulated SSD accepts before the write's time
-//! has passed, other devices when it completes); buffers of different zones go in parallel.
+//! has passed, other devices when it completes); buffers of different zones go in parallel,
+//! and so do those of its conventional region (the metadata), which has no order rule.
 //!
 //! Wake-ups are targeted (issue 13 item 4): a submit wakes one I/O thread (`work`), a
 //! finished write wakes the threads waiting for room or for the pool to drain (`done`).
@@ -97,6 +98,9 @@ pub struct IoPool {
     threads: usize,
     /// Blocks per zone on a zoned device (writes in a zone go in order), else 0.
     zone_blocks: u64,
+    /// Blocks at the start of the device written in any order on a zoned device too (its
+    /// conventional region, where the metadata lives: `Capabilities::conventional_blocks`).
+    conventional_blocks: u64,
     state: Mutex<State>,
     /// I/O threads wait here for a buffer to write (or `stop`).
     work: Condvar,
@@ -112,11 +116,19 @@ pub struct IoPool {
 
 impl IoPool {
     pub fn new(dev: Arc<dyn BlockDevice>, threads: usize) -> Arc<IoPool> {
-        let zone_blocks = dev.capabilities().zone_blocks;
+        let caps = dev.capabilities();
+        // A zoned device whose capabilities call every block conventional (the default of
+        // `Capabilities::plain`) declares no conventional region.
+        let (zone_blocks, conventional_blocks) = match caps.zone_blocks {
+            0 => (0, 0),
+            z if caps.conventional_blocks >= caps.block_count => (z, 0),
+            z => (z, caps.conventional_blocks),
+        };
         let pool = Arc::new(IoPool {
             dev,
             threads,
             zone_blocks,
+            conventional_blocks,
             state: Mutex::default(),
             work: Condvar::new(),
             done: Condvar::new(),
@@ -240,14 +252,13 @@ impl IoPool {
     }
 
     /// Write one metadata block (`WriteHint::Meta`) asynchronously, as a log buffer of its
-    /// own, if this pool writes in parallel (threads, a device without zones); returns
-    /// false, having written nothing, otherwise (the caller writes it itself). A
-    /// checkpoint's SIT, SSA and NAT blocks went one synchronous write at a time: 300-600
-    /// of them per checkpoint of a nearly full 8 GiB volume, 16 ms of every `f2fs`
-    /// checkpoint (docs/BENCHMARKS.md). Zoned devices keep their order rule for every
-    /// buffer, so there they would still go one at a time.
+    /// own, if this pool writes in parallel (threads; on a zoned device, a block of its
+    /// conventional region, which has no order rule); returns false, having written
+    /// nothing, otherwise (the caller writes it itself). A checkpoint's SIT, SSA and NAT
+    /// blocks went one synchronous write at a time: 300-600 of them per checkpoint of a
+    /// nearly full 8 GiB volume, 16 ms of every `f2fs` checkpoint (docs/BENCHMARKS.md).
     pub fn submit_meta(&self, addr: BlkAddr, block: &[u8]) -> Result<bool> {
-        if self.threads == 0 || self.zone_blocks != 0 {
+        if self.threads == 0 || self.zone_of(addr).is_some() {
             return Ok(false);
         }
         let mut b = LogBuf::with_capacity(DIRECT_ALIGN, block.len());
@@ -302,14 +313,30 @@ impl IoPool {
         }
         let i = st.queue.iter().position(|id| {
             let b = st.bufs.iter().find(|b| b.id == *id);
-            b.is_some_and(|b| !st.busy_zones.contains(&(b.addr / self.zone_blocks)))
+            b.is_some_and(|b| {
+                self.zone_of(b.addr)
+                    .is_none_or(|z| !st.busy_zones.contains(&z))
+            })
         })?;
         let id = st.queue.remove(i)?;
-        if let Some(b) = st.bufs.iter().find(|b| b.id == id) {
-            let z = b.addr / self.zone_blocks;
+        if let Some(z) = st
+            .bufs
+            .iter()
+            .find(|b| b.id == id)
+            .and_then(|b| self.zone_of(b.addr))
+        {
             st.busy_zones.push(z);
         }
         Some(id)
+    }
+
+    /// The zone whose order rule a buffer at `addr` follows: none on a device without
+    /// zones or in a zoned device's conventional region.
+    fn zone_of(&self, addr: BlkAddr) -> Option<u64> {
+        if addr < self.conventional_blocks {
+            return None;
+        }
+        addr.checked_div(self.zone_blocks)
     }
 
     fn worker(&self) {
@@ -331,7 +358,7 @@ impl IoPool {
                     self.work.wait(&mut st);
                 }
             };
-            let zone = addr.checked_div(self.zone_blocks);
+            let zone = self.zone_of(addr);
             let mut released = false;
             let r = if skip {
                 Ok(())
@@ -588,6 +615,49 @@ mod tests {
         }
         // Different zones still overlap.
         assert!(dev.max_active.load(Ordering::SeqCst) >= 2);
+    }
+
+    /// A zoned device's conventional region (its metadata) has no order rule: metadata
+    /// blocks there go through the pool (`submit_meta` takes them) and several are written
+    /// at once, while a block past it is the caller's to write and the zones' buffers
+    /// still land in order. Before, every metadata block of `zf2fs` and `device` was one
+    /// synchronous write.
+    #[test]
+    fn a_zoned_devices_conventional_region_is_written_in_parallel() {
+        let mut caps = flashlog_dev::Capabilities::plain("slow-zoned", 1024);
+        caps.zone_blocks = 64;
+        caps.conventional_blocks = 128;
+        let dev = Arc::new(SlowZoned {
+            caps,
+            landed: Mutex::new(Vec::new()),
+            active: AtomicUsize::new(0),
+            max_active: AtomicUsize::new(0),
+        });
+        let pool = IoPool::new(dev.clone(), 4);
+        let block = vec![7u8; BLOCK_SIZE];
+        for addr in 0..8u64 {
+            assert!(
+                pool.submit_meta(addr * 8, &block).unwrap(),
+                "block {addr} in the region"
+            );
+        }
+        assert!(!pool.submit_meta(128, &block).unwrap(), "a zone's block");
+        pool.wait_idle().unwrap();
+        assert!(
+            dev.max_active.load(Ordering::SeqCst) >= 2,
+            "conventional blocks written one at a time"
+        );
+        dev.max_active.store(0, Ordering::SeqCst);
+        for i in 0..8u64 {
+            pool.submit(256 + i * 8, filled(1, 8 * BLOCK_SIZE), WriteHint::Data)
+                .unwrap();
+        }
+        pool.wait_idle().unwrap();
+        pool.stop();
+        let landed = dev.landed.lock().clone();
+        let zone: Vec<u64> = landed.iter().copied().filter(|&a| a >= 128).collect();
+        let want: Vec<u64> = (0..8).map(|i| 256 + i * 8).collect();
+        assert_eq!(zone, want, "a zone written out of order");
     }
 
     /// A zoned device that takes each write in order at once and completes it 5 ms later
