@@ -559,6 +559,17 @@ mod tests {
         max_active: AtomicUsize,
     }
 
+    impl SlowZoned {
+        fn new(caps: flashlog_dev::Capabilities) -> Arc<Self> {
+            Arc::new(SlowZoned {
+                caps,
+                landed: Mutex::new(Vec::new()),
+                active: AtomicUsize::new(0),
+                max_active: AtomicUsize::new(0),
+            })
+        }
+    }
+
     impl BlockDevice for SlowZoned {
         fn capabilities(&self) -> &flashlog_dev::Capabilities {
             &self.caps
@@ -587,12 +598,7 @@ mod tests {
     fn zoned_device_gets_each_zones_buffers_in_order() {
         let mut caps = flashlog_dev::Capabilities::plain("slow-zoned", 1024);
         caps.zone_blocks = 64;
-        let dev = Arc::new(SlowZoned {
-            caps,
-            landed: Mutex::new(Vec::new()),
-            active: AtomicUsize::new(0),
-            max_active: AtomicUsize::new(0),
-        });
+        let dev = SlowZoned::new(caps);
         let pool = IoPool::new(dev.clone(), 4);
         // Two zones, eight 8-block buffers each, interleaved as two log heads would.
         for i in 0..8u64 {
@@ -627,12 +633,7 @@ mod tests {
         let mut caps = flashlog_dev::Capabilities::plain("slow-zoned", 1024);
         caps.zone_blocks = 64;
         caps.conventional_blocks = 128;
-        let dev = Arc::new(SlowZoned {
-            caps,
-            landed: Mutex::new(Vec::new()),
-            active: AtomicUsize::new(0),
-            max_active: AtomicUsize::new(0),
-        });
+        let dev = SlowZoned::new(caps);
         let pool = IoPool::new(dev.clone(), 4);
         let block = vec![7u8; BLOCK_SIZE];
         for addr in 0..8u64 {

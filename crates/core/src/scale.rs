@@ -708,11 +708,8 @@ fn commit_dnode_run(
     if todo.is_empty() {
         return Ok((moved, all - moved));
     }
-    fs.test_point("scale:protected");
     // 2. Write the copies with no lock held.
-    let head = gc_head(fs, w, f, ino);
-    write_copies(fs, head, &mut todo, buf)?;
-    fs.test_point("scale:copied");
+    write_copies(fs, gc_head(fs, w, f, ino), &mut todo, buf)?;
     // 3. Remap under the node's lock (under the cell if the node left the cache).
     let mut g = lock_node(&node);
     if !g.gone {
@@ -746,9 +743,12 @@ fn commit_dnode_run(
     Ok((moved, all - moved))
 }
 
-/// Append each pending block's copy (its bytes are block `k` of `buf`) to log head `head`.
-/// On an error nothing points at the copies written so far: they are invalidated.
+/// Step 2 of a run's commit: append each pending block's copy (its bytes are block `k` of
+/// `buf`) to log head `head`, between the test points `scale:protected` (the pages are
+/// protected) and `scale:copied` (the copies are written, none mapped). On an error
+/// nothing points at the copies written so far: they are invalidated.
 fn write_copies(fs: &FsInner, head: usize, todo: &mut [Pending], buf: &[u8]) -> Result<()> {
+    fs.test_point("scale:protected");
     let wrote = (|| -> Result<()> {
         for p in todo.iter_mut() {
             let data = &buf[p.k * BLOCK_SIZE..(p.k + 1) * BLOCK_SIZE];
@@ -767,6 +767,8 @@ fn write_copies(fs: &FsInner, head: usize, todo: &mut [Pending], buf: &[u8]) -> 
                 fs.seg.invalidate(new);
             }
         }
+    } else {
+        fs.test_point("scale:copied");
     }
     wrote
 }
@@ -861,11 +863,8 @@ fn commit_run_under_cell(
     if todo.is_empty() {
         return Ok((moved, all - moved));
     }
-    fs.test_point("scale:protected");
     // 2. Write the copies with no file lock held.
-    let head = gc_head(fs, w, f, ino);
-    write_copies(fs, head, &mut todo, buf)?;
-    fs.test_point("scale:copied");
+    write_copies(fs, gc_head(fs, w, f, ino), &mut todo, buf)?;
     // 3. Remap what the node still maps (one cell acquisition for the run).
     {
         let mut st = cell.lock();

@@ -46,6 +46,57 @@ fn opts() -> MountOptions {
     }
 }
 
+/// A fresh RAM volume mounted in LFS mode (no SSR: victims are whole sections), with
+/// the mount options used.
+fn lfs_volume() -> (Arc<dyn BlockDevice>, Arc<Fs>, MountOptions) {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let o = MountOptions {
+        alloc_mode: AllocMode::Lfs,
+        ..opts()
+    };
+    let fs = Arc::new(Fs::mount(dev.clone(), o.clone()).unwrap());
+    (dev, fs, o)
+}
+
+/// Clean with one foreground call (`gc(1)`) while this thread holds the cell of `ino`, for
+/// up to 5 s or until a block moved; then release the cell and let the call end. Returns
+/// the blocks moved while the cell was held.
+fn moved_while_cell_held(fs: &Arc<Fs>, ino: Ino) -> u64 {
+    let moved0 = fs.stats().gc_moved_blocks;
+    let cell = fs.inner().cell(ino).unwrap();
+    let held = cell.lock();
+    let cleaner = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.gc(1).unwrap())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while fs.stats().gc_moved_blocks == moved0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let moved = fs.stats().gc_moved_blocks - moved0;
+    drop(held);
+    cleaner.join().unwrap();
+    moved
+}
+
+/// `check` the mounted volume, unmount it, remount it with `o` and `check` again, then
+/// unmount and fsck.
+fn check_remount_fsck(
+    fs: Arc<Fs>,
+    dev: &Arc<dyn BlockDevice>,
+    o: MountOptions,
+    check: impl Fn(&Fs),
+) {
+    check(&fs);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+    let fs = Fs::mount(dev.clone(), o).unwrap();
+    check(&fs);
+    fs.unmount().unwrap();
+    let r = fsck(&**dev).unwrap();
+    assert!(r.is_clean(), "{r}");
+}
+
 /// A volume with one file whose odd blocks (version 0) sit in half-valid sections, the
 /// even ones rewritten (version 1): every old section is a cheap victim holding blocks of
 /// the inode's slots and of both direct nodes.
@@ -281,13 +332,7 @@ fn collector_commit_vs_writer_overwriting_the_same_slots() {
 #[test]
 fn a_collector_moves_other_files_while_one_files_cell_is_held() {
     const PAIRS: u64 = 256;
-    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
-    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let o = MountOptions {
-        alloc_mode: AllocMode::Lfs,
-        ..opts()
-    };
-    let fs = Arc::new(Fs::mount(dev.clone(), o.clone()).unwrap());
+    let (dev, fs, o) = lfs_volume();
     let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
     let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap().ino;
     assert!(a < b, "the walk must reach a's runs first");
@@ -302,20 +347,7 @@ fn a_collector_moves_other_files_while_one_files_cell_is_held() {
         fs.write(b, i * 4096, &block(i, 11)).unwrap();
     }
     fs.sync().unwrap();
-    let moved0 = fs.stats().gc_moved_blocks;
-    let cell = fs.inner().cell(a).unwrap();
-    let held = cell.lock();
-    let cleaner = {
-        let fs = fs.clone();
-        std::thread::spawn(move || fs.gc(1).unwrap())
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while fs.stats().gc_moved_blocks == moved0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let moved = fs.stats().gc_moved_blocks - moved0;
-    drop(held);
-    cleaner.join().unwrap();
+    let moved = moved_while_cell_held(&fs, a);
     assert!(moved > 0, "nothing moved while a's cell was held");
     let check = |fs: &Fs| {
         for i in 0..PAIRS {
@@ -327,13 +359,7 @@ fn a_collector_moves_other_files_while_one_files_cell_is_held() {
             assert!(buf == block(i, 10 + v), "b block {i}");
         }
     };
-    check(&fs);
-    Arc::into_inner(fs).unwrap().unmount().unwrap();
-    let fs = Fs::mount(dev.clone(), o).unwrap();
-    check(&fs);
-    fs.unmount().unwrap();
-    let r = fsck(&*dev).unwrap();
-    assert!(r.is_clean(), "{r}");
+    check_remount_fsck(fs, &dev, o, check);
 }
 
 /// The per-dnode commit (ScaleLFS §4.3): a collector checks and remaps the blocks a direct
@@ -349,13 +375,7 @@ fn a_collector_moves_other_files_while_one_files_cell_is_held() {
 fn a_collector_moves_a_files_direct_node_blocks_while_its_cell_is_held() {
     const N: u64 = 1000;
     let first = ADDRS_PER_INODE;
-    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
-    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let o = MountOptions {
-        alloc_mode: AllocMode::Lfs,
-        ..opts()
-    };
-    let fs = Arc::new(Fs::mount(dev.clone(), o.clone()).unwrap());
+    let (dev, fs, o) = lfs_volume();
     let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
     for b in first..first + N {
         fs.write(ino, b * 4096, &block(b, 0)).unwrap();
@@ -365,20 +385,7 @@ fn a_collector_moves_a_files_direct_node_blocks_while_its_cell_is_held() {
         fs.write(ino, b * 4096, &block(b, 1)).unwrap();
     }
     fs.sync().unwrap();
-    let moved0 = fs.stats().gc_moved_blocks;
-    let cell = fs.inner().cell(ino).unwrap();
-    let held = cell.lock();
-    let cleaner = {
-        let fs = fs.clone();
-        std::thread::spawn(move || fs.gc(1).unwrap())
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while fs.stats().gc_moved_blocks == moved0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let moved = fs.stats().gc_moved_blocks - moved0;
-    drop(held);
-    cleaner.join().unwrap();
+    let moved = moved_while_cell_held(&fs, ino);
     assert!(moved > 0, "nothing moved while the file's cell was held");
     let check = |fs: &Fs| {
         let mut buf = vec![0u8; 4096];
@@ -387,13 +394,7 @@ fn a_collector_moves_a_files_direct_node_blocks_while_its_cell_is_held() {
             assert!(buf == block(b, u32::from(b % 2 == first % 2)), "block {b}");
         }
     };
-    check(&fs);
-    Arc::into_inner(fs).unwrap().unmount().unwrap();
-    let fs = Fs::mount(dev.clone(), o).unwrap();
-    check(&fs);
-    fs.unmount().unwrap();
-    let r = fsck(&*dev).unwrap();
-    assert!(r.is_clean(), "{r}");
+    check_remount_fsck(fs, &dev, o, check);
 }
 
 /// Node blocks too: a collector moving a victim's node blocks passes over those whose
@@ -406,13 +407,7 @@ fn a_collector_moves_a_files_direct_node_blocks_while_its_cell_is_held() {
 /// node of that file, and the test fails after 5 s when that node comes first.
 #[test]
 fn a_collector_moves_other_files_nodes_while_one_files_cell_is_held() {
-    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
-    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let o = MountOptions {
-        alloc_mode: AllocMode::Lfs,
-        ..opts()
-    };
-    let fs = Arc::new(Fs::mount(dev.clone(), o.clone()).unwrap());
+    let (dev, fs, o) = lfs_volume();
     let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
     let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap().ino;
     let c = fs.create(ROOT_INO, b"c", 0o644, 0, 0).unwrap().ino;
@@ -426,20 +421,7 @@ fn a_collector_moves_other_files_nodes_while_one_files_cell_is_held() {
         fs.write(c, (i % 8) * 4096, &block(i, 20)).unwrap();
         fs.sync().unwrap();
     }
-    let moved0 = fs.stats().gc_moved_blocks;
-    let cell = fs.inner().cell(a).unwrap();
-    let held = cell.lock();
-    let cleaner = {
-        let fs = fs.clone();
-        std::thread::spawn(move || fs.gc(1).unwrap())
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while fs.stats().gc_moved_blocks == moved0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let moved = fs.stats().gc_moved_blocks - moved0;
-    drop(held);
-    cleaner.join().unwrap();
+    let moved = moved_while_cell_held(&fs, a);
     assert!(moved > 0, "nothing moved while a's cell was held");
     let check = |fs: &Fs| {
         let mut buf = vec![0u8; 4096];
@@ -450,11 +432,5 @@ fn a_collector_moves_other_files_nodes_while_one_files_cell_is_held() {
             assert!(buf == block(i, 10), "b block {i}");
         }
     };
-    check(&fs);
-    Arc::into_inner(fs).unwrap().unmount().unwrap();
-    let fs = Fs::mount(dev.clone(), o).unwrap();
-    check(&fs);
-    fs.unmount().unwrap();
-    let r = fsck(&*dev).unwrap();
-    assert!(r.is_clean(), "{r}");
+    check_remount_fsck(fs, &dev, o, check);
 }
