@@ -307,11 +307,19 @@ impl FsInner {
     }
 
     fn load_node<'a>(&self, st: &'a mut InodeState, nid: Nid) -> Result<NodeGuard<'a>> {
+        self.ensure_node(st, nid)?;
+        Ok(st.nodes.lock(nid).expect("just inserted"))
+    }
+
+    /// Node `nid` of the locked file in its cache (read from disk if needed), not locked:
+    /// for a caller that only needs it there (a lock taken for nothing costs every page a
+    /// write-back maps).
+    fn ensure_node(&self, st: &mut InodeState, nid: Nid) -> Result<()> {
         if !st.nodes.contains(nid) {
             let blk = self.read_node(nid, st.ino)?;
             st.nodes.insert(nid, blk, false);
         }
-        Ok(st.nodes.lock(nid).expect("just inserted"))
+        Ok(())
     }
 
     pub fn mark_dirty_node(&self, st: &mut InodeState, nid: Nid) {
@@ -416,7 +424,7 @@ impl FsInner {
                 c
             };
         }
-        drop(self.load_node(st, nid)?);
+        self.ensure_node(st, nid)?;
         Ok(Some((nid, p.slots[p.depth])))
     }
 
@@ -572,7 +580,7 @@ impl FsInner {
                 st.ino
             )));
         }
-        drop(self.load_node(st, nid)?);
+        self.ensure_node(st, nid)?;
         if level == 1 {
             let from = first.saturating_sub(start).min(A as u64) as usize;
             // Emptied under one hold of the node's lock (a collector remaps slots under
@@ -1213,7 +1221,7 @@ impl FsInner {
             let x = st.hdr.xattr_nid;
             if self.nat.valid(x) {
                 if !st.nodes.contains(x) {
-                    drop(self.load_node(st, x));
+                    let _ = self.ensure_node(st, x);
                 }
                 self.free_node(st, x);
             }
