@@ -21,9 +21,10 @@
 //!
 //! Lock order: op lock (shared) -> rename lock -> directory cells (ascending ino) -> other
 //! cells (ascending ino) -> node locks (one at a time) -> log heads -> leaves. The table's
-//! shard locks and the node index are leaves: never held while taking a cell or node lock
-//! (`evict` only try-locks cells under one). A thread that holds a node lock without its
-//! cell (a collector) takes no cell and no other node lock.
+//! shard locks and the node index are leaves: never held while taking a cell or node lock,
+//! but that `evict` try-locks cells under one and then locks the nodes of a cell it got
+//! and that no one else keeps (so no collector can hold them). A thread that holds a node
+//! lock without its cell (a collector) takes no cell, no shard lock and no other node lock.
 
 use crate::config::CELL_SHARDS;
 use flashlog_format::codec::Block;
