@@ -221,10 +221,11 @@ next)
     race_tests 3 chaos powercut flusher gc_races iplfs scale_commit
     race_tests 1 device_gc
     limit=100
-    # `scale`'s per-dnode commit and node-move order (2026-11-27): collectors' waits on
-    # file cells (file_cell_gc) and node locks (node_lock) at 16 workers; on 2 cores
-    # ~7,500 -> 91-141 contended cell acquisitions per 8 s (docs/BENCHMARKS.md).
-    run scale-ram-16 sustained --device ram:2GiB --threads 16 --duration 8 --policies scale
+    # `scale`'s per-dnode commit against the commit under the file's cell (2026-11-27):
+    # collectors' waits on file cells (file_cell_gc) and node locks (node_lock) at 16
+    # workers; on 2 cores ~7,200 -> 110-128 contended cell acquisitions per 8 s.
+    run scale-ram-16 sustained --device ram:2GiB --threads 16 --duration 8 \
+        --policies scale,scale/dnode_lock=0
     run fxmark-ram-meta fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
         --tests MWCL,MWUL --policies f2fs,scale
     run fxmark-ram-meta-mlogs1 fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 1 \

@@ -106,9 +106,13 @@ pub struct BenchArgs {
     pub clock: String,
     /// Comma-separated policies: f2fs, f2fs-lfs, scale, scale:N (N GC workers), device (D2FS, on
     /// the emulator's coupled FTL), zf2fs (zoned F2FS, on the emulator's zoned FTL), none
-    /// (IPLFS, on the interval FTL); each may end in `/KEY=VALUE` emulator settings for its
-    /// own device (e.g. device/vop_degree=1.2, none/compaction_period=0). Default: every
-    /// policy the core implements (vop, gccost, memory: their own lists).
+    /// (IPLFS, on the interval FTL), the ScaleLFS ablation rows (scale-simple,
+    /// scale+svp+dws+lsu+cvs+dpb+pdl in any subset); each may end in `/KEY=VALUE` emulator
+    /// settings for its own device (e.g. device/vop_degree=1.2, none/compaction_period=0)
+    /// or these file-system keys: io_threads=N, flushers=N, own_writeback=1,
+    /// cp_tail=0 (none), dnode_lock=0 (scale: commit moves under the file's cell, not the
+    /// direct node's lock). Default: every policy the core implements (vop, gccost, memory:
+    /// their own lists).
     #[arg(long)]
     pub policies: Option<String>,
     /// Application threads (fxmark: the largest thread count).

@@ -111,6 +111,7 @@ fn parse_features(name: &str) -> Option<ScaleFeatures> {
             "lsu" => f.lsu = true,
             "cvs" => f.cvs = true,
             "dpb" => f.dpb = true,
+            "pdl" => f.pdl = true,
             _ => return None,
         }
     }
@@ -175,6 +176,7 @@ impl PolicySpec {
         let mut flushers = None;
         let mut own_writeback = None;
         let mut cp_tail = None;
+        let mut dnode_lock = None;
         for kv in parts {
             let kv = kv.trim();
             match kv.split_once('=') {
@@ -189,6 +191,9 @@ impl PolicySpec {
                 }
                 Some((k, v)) if k.trim() == "cp_tail" => {
                     cp_tail = Some(host_flag(label, "cp_tail", v)?)
+                }
+                Some((k, v)) if k.trim() == "dnode_lock" => {
+                    dnode_lock = Some(host_flag(label, "dnode_lock", v)?)
                 }
                 Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
                     ssd_set.push(format!("{}={}", k.trim(), v.trim()))
@@ -207,7 +212,7 @@ impl PolicySpec {
         let Some(row) = TABLE.iter().find(|r| r.0 == row_name) else {
             let known: Vec<&str> = TABLE.iter().map(|r| r.0).collect();
             bail!(
-                "unknown policy {s:?} (known: {}; `scale:N` sets N GC workers; ablation: scale-simple, scale+svp+dws+lsu+cvs+dpb in any subset)",
+                "unknown policy {s:?} (known: {}; `scale:N` sets N GC workers; ablation: scale-simple, scale+svp+dws+lsu+cvs+dpb+pdl in any subset; `scale/dnode_lock=0` commits under the file's cell)",
                 known.join(", ")
             );
         };
@@ -225,7 +230,13 @@ impl PolicySpec {
             gc: row.1,
             alloc_mode: row.2,
             workers,
-            features: features.unwrap_or(ScaleFeatures::ALL),
+            features: {
+                let mut f = features.unwrap_or(ScaleFeatures::ALL);
+                if let Some(b) = dnode_lock {
+                    f.pdl = b;
+                }
+                f
+            },
             ssd_set,
             io_threads,
             flushers,

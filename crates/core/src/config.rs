@@ -162,6 +162,16 @@ pub struct ScaleFeatures {
     pub cvs: bool,
     /// Dedicated page buffer: migration does not go through the page cache.
     pub dpb: bool,
+    /// Per-dnode commit lock (§4.3, the node-lock rule): a run's check and remap take its
+    /// direct node's own lock, not the file's cell (`scale::commit_dnode_run`). Off: they
+    /// take the cell, as this code base did before (with SVP on). Not one of Table 3's rows;
+    /// a switch for measuring it (bench `scale/dnode_lock=0`).
+    #[serde(default = "yes")]
+    pub pdl: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl ScaleFeatures {
@@ -171,6 +181,7 @@ impl ScaleFeatures {
         lsu: true,
         cvs: true,
         dpb: true,
+        pdl: true,
     };
     pub const NONE: ScaleFeatures = ScaleFeatures {
         svp: false,
@@ -178,6 +189,7 @@ impl ScaleFeatures {
         lsu: false,
         cvs: false,
         dpb: false,
+        pdl: false,
     };
 }
 

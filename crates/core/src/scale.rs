@@ -609,7 +609,7 @@ fn commit_dnode_run(
     buf: &[u8],
 ) -> Result<(u64, u64)> {
     let all = run.len() as u64;
-    if nid == ino {
+    if nid == ino || !f.pdl {
         return commit_run_under_cell(fs, w, f, ino, nid, run, buf);
     }
     // Kept to the end: a cell someone keeps is not evicted, so `node` stays its node

@@ -290,6 +290,7 @@ fn scale_ablation_configurations_stay_correct() {
         ScaleFeatures { lsu: false, ..all },
         ScaleFeatures { cvs: false, ..all },
         ScaleFeatures { dpb: false, ..all },
+        ScaleFeatures { pdl: false, ..all },
     ];
     for (i, f) in variants.into_iter().enumerate() {
         let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
