@@ -707,6 +707,40 @@ mod tests {
         InodeCell::new(st, false)
     }
 
+    /// The node index follows the cell's node map: a node a thread without the cell found
+    /// (`InodeCell::node`) is marked gone when the holder removes it, trims it as clean or
+    /// drains the map, and is no longer found; a dirty node survives the trim.
+    #[test]
+    fn nodes_leave_the_index_and_are_marked_gone_when_the_cache_drops_them() {
+        let c = cell(3);
+        let blk = || Box::new([0u8; 4096]);
+        let mut st = c.lock();
+        st.nodes.insert(10, blk(), false);
+        st.nodes.insert(11, blk(), true);
+        st.nodes.insert(12, blk(), false);
+        st.nodes.insert(13, blk(), true);
+        let found: Vec<NodeLock> = (10..14).map(|n| c.node(n).expect("indexed")).collect();
+        assert_eq!(st.nodes.remove(10), Some(false));
+        assert!(found[0].lock().gone && c.node(10).is_none());
+        st.nodes.drop_clean();
+        assert!(
+            found[2].lock().gone && c.node(12).is_none(),
+            "clean node trimmed"
+        );
+        assert!(
+            !found[1].lock().gone && c.node(11).is_some(),
+            "dirty node kept"
+        );
+        assert_eq!(st.nodes.len(), 2);
+        // Replacing a cached node drops the old one.
+        st.nodes.insert(13, blk(), false);
+        assert!(found[3].lock().gone);
+        assert!(!Arc::ptr_eq(&found[3], &c.node(13).unwrap()));
+        assert_eq!(st.nodes.drain(), 1, "11 was dirty, the new 13 is clean");
+        assert!(found[1].lock().gone && c.node(11).is_none() && c.node(13).is_none());
+        assert!(st.nodes.is_empty());
+    }
+
     fn counted(t: &CellTable) -> usize {
         t.shards.iter().map(|s| s.lock().cells.len()).sum()
     }
