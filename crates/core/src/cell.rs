@@ -59,13 +59,7 @@ pub type NodeGuard<'a> = parking_lot::MutexGuard<'a, NodeBuf>;
 
 /// Lock a node, timing the wait when it is contended (`waits::Point::Node`).
 pub fn lock_node(n: &Mutex<NodeBuf>) -> NodeGuard<'_> {
-    if let Some(g) = n.try_lock() {
-        return g;
-    }
-    let t0 = std::time::Instant::now();
-    let g = n.lock();
-    crate::waits::record(crate::waits::Point::Node, t0);
-    g
+    crate::waits::lock(crate::waits::Point::Node, n)
 }
 
 type NidMap<V> = HashMap<Nid, V, std::hash::BuildHasherDefault<InoHash>>;

@@ -890,7 +890,7 @@ impl FsInner {
         let Some(mut st) = lock() else {
             return Ok(0);
         };
-        if st.freed || !(st.dirty || st.nodes.any_dirty()) {
+        if st.freed || !(st.dirty || st.has_dirty_nodes()) {
             return Ok(0);
         }
         self.write_nodes_unsynced(&mut st)

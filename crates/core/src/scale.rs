@@ -629,11 +629,6 @@ fn commit_dnode_run(
             cell.node(nid).expect("loaded under the cell")
         }
     };
-    let block = |k: usize| -> &Block {
-        buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
-            .try_into()
-            .expect("block")
-    };
     let mut prot = Protected {
         fs,
         ino,
@@ -694,7 +689,7 @@ fn commit_dnode_run(
                             slot,
                             p.idx,
                             p.addr,
-                            block(p.k),
+                            run_block(buf, p.k),
                         )?;
                         moved += 1;
                         todo.swap_remove(i);
@@ -743,6 +738,13 @@ fn commit_dnode_run(
     Ok((moved, all - moved))
 }
 
+/// Block `k` of a worker's victim buffer (`read_victim_blocks`).
+fn run_block(buf: &[u8], k: usize) -> &Block {
+    buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
+        .try_into()
+        .expect("block")
+}
+
 /// Step 2 of a run's commit: append each pending block's copy (its bytes are block `k` of
 /// `buf`) to log head `head`, between the test points `scale:protected` (the pages are
 /// protected) and `scale:copied` (the copies are written, none mapped). On an error
@@ -751,7 +753,7 @@ fn write_copies(fs: &FsInner, head: usize, todo: &mut [Pending], buf: &[u8]) -> 
     fs.test_point("scale:protected");
     let wrote = (|| -> Result<()> {
         for p in todo.iter_mut() {
-            let data = &buf[p.k * BLOCK_SIZE..(p.k + 1) * BLOCK_SIZE];
+            let data = run_block(buf, p.k);
             p.new = Some(
                 fs.seg
                     .append(head, p.sum, |_, _, out| out.copy_from_slice(data))?,
@@ -814,11 +816,6 @@ fn commit_run_under_cell(
         Err(Error::NotFound) => return Ok((0, all)),
         Err(e) => return Err(e),
     };
-    let block = |k: usize| -> &Block {
-        buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
-            .try_into()
-            .expect("block")
-    };
     let mut moved = 0;
     let mut prot = Protected {
         fs,
@@ -847,7 +844,7 @@ fn commit_run_under_cell(
             prot.pages.push(idx);
             if !is_dir && st.pages.get(&idx).is_some_and(|p| p.dirty) {
                 let head = gc_head(fs, w, f, ino);
-                fs.relocate_data_block(&mut st, head, nid, slot, idx, b.addr, block(b.k))?;
+                fs.relocate_data_block(&mut st, head, nid, slot, idx, b.addr, run_block(buf, b.k))?;
                 moved += 1;
                 continue;
             }
