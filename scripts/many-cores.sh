@@ -34,10 +34,13 @@
 #   verify     after the fixes the profiles led to (2026-11-26): the slides' setting at 16
 #              threads (none against f2fs, and a perf record of none), MWCL/MWUL on RAM,
 #              `sustained` for f2fs, scale and none (~4 min)
-#   next       what 2026-11-26's sessions built but could not measure on 16 cores
-#              (~8 min): the race tests (chaos with 16 threads, powercut, flusher,
-#              gc_races, iplfs: test binaries built here, 3 rounds; device_gc once; see
-#              race_tests), fxmark MWCL/MWUL on RAM, mlogs 16 and 1 (the cap relief:
+#   next       what 2026-11-26's and 11-27's sessions built but could not measure on 16
+#              cores, in priority order under a budget of 540 s (BUDGET; runs that cannot
+#              finish in what is left are skipped and listed): the race tests (chaos with
+#              16 threads, gc_races, scale_commit, powercut, flusher, iplfs: test binaries
+#              built here, one round first, two more at the end; device_gc once; see
+#              race_tests), `scale` against `scale/dnode_lock=0` on RAM (the per-dnode
+#              commit lock), fxmark MWCL/MWUL on RAM, mlogs 16 and 1 (the cap relief:
 #              nodes written and cells evicted without a checkpoint, with the pre-pass's
 #              helpers and the op lock's gate: see the checkpoint split, cap-relief and
 #              `cap_relief` wait columns), DWAL
@@ -50,6 +53,10 @@
 #   quick      the chaos race test once, then fxmark and sustained with 1-second phases
 #              and 4 threads on small devices: checks the script and the binaries on any
 #              machine (~3 min on 2 cores)
+#
+# BUDGET=SECONDS (default: none; 540 for `next`) bounds a whole phase: a run that cannot
+# finish in what is left of it is skipped, so that a call of the device tool (10 minutes at
+# most) returns every report it finished.
 #
 # scripts/many-cores-bin.sh builds BIN and the race tests' binaries into one folder to carry
 # (.dev-run). BIN defaults to target/release/flashlog, OUTDIR to bench-out/many-cores. Exit status:
@@ -80,13 +87,43 @@ mkdir -p "$out"
 
 status=0
 limit=${LIMIT:-0} # seconds per bench run (0: none); `timeout` stops a run past it
+# Seconds the whole phase may take (0: no limit). The lent machine's time is counted per
+# session (15 minutes in all, 10 per call, 2026-11-27), so a phase that overruns its call
+# loses every report still unwritten: with a budget, a run that cannot finish in what is
+# left is skipped (and said so), and a run's own limit never goes past the budget's end.
+budget=${BUDGET:-0}
+[ "$phase" = next ] && budget=${BUDGET:-540}
+left() { # seconds of the budget left, or a large number without one
+    if [ "$budget" = 0 ]; then echo 999999; else echo $((budget - SECONDS)); fi
+}
+# CAP [MIN]: the time limit for the next run (its own limit, cut to what the budget leaves,
+# less 10 s for the kill); prints nothing and fails when less than MIN (default 30) s is left.
+cap_for() {
+    local need=${2:-30} rest
+    rest=$(($(left) - 10))
+    local c=$1
+    if [ "$c" = 0 ] || [ "$c" -gt "$rest" ]; then
+        [ "$budget" = 0 ] && { echo 0; return 0; }
+        c=$rest
+    fi
+    [ "$c" -lt "$need" ] && return 1
+    echo "$c"
+}
+skip() { # NAME: a run the budget left no time for
+    echo "== $1: SKIPPED ($(left) s of the ${budget} s budget left)" | tee -a "$out/$phase.log"
+}
 run() { # NAME ARGS...: one bench run, its output in $out/NAME.log and report in $out/NAME/
     local name=$1
     shift
+    local t
+    if ! t=$(cap_for "$limit"); then
+        skip "$name"
+        return 0
+    fi
     echo "== $name: flashlog bench $*" | tee -a "$out/$phase.log"
     local t0=$SECONDS
     local cap=()
-    [ "$limit" != 0 ] && cap=(timeout -s INT -k 10 "$limit")
+    [ "$t" != 0 ] && cap=(timeout -s INT -k 10 "$t")
     if "${cap[@]}" "$bin" bench "$@" --out "$out/$name" >"$out/$name.log" 2>&1; then
         echo "   ok in $((SECONDS - t0)) s" | tee -a "$out/$phase.log"
     else
@@ -99,8 +136,13 @@ perf=${PERF:-perf}
 prof() { # NAME ARGS...: perf record of one bench run, reports in $out/NAME.perf.txt
     local name=$1
     shift
+    local t
+    if ! t=$(cap_for 150 60); then
+        skip "$name"
+        return 0
+    fi
     echo "== $name (perf): flashlog bench $*" | tee -a "$out/$phase.log"
-    if timeout -s INT -k 10 150 $perf record -F 999 -o "$out/$name.data" -- \
+    if timeout -s INT -k 10 "$t" $perf record -F 999 -o "$out/$name.data" -- \
         "$bin" bench "$@" --out "$out/$name" >"$out/$name.log" 2>&1; then
         for what in comm comm,sym; do
             $perf report -i "$out/$name.data" --sort "$what" --stdio 2>/dev/null |
@@ -136,7 +178,12 @@ race_tests() { # ROUNDS TEST...
     for i in $(seq 1 "$rounds"); do
         for t in "$@"; do
             [ -x "$dir/$t" ] || continue
-            if CHAOS_SEED=$i CHAOS_THREADS=16 timeout 120 "$dir/$t" -q \
+            local c
+            if ! c=$(cap_for 120 60); then
+                skip "test-$t-$i"
+                continue
+            fi
+            if CHAOS_SEED=$i CHAOS_THREADS=16 timeout "$c" "$dir/$t" -q \
                 >"$out/test-$t-$i.log" 2>&1; then
                 echo "test $t run $i: ok" | tee -a "$out/$phase.log"
             else
@@ -218,32 +265,38 @@ verify)
         --policies f2fs,scale,none
     ;;
 next)
-    race_tests 3 chaos powercut flusher gc_races iplfs scale_commit
-    race_tests 1 device_gc
+    # In priority order under the budget (BUDGET, default 540 s for this phase: one call
+    # of at most 10 minutes, in a session's 15 device minutes): one round of the race
+    # tests, then what each 2026-11-27 change should move on 16 cores, then more rounds.
+    race_tests 1 chaos gc_races scale_commit powercut flusher iplfs
     limit=100
     # `scale`'s per-dnode commit against the commit under the file's cell (2026-11-27):
     # collectors' waits on file cells (file_cell_gc) and node locks (node_lock) at 16
     # workers; on 2 cores ~7,200 -> 110-128 contended cell acquisitions per 8 s.
     run scale-ram-16 sustained --device ram:2GiB --threads 16 --duration 8 \
         --policies scale,scale/dnode_lock=0
+    # MWCL/MWUL with the cap relief (nodes written and cells evicted without a checkpoint).
     run fxmark-ram-meta fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 16 \
         --tests MWCL,MWUL --policies f2fs,scale
-    run fxmark-ram-meta-mlogs1 fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 1 \
-        --tests MWCL,MWUL --policies f2fs
-    run fxmark-ssd-device-dwal fxmark --device 970pro-like:4GiB --segs-per-sec 1 \
-        --threads 16 --duration 2 --mlogs 1 --tests DWAL --policies device,f2fs
+    # DWAL with flusher lanes copying with the file's cell released, and writers writing
+    # back their own files.
     run fxmark-ram-dwal-lanes fxmark --device ram:4GiB --threads 16 --duration 2 --mlogs 16 \
         --tests DWAL --policies f2fs/flushers=4,f2fs/flushers=16,f2fs/own_writeback=1
-    # The same with the RAM device's memory touched before the run: what DWAL is without
-    # the kernel's first-touch page faults (a third of the CPU on 2 cores).
-    run fxmark-resident-dwal-lanes fxmark --device ram-resident:4GiB --threads 16 --duration 2 \
-        --mlogs 16 --tests DWAL --policies f2fs,f2fs/flushers=16
-    run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
-        --policies device,f2fs
     # `none`'s checkpoint tail beside operations against the old exclusive checkpoint
-    # (2 cores: +15-17 %, docs/BENCHMARKS.md).
+    # (2 cores: +15-17 %, docs/BENCHMARKS.md); f2fs there: 269-314 MiB/s.
     run iplfs-none-16 sustained --device 970pro-like:8GiB --ssd-set op=6 --segs-per-sec 1 \
         --fill 0.97 --write-factor 6 --duration 20 --threads 16 --policies none,none/cp_tail=0
+    run sustained-16 sustained --device 970pro-like:4GiB --threads 16 --duration 12 \
+        --policies device,f2fs
+    run fxmark-ssd-device-dwal fxmark --device 970pro-like:4GiB --segs-per-sec 1 \
+        --threads 16 --duration 2 --mlogs 1 --tests DWAL --policies device,f2fs
+    run fxmark-ram-meta-mlogs1 fxmark --device ram:4GiB --threads 16 --duration 3 --mlogs 1 \
+        --tests MWCL,MWUL --policies f2fs
+    # DWAL without the kernel's first-touch page faults (a third of the CPU on 2 cores).
+    run fxmark-resident-dwal-lanes fxmark --device ram-resident:4GiB --threads 16 --duration 2 \
+        --mlogs 16 --tests DWAL --policies f2fs,f2fs/flushers=16
+    race_tests 1 device_gc
+    race_tests 2 chaos gc_races scale_commit powercut flusher iplfs
     ;;
 quick)
     race_tests 1 chaos
