@@ -174,11 +174,22 @@ t_posix() {
 }
 
 t_fsx() {
-    local seed
+    local seed out
     for seed in 1 2 3 42; do
-        "$bin/flashlog-fsx" "$mnt" --seed "$seed" --ops "${FSX_OPS:-20000}" || return 1
+        out=$("$bin/flashlog-fsx" "$mnt" --seed "$seed" --ops "${FSX_OPS:-20000}") || {
+            echo "$out"
+            return 1
+        }
+        echo "$out"
+        # Every fallocate mode the kernel forwards (allocate, keep size, punch hole, zero
+        # range with and without keep size) must be served, not skipped as EOPNOTSUPP.
+        if grep -q "EOPNOTSUPP" <<<"$out"; then
+            echo "fsx seed $seed: a fallocate mode was refused"
+            return 1
+        fi
+        grep -q "zero-range=" <<<"$out" || { echo "fsx seed $seed: no zero-range op ran"; return 1; }
     done
-    result "seeds 1 2 3 42, ${FSX_OPS:-20000} ops each"
+    result "seeds 1 2 3 42, ${FSX_OPS:-20000} ops each, every fallocate mode served"
 }
 
 t_stress() {

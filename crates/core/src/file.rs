@@ -34,6 +34,11 @@ pub enum FallocMode {
     KeepSize,
     /// Free the range (keeps the size), reads return zeros.
     PunchHole,
+    /// `FALLOC_FL_ZERO_RANGE`: reads of the range return zeros and its blocks stay
+    /// allocated (preallocated, as `Allocate` leaves them); extends the size.
+    ZeroRange,
+    /// `FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE`: the same, keeping the size.
+    ZeroRangeKeepSize,
 }
 
 impl FsInner {
@@ -383,17 +388,7 @@ impl FsInner {
                     }
                     self.convert_inline(st)?;
                 }
-                for idx in off / BS..end.div_ceil(BS) {
-                    if st.pages.contains_key(&idx) {
-                        continue;
-                    }
-                    let (nid, slot) = self.locate(st, idx, true)?.expect("create");
-                    if self.dnode_get(st, nid, slot) == NULL_ADDR {
-                        self.reserve_blocks(1)?;
-                        st.hdr.blocks += 1;
-                        self.dnode_set(st, nid, slot, NEW_ADDR);
-                    }
-                }
+                self.preallocate(st, off / BS, end.div_ceil(BS))?;
                 if mode == FallocMode::Allocate && end > st.hdr.size {
                     st.hdr.size = end;
                 }
@@ -401,28 +396,78 @@ impl FsInner {
             }
             FallocMode::PunchHole => {
                 if Self::is_inline(st) {
-                    let s = off.min(st.hdr.size) as usize;
-                    let e = end.min(st.hdr.size) as usize;
-                    node::inode_area_mut(&mut st.node)[s..e].fill(0);
-                    self.dirty_inode(st);
-                    return Ok(());
-                }
-                let first_full = off.div_ceil(BS);
-                let end_full = end / BS;
-                if first_full > end_full {
-                    // Inside one page.
-                    self.zero_in_page(st, off / BS, (off % BS) as usize, (end % BS) as usize)?;
+                    Self::zero_inline(st, off, end);
                 } else {
-                    if off % BS != 0 {
-                        self.zero_in_page(st, off / BS, (off % BS) as usize, BLOCK_SIZE)?;
-                    }
-                    if end % BS != 0 && end_full < st.hdr.size.div_ceil(BS) {
-                        self.zero_in_page(st, end_full, 0, (end % BS) as usize)?;
-                    }
-                    self.drop_pages(st, first_full, end_full);
-                    self.punch_blocks(st, first_full, end_full)?;
+                    self.zero_range(st, off, end)?;
                 }
                 self.dirty_inode(st);
+            }
+            FallocMode::ZeroRange | FallocMode::ZeroRangeKeepSize => {
+                // F2FS's zero range: partial blocks at the edges are zeroed in their pages,
+                // whole blocks are freed, then every block of the range is preallocated.
+                // A failure (ENOSPC while preallocating) leaves the range reading zeros
+                // and the size unchanged.
+                if Self::is_inline(st) && end > MAX_INLINE_DATA as u64 {
+                    self.convert_inline(st)?;
+                }
+                if Self::is_inline(st) {
+                    Self::zero_inline(st, off, end);
+                } else {
+                    self.zero_range(st, off, end)?;
+                    self.preallocate(st, off / BS, end.div_ceil(BS))?;
+                }
+                if mode == FallocMode::ZeroRange && end > st.hdr.size {
+                    st.hdr.size = end;
+                }
+                self.dirty_inode(st);
+            }
+        }
+        Ok(())
+    }
+
+    /// Zero bytes [off, end) of an inline file's data (up to its size; the area past the
+    /// size is zero already).
+    fn zero_inline(st: &mut InodeState, off: u64, end: u64) {
+        let s = off.min(st.hdr.size) as usize;
+        let e = end.min(st.hdr.size) as usize;
+        if s < e {
+            node::inode_area_mut(&mut st.node)[s..e].fill(0);
+        }
+    }
+
+    /// Make bytes [off, end) of a (not inline) file read as zeros: partial blocks at the
+    /// edges are zeroed in their pages, whole blocks freed (punched).
+    fn zero_range(&self, st: &mut InodeState, off: u64, end: u64) -> Result<()> {
+        let first_full = off.div_ceil(BS);
+        let end_full = end / BS;
+        if first_full > end_full {
+            // Inside one page.
+            self.zero_in_page(st, off / BS, (off % BS) as usize, (end % BS) as usize)?;
+        } else {
+            if off % BS != 0 {
+                self.zero_in_page(st, off / BS, (off % BS) as usize, BLOCK_SIZE)?;
+            }
+            if end % BS != 0 && end_full < st.hdr.size.div_ceil(BS) {
+                self.zero_in_page(st, end_full, 0, (end % BS) as usize)?;
+            }
+            self.drop_pages(st, first_full, end_full);
+            self.punch_blocks(st, first_full, end_full)?;
+        }
+        Ok(())
+    }
+
+    /// Preallocate file blocks [first, end): every hole gets a reserved block, mapped as
+    /// `NEW_ADDR` (reads as zeros until written). Cached pages have theirs already.
+    fn preallocate(&self, st: &mut InodeState, first: u64, end: u64) -> Result<()> {
+        for idx in first..end {
+            if st.pages.contains_key(&idx) {
+                continue;
+            }
+            let (nid, slot) = self.locate(st, idx, true)?.expect("create");
+            if self.dnode_get(st, nid, slot) == NULL_ADDR {
+                self.reserve_blocks(1)?;
+                st.hdr.blocks += 1;
+                self.dnode_set(st, nid, slot, NEW_ADDR);
             }
         }
         Ok(())

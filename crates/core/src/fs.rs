@@ -1476,7 +1476,11 @@ impl Fs {
         let dnodes = (len / BLOCK_SIZE as u64 + 2).div_ceil(node::ADDRS_PER_BLOCK as u64);
         let blocks = crate::space::OP_META_BLOCKS + (2 * dnodes).min(4096);
         self.write_op_sized(blocks, |fs| {
-            let _p = (mode == FallocMode::PunchHole)
+            let frees = matches!(
+                mode,
+                FallocMode::PunchHole | FallocMode::ZeroRange | FallocMode::ZeroRangeKeepSize
+            );
+            let _p = frees
                 .then(|| {
                     fs.protect(
                         ino,
@@ -1496,7 +1500,7 @@ impl Fs {
             }
             fs.file_fallocate(&mut st, mode, off, len)?;
             let now = fs.now();
-            if mode == FallocMode::PunchHole {
+            if frees {
                 st.hdr.mtime = now;
             }
             st.hdr.ctime = now;

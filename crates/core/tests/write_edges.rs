@@ -207,6 +207,113 @@ fn writes_into_fallocated_and_punched_blocks() {
     finish(dev, fs, &[(ino, m)]);
 }
 
+/// st_blocks in 4 KiB blocks.
+fn blocks(fs: &Fs, ino: Ino) -> u64 {
+    fs.getattr(ino).unwrap().blocks / 8
+}
+
+/// `FALLOC_FL_ZERO_RANGE` with and without `KEEP_SIZE`: the range reads as zeros, its
+/// blocks stay allocated (st_blocks counts them), partial blocks at its edges keep their
+/// other bytes, the size grows to its end only without `KEEP_SIZE`, writes into it land;
+/// on written-back blocks, cached pages, holes, past the end and in an inline file.
+#[test]
+fn zero_range_reads_zeros_and_keeps_the_blocks_allocated() {
+    let (dev, fs) = fresh();
+    let ino = new_file(&fs, "z");
+    let mut m = Vec::new();
+    write(&fs, ino, &mut m, 0, &pattern(20 * BLOCK_SIZE, 31));
+    fs.sync().unwrap();
+    // Blocks 12-15 cached and dirty over their written-back copies.
+    write(&fs, ino, &mut m, 12 * BS + 5, &pattern(3 * BLOCK_SIZE, 32));
+    assert_eq!(blocks(&fs, ino), 20);
+    // Across written-back and cached blocks, both edges inside blocks.
+    fs.fallocate(ino, FallocMode::ZeroRange, 3 * BS + 100, 11 * BS)
+        .unwrap();
+    m[3 * BLOCK_SIZE + 100..14 * BLOCK_SIZE + 100].fill(0);
+    check(&fs, ino, &m, "zeroed across written and cached blocks");
+    assert_eq!(blocks(&fs, ino), 20, "the zeroed blocks stay allocated");
+    // Inside one block.
+    fs.fallocate(ino, FallocMode::ZeroRangeKeepSize, 17 * BS + 1, 10)
+        .unwrap();
+    m[17 * BLOCK_SIZE + 1..17 * BLOCK_SIZE + 11].fill(0);
+    check(&fs, ino, &m, "zeroed inside a block");
+    // Past the end with KEEP_SIZE: the size stays, the blocks are preallocated.
+    fs.fallocate(ino, FallocMode::ZeroRangeKeepSize, 19 * BS, 5 * BS)
+        .unwrap();
+    m[19 * BLOCK_SIZE..].fill(0);
+    check(&fs, ino, &m, "zeroed past the end, size kept");
+    assert_eq!(blocks(&fs, ino), 24, "blocks preallocated past the end");
+    // Past the end without it: the size grows to the range's end (over a hole too).
+    fs.fallocate(ino, FallocMode::ZeroRange, 30 * BS, 2 * BS + 7)
+        .unwrap();
+    m.resize(32 * BLOCK_SIZE + 7, 0);
+    check(&fs, ino, &m, "zeroed past the end, size grown");
+    assert_eq!(blocks(&fs, ino), 27);
+    fs.sync().unwrap();
+    check(&fs, ino, &m, "after write-back");
+    // Writes into the zeroed, preallocated blocks.
+    write(&fs, ino, &mut m, 5 * BS, &pattern(BLOCK_SIZE, 33));
+    write(&fs, ino, &mut m, 31 * BS + 9, &pattern(77, 34));
+    check(&fs, ino, &m, "writes into zeroed blocks");
+    assert_eq!(
+        blocks(&fs, ino),
+        27,
+        "writes into preallocated blocks take none"
+    );
+    // An inline file: zeroed in place; past the inline area it becomes a regular one.
+    let small = new_file(&fs, "small");
+    let mut ms = Vec::new();
+    write(&fs, small, &mut ms, 0, &pattern(1000, 35));
+    fs.fallocate(small, FallocMode::ZeroRange, 100, 200)
+        .unwrap();
+    ms[100..300].fill(0);
+    check(&fs, small, &ms, "inline, zeroed inside");
+    fs.fallocate(small, FallocMode::ZeroRange, 900, 300)
+        .unwrap();
+    ms.resize(1200, 0);
+    ms[900..].fill(0);
+    check(&fs, small, &ms, "inline, zeroed past its end");
+    fs.fallocate(small, FallocMode::ZeroRange, 500, 3 * BS)
+        .unwrap();
+    ms.resize(500 + 3 * BLOCK_SIZE, 0);
+    ms[500..].fill(0);
+    check(&fs, small, &ms, "zeroed past the inline area");
+    assert!(blocks(&fs, small) >= 4, "converted and preallocated");
+    finish(dev, fs, &[(ino, m), (small, ms)]);
+}
+
+/// On a volume whose user space is full, zeroing blocks a file already has needs no new
+/// space: it succeeds, leaves the volume full and consistent, and ENOSPC still comes for
+/// a range that would need more.
+#[test]
+fn zero_range_on_a_full_volume_reuses_the_files_blocks() {
+    let (dev, fs) = fresh();
+    let ino = new_file(&fs, "full");
+    let mut m = Vec::new();
+    let chunk = pattern(64 * BLOCK_SIZE, 41);
+    loop {
+        match fs.write(ino, m.len() as u64, &chunk) {
+            Ok(0) => break,
+            Ok(n) => m.extend_from_slice(&chunk[..n]), // short near the end
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+    fs.sync().unwrap();
+    let before = blocks(&fs, ino);
+    fs.fallocate(ino, FallocMode::ZeroRangeKeepSize, 10 * BS, 200 * BS)
+        .unwrap();
+    m[10 * BLOCK_SIZE..210 * BLOCK_SIZE].fill(0);
+    assert_eq!(blocks(&fs, ino), before);
+    let size = m.len() as u64;
+    let r = fs.fallocate(ino, FallocMode::ZeroRange, size, 4096 * BS);
+    assert!(matches!(r, Err(Error::NoSpace)), "{r:?}");
+    // The failed range left the size alone (its blocks may be partly preallocated).
+    check(&fs, ino, &m, "after zeroing on a full volume");
+    fs.sync().unwrap();
+    finish(dev, fs, &[(ino, m)]);
+}
+
 /// Random writes (half of them whole aligned blocks), truncates, punches and syncs on a few
 /// files against the model, with a full comparison after every step.
 #[test]
@@ -247,8 +354,17 @@ fn random_edge_writes_match_the_model() {
                 8 => {
                     let off = rng.random_range(0..max);
                     let len = rng.random_range(1..4 * BS);
-                    fs.fallocate(ino, FallocMode::PunchHole, off, len).unwrap();
-                    let (s, e) = (off as usize, ((off + len) as usize).min(m.len()));
+                    let mode = [
+                        FallocMode::PunchHole,
+                        FallocMode::ZeroRange,
+                        FallocMode::ZeroRangeKeepSize,
+                    ][rng.random_range(0..3)];
+                    fs.fallocate(ino, mode, off, len).unwrap();
+                    let end = (off + len) as usize;
+                    if mode == FallocMode::ZeroRange && end > m.len() {
+                        m.resize(end, 0);
+                    }
+                    let (s, e) = (off as usize, end.min(m.len()));
                     if s < e {
                         m[s..e].fill(0);
                     }

@@ -41,6 +41,8 @@ pub enum FallocMode {
     Alloc,
     KeepSize,
     PunchHole,
+    ZeroRange,
+    ZeroRangeKeepSize,
 }
 
 impl FallocMode {
@@ -49,6 +51,8 @@ impl FallocMode {
             FallocMode::Alloc => 0,
             FallocMode::KeepSize => libc::FALLOC_FL_KEEP_SIZE,
             FallocMode::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            FallocMode::ZeroRange => libc::FALLOC_FL_ZERO_RANGE,
+            FallocMode::ZeroRangeKeepSize => libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
         }
     }
 }
@@ -104,6 +108,14 @@ impl Op {
                 mode: FallocMode::PunchHole,
                 ..
             } => "punch-hole",
+            Op::Fallocate {
+                mode: FallocMode::ZeroRange,
+                ..
+            } => "zero-range",
+            Op::Fallocate {
+                mode: FallocMode::ZeroRangeKeepSize,
+                ..
+            } => "zero-range-keep-size",
             Op::MapRead { .. } => "mapread",
             Op::MapWrite { .. } => "mapwrite",
             Op::Fsync => "fsync",
@@ -155,10 +167,12 @@ impl OpGen {
                 size: self.rng.random_range(0..=self.file_size),
             },
             53..=61 => {
-                let mode = match k % 3 {
+                let mode = match k % 5 {
                     0 => FallocMode::Alloc,
                     1 => FallocMode::KeepSize,
-                    _ => FallocMode::PunchHole,
+                    2 => FallocMode::PunchHole,
+                    3 => FallocMode::ZeroRange,
+                    _ => FallocMode::ZeroRangeKeepSize,
                 };
                 let (off, len) = self.range();
                 Op::Fallocate { mode, off, len }
@@ -207,7 +221,7 @@ struct Fsx {
     stats: FsxStats,
     opno: u64,
     page: u64,
-    unsupported: [bool; 3],
+    unsupported: [bool; 5],
 }
 
 impl Fsx {
@@ -384,6 +398,16 @@ impl Fsx {
                         }
                     }
                     FallocMode::KeepSize => {}
+                    FallocMode::ZeroRange | FallocMode::ZeroRangeKeepSize => {
+                        if mode == FallocMode::ZeroRange && off + len > size {
+                            self.set_len(off + len);
+                        }
+                        let end = (off + len).min(self.shadow.len() as u64);
+                        if off < end {
+                            self.shadow[off as usize..end as usize].fill(0);
+                            self.owner[off as usize..end as usize].fill(n);
+                        }
+                    }
                     FallocMode::PunchHole => {
                         let end = (off + len).min(size);
                         if off < end {
@@ -504,7 +528,7 @@ pub fn run(opts: &FsxOpts) -> Result<std::result::Result<FsxStats, FsxFailure>> 
         stats: FsxStats::default(),
         opno: 0,
         page: (unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64).max(4096),
-        unsupported: [false; 3],
+        unsupported: [false; 5],
     };
     let mut gen = OpGen::new(opts.seed, opts.file_size, opts.max_len);
     for i in 1..=opts.ops {

@@ -25,8 +25,9 @@
 //! How each request is answered:
 //! - lookup, getattr, setattr, readlink, mknod, mkdir, unlink, rmdir, symlink, rename
 //!   (flags NOREPLACE and EXCHANGE; WHITEOUT is EINVAL), link, read, write, fsync, readdir,
-//!   fsyncdir, statfs, set/get/list/removexattr, fallocate (modes 0, KEEP_SIZE and
-//!   PUNCH_HOLE|KEEP_SIZE; others EOPNOTSUPP): by the core.
+//!   fsyncdir, statfs, set/get/list/removexattr, fallocate (modes 0, KEEP_SIZE,
+//!   PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE and ZERO_RANGE|KEEP_SIZE, the modes the kernel
+//!   forwards; others EOPNOTSUPP): by the core.
 //! - open, create, release: where the kernel offers FUSE_NO_OPEN_SUPPORT (4.20 and later),
 //!   OPEN and CREATE answer ENOSYS, once each: the kernel then opens regular files itself
 //!   (fh 0, KEEP_CACHE), makes new ones with MKNOD, and sends no RELEASE, so a new file
@@ -96,6 +97,7 @@ const READDIR_BATCH: usize = 160;
 // fallocate(2) modes (linux/falloc.h).
 const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
 const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;
+const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
 /// The access ACL's attribute name (flashlog_format::acl::ACCESS_NAME).
 const ACL_ACCESS_NAME: &[u8] = b"system.posix_acl_access";
 // setxattr(2) flags.
@@ -1279,6 +1281,8 @@ impl Filesystem for FlashlogFuse {
             0 => FallocMode::Allocate,
             FALLOC_FL_KEEP_SIZE => FallocMode::KeepSize,
             m if m == FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE => FallocMode::PunchHole,
+            FALLOC_FL_ZERO_RANGE => FallocMode::ZeroRange,
+            m if m == FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE => FallocMode::ZeroRangeKeepSize,
             _ => {
                 reply.error(Errno::EOPNOTSUPP);
                 return;
