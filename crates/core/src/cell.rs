@@ -17,7 +17,9 @@
 //!
 //! Invariants: a node in a cell's `NodeMap` is in its `NodeIndex` with the same lock and
 //! not `gone`; a node removed from the map is marked `gone` under its lock; a cell that
-//! someone keeps (an `Arc` besides the table's) is not evicted.
+//! someone keeps (an `Arc` besides the table's) is not evicted; while a cell's
+//! `fsync_window` is open (an fsync between its data barrier and its node write) no one
+//! remaps the file's slots without the cell.
 //!
 //! Lock order: op lock (shared) -> rename lock -> directory cells (ascending ino) -> other
 //! cells (ascending ino) -> node locks (one at a time) -> log heads -> leaves. The table's
@@ -368,8 +370,33 @@ pub struct InodeCell {
     /// every acquisition: while the cell is held, its holder. A waiter charges its wait to
     /// it (`waits::cell_holders`, the bench's "file-cell waits by holder").
     pub holder: AtomicU8,
+    /// An fsync of the file is between its data barrier and its node write (it holds the
+    /// cell throughout; `FsyncWindow`). A `scale` collector does not remap the file's
+    /// slots under a node's own lock then, but under the cell, after the fsync: a remap in
+    /// the window would put into the FSYNC'd node a copy the barrier did not cover
+    /// (`scale::commit_dnode_run`, docs/DESIGN.md "ScaleLFS commit").
+    pub fsync_window: AtomicBool,
     /// The cell's nodes, for a thread that does not hold the cell (`node`).
     nodes: Arc<NodeIndex>,
+}
+
+/// `InodeCell::fsync_window` open while it lives (closed on every path out of fsync).
+pub struct FsyncWindow<'a>(&'a InodeCell);
+
+impl<'a> FsyncWindow<'a> {
+    /// Open the window: before the data barrier, by the cell's holder. SeqCst with the
+    /// collector's load: a collector that does not see it open appended its copies
+    /// before the store, so before the barrier's submit of every log head.
+    pub fn open(cell: &'a InodeCell) -> Self {
+        cell.fsync_window.store(true, Ordering::SeqCst);
+        FsyncWindow(cell)
+    }
+}
+
+impl Drop for FsyncWindow<'_> {
+    fn drop(&mut self) {
+        self.0.fsync_window.store(false, Ordering::SeqCst);
+    }
 }
 
 impl InodeCell {
@@ -383,6 +410,7 @@ impl InodeCell {
             is_new: AtomicBool::new(is_new),
             names_left_at: AtomicU64::new(0),
             holder: AtomicU8::new(0),
+            fsync_window: AtomicBool::new(false),
         })
     }
     /// Lock the cell (timing the wait if contended: `waits::cell_point`, by the calling

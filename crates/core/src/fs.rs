@@ -1678,14 +1678,20 @@ impl Fs {
                 // write-back had mapped blocks into the inode's own slots, so a power cut
                 // left the FSYNC inode pointing at blocks never written
                 // (`multithreaded_fsyncs_survive_power_cuts_with_cells_evicted`, seed 38
-                // TearOne: "t1f1 block 26 holds 0, durable 69").
+                // TearOne: "t1f1 block 26 holds 0, durable 69"). A `scale` collector remaps
+                // under a node's lock, not this cell: from the barrier to the node write
+                // none remaps this file's slots (`FsyncWindow`), or the FSYNC'd node could
+                // point at a copy still in a log buffer.
+                let window = crate::cell::FsyncWindow::open(&c);
                 fs.seg.submit_all()?;
                 fs.dev.flush()?;
+                fs.test_point("fsync:barrier");
                 let mut flags = node::flag::FSYNC;
                 if c.is_new.load(Ordering::Acquire) {
                     flags |= node::flag::DENT;
                 }
                 let (_, hi) = fs.write_all_nodes_at(&mut st, Some(flags))?;
+                drop(window);
                 fs.seg.submit_head(hi)?;
                 fs.dev.flush()?;
                 st.unsynced = false;

@@ -705,9 +705,14 @@ fn commit_dnode_run(
     }
     // 2. Write the copies with no lock held.
     write_copies(fs, gc_head(fs, w, f, ino), &mut todo, buf)?;
-    // 3. Remap under the node's lock (under the cell if the node left the cache).
+    // 3. Remap under the node's lock; under the cell if the node left the cache, or if an
+    //    fsync of the file is between its data barrier and its node write (it holds the
+    //    cell: the remap then waits for it, and its node keeps the victim's address, which
+    //    stays valid until a checkpoint). A remap inside that window would put into the
+    //    FSYNC'd node a copy still in this worker's log buffer: after a power cut
+    //    roll-forward adopted the node and the blocks read back as never written.
     let mut g = lock_node(&node);
-    if !g.gone {
+    if !g.gone && !cell.fsync_window.load(Ordering::SeqCst) {
         moved += remap(fs, nid, &mut g, &todo);
     } else {
         drop(g);
