@@ -108,6 +108,9 @@ pub trait Collector: Send + Sync {
     /// the sections it emptied.
     fn foreground(&self, fs: &FsInner, target: u64) -> Result<u64>;
     /// One background pass when the volume is idle; returns the sections it emptied.
+    /// Called with the op lock's shared side held (`background_gc`): it must not take the
+    /// op lock again (a checkpoint waiting at the gate between the two takes would wait
+    /// for this thread, and this thread for it).
     fn background(&self, fs: &FsInner) -> Result<u64>;
     /// Dedicated write streams this policy needs in the log-head table.
     fn streams(&self) -> usize {

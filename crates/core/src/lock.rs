@@ -15,7 +15,11 @@
 //! stopped (issue 12).
 //!
 //! Lock order: this lock is taken before every other lock of the core (file cells, log heads,
-//! ...). The exclusive side takes the gate, then the shards in index order.
+//! ...). The exclusive side takes the gate, then the shards in index order. Not reentrant:
+//! a thread that holds the shared side must not take it again, for a checkpoint that
+//! starts in between holds the gate and waits for the first hold, and the second take
+//! waits at the gate (`gc=scale`'s background pass did, until 2026-11-27:
+//! `tests/op_lock_nesting.rs`).
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -208,7 +208,10 @@ impl Collector for ScaleCollector {
         let Some(sec) = select_victim(fs, Cost::CostBenefit, crate::gc::BG_VICTIM_SEARCH) else {
             return Ok(0);
         };
-        let _g = fs.oplock.op();
+        // The caller (`background_gc`) holds the op lock's shared side. Taking it again
+        // here deadlocked with any checkpoint that started between the two: the checkpoint
+        // held the gate waiting for the first hold's shard, and this second `op()` waited
+        // at the gate (`tests/op_lock_nesting.rs`).
         let r = match crate::gc::reserve_victim(fs, sec, true) {
             Some(_space) => clean_section(fs, sec, Migration::Lazy),
             None => Ok(false),
