@@ -1271,6 +1271,8 @@ impl SegManager {
     /// Move head `hi` to its next segment.
     fn advance(&self, hi: usize, h: &mut LogHead) -> Result<()> {
         self.submit(hi, h)?;
+        // The claims' -bps and the head's `used` change reach the budget as one update.
+        let _one_update = self.space.head_move();
         let used_before = self.head_used(h);
         let r = self.advance_inner(h);
         self.space
@@ -2048,6 +2050,36 @@ mod tests {
             assert_eq!(p.steals, 0, "mlog {mlog} stole with sections of its own");
         }
         assert_eq!(m.free_sections(), m.geo.sections() - m.used_sections());
+    }
+
+    /// A head that leaves its section claims the next one (`-bps`) and starts it with
+    /// nothing used (`+bps`): the budget gets the net change as one update, so no thread
+    /// sees `H` a section short in between (near the floor: a refusal, or an overcommit
+    /// counted, that never was).
+    #[test]
+    fn a_head_advance_changes_the_headroom_once() {
+        let m = Arc::new(fresh(64 << 10));
+        m.ssr_below_secs.store(0, Ordering::Relaxed);
+        let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
+        let (weak, s2) = (Arc::downgrade(&m), seen.clone());
+        m.set_test_hook(Some(Arc::new(move |what, _| {
+            if let (true, Some(m)) = (what == "claimed", weak.upgrade()) {
+                s2.lock().push(m.space.headroom());
+            }
+        })));
+        let hi = head_index(0, LogKind::Data, Temp::Warm);
+        let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(1);
+        let mut n = 0u32;
+        while seen.lock().is_empty() {
+            let before = m.space.headroom();
+            m.append(hi, sum(n), fill).unwrap();
+            n += 1;
+            if let Some(&at_claim) = seen.lock().first() {
+                assert_eq!(at_claim, before, "H a section short while the head moved");
+                assert_eq!(m.space.headroom(), before);
+            }
+        }
+        m.set_test_hook(None);
     }
 
     /// An mlog whose part has no free section left takes one from another part (counted

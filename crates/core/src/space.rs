@@ -22,11 +22,15 @@
 //! lends it back to itself for the head move (`lend_recovery_reserve`) and takes it again
 //! after its checkpoint (`set_recovery_reserve`); what `H` cannot cover then (the old heads'
 //! unwritten room is lost to dirty sections) is owed and taken first from the sections the
-//! next checkpoints release. While any is owed, `H <= 0` (every positive `H` settles into
-//! the reserve), so no application operation gets a reservation, nothing becomes dirty
-//! and nothing can be fsync'd: a crash then has nothing to roll forward and its mount
-//! moves no head. That is why, only then, the first collector may use the part held (it
-//! is how the owed part gets paid at all on a full volume).
+//! next checkpoints release: `sections_changed` pays the owed part out of the released
+//! blocks before the rest reaches `H_g`, so no reservation can take owed blocks in
+//! between. While any is owed, `H <= 0` (every positive `H` settles into the reserve), so
+//! no application operation gets a reservation, nothing becomes dirty and nothing can be
+//! fsync'd: a crash then has nothing to roll forward and its mount moves no head. That is
+//! why, only then, the first collector may use the part held (it is how the owed part gets
+//! paid at all on a full volume). Settles may run at once: the held amount changes only by
+//! compare-and-swap against the value each computed its move from, so every block moves
+//! between `H` and the reserve once.
 //!
 //! Invariant: `H >= 0` outside an overcommit (counted in `overcommit_blocks`; the tests
 //! assert it stays 0). From it, the next checkpoint always finds its sections: writing
@@ -42,10 +46,12 @@
 //!   debt (a collector's move of a clean block, a clean inode written by fsync) is drawn
 //!   from the allowance like a charge;
 //! - a head claims a section: free `-bps`, `used(h)` falls from `bps` to 0: no change (the
-//!   segment manager applies the exact difference); an SSR head fills holes of used
+//!   segment manager applies the claim and the exact difference as one update of `H_g`,
+//!   `head_move`, so no one sees `H` a section short in between); an SSR head fills holes of used
 //!   sections, so its `used` stays `bps` and each block it writes gives `+1`;
 //! - a dirty block is dropped unwritten (truncate, unlink): `+1`;
-//! - the checkpoint frees prefree sections: `+bps` each.
+//! - the checkpoint frees prefree sections: `+bps` each (the recovery reserve's owed part
+//!   first, above).
 //!
 //! Only two things may fail, both before any lock is held: an operation's allowance
 //! (`try_reserve` with the application floor, at the start of each modifying call: ENOSPC
@@ -60,14 +66,27 @@
 //! **Per-slot caches** (Max's per-core counters for a bounded count, issue 12 item 4). One
 //! `H` moved by every operation of 16 cores is a lock in all but name, so `H` is split: the
 //! global atomic `H_g` and per-thread-slot caches (`stats::SlotCache`) of blocks already
-//! taken out of `H_g`. `H = H_g + sum(caches)`. Application reservations, charges without an
-//! allowance, refunds and an allowance's leftover go through the caller's cache while
-//! `H_g >= cache_floor` (twice the application floor plus everything the caches may hold),
-//! and touch `H_g` once per `cap / 2` blocks. Below that line the caches are not used and
-//! every call is exact, as before; a refusal first drains every cache into `H_g` and tries
-//! again, so nobody is refused while a cache holds the blocks. The invariant `H >= 0` and
-//! its proof are unchanged (cached blocks count as allowances), and the application floor
-//! is kept on `H_g`, which only exact calls and collectors lower below `cache_floor`.
+//! taken out of `H_g`. `H = H_g + sum(caches) + moving`, where `moving` is blocks on their
+//! way between a cache and `H_g`: a refill's, out of `H_g` and not yet in the cache; a
+//! drain's, a cache's return's or an overflow's, out of a cache and not yet added. Each
+//! such move marks its slot from before its blocks leave one place until they arrived
+//! (`SlotCache`). Application reservations, charges without an allowance, refunds and an
+//! allowance's leftover go through the caller's cache while `H_g >= cache_floor` (twice the
+//! application floor plus everything the caches may hold), and touch `H_g` once per
+//! `cap / 2` blocks. Below that line the caches are not used and every call is exact, as
+//! before. A refusal (`Split::take_exact`) comes only after a look at `H_g` failed, a drain
+//! of every cache after it found nothing to move and no slot marked (it waits for a marked
+//! move to land and looks again), and a last look, which sees every move done by then,
+//! failed too: so nobody is refused while the caches, or a move to or from one, hold
+//! blocks they held at its look (other than blocks their owners used meanwhile). A drain
+//! that moved blocks is followed by another look, a few rounds at most (`DRAIN_ROUNDS`:
+//! other threads refilling as fast as drains return blocks could keep a request larger
+//! than all caches hold looking forever). A charge without an allowance that takes `H_g`
+//! below zero waits for marked moves the same way before it counts an overcommit, and
+//! counts no more than `H_g` is below zero once they landed. The invariant `H >= 0` and
+//! its proof are unchanged (cached and moving blocks count as allowances), and the
+//! application floor is kept on `H_g`, which only exact calls and collectors lower below
+//! `cache_floor`.
 //! `headroom()` is `H` (it sums the caches); `budget_short`'s per-operation check reads
 //! `H_g` and sums the caches only near its line.
 //!
@@ -81,10 +100,14 @@ use crate::stats::SlotCache;
 use crate::{Error, Result};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Blocks one slot's cache of headroom or user blocks holds at most.
 pub const SLOT_CACHE_BLOCKS: u64 = 512;
+
+/// Drains that moved blocks after which an exact take stops looking (`Split::take_exact`).
+const DRAIN_ROUNDS: u32 = 4;
 
 /// Blocks an operation that changes only metadata may dirty (inodes of a rename's two
 /// directories and two files, a new dentry page and the nodes above it, an xattr node).
@@ -93,6 +116,8 @@ pub const OP_META_BLOCKS: u64 = 32;
 thread_local! {
     /// (budget address, blocks left) of the allowance this thread holds, if any.
     static ALLOWANCE: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+    /// (budget address, blocks) of the head move this thread is in, if any (`HeadMove`).
+    static HEAD_MOVE: Cell<(usize, i64)> = const { Cell::new((0, 0)) };
 }
 
 #[cfg(test)]
@@ -107,10 +132,36 @@ fn global_rmw() {
     GLOBAL_RMW.with(|c| c.set(c.get() + 1));
 }
 
+#[cfg(test)]
+type TestPointHook = Box<dyn FnMut(&'static str)>;
+
+#[cfg(test)]
+thread_local! {
+    /// A test's hook for this thread's `test_point`s (tests force interleavings with it).
+    static TEST_POINT: std::cell::RefCell<Option<TestPointHook>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A point tests can stop a thread at (`TEST_POINT`): `"to_global"`, blocks out of a slot
+/// cache on their way to `global` (a drain, a cache's return, an overflow); `"refilled"`,
+/// a refill's blocks out of `global`, not yet in the cache; `"busy"`, a caller that must
+/// wait for such a move; `"released"`, released sections' blocks added to `H_g`;
+/// `"settle_give"` and `"settle_take"`, inside `settle_recovery_reserve`.
+#[inline]
+fn test_point(_what: &'static str) {
+    #[cfg(test)]
+    TEST_POINT.with(|h| {
+        if let Some(f) = h.borrow_mut().as_mut() {
+            f(_what)
+        }
+    });
+}
+
 /// A count of available blocks split into a global atomic and per-slot caches of blocks
-/// already taken out of it (module comment): `total = global + sum(caches)`. The caches are
-/// used while `global >= cache_floor`; below it every call is exact. The space budget's
-/// headroom and the user blocks' free count are each one.
+/// already taken out of it (module comment): `total = global + sum(caches)`, plus blocks
+/// moving between the two (each such move marks its slot). The caches are used while
+/// `global >= cache_floor`; below it every call is exact. The space budget's headroom and
+/// the user blocks' free count are each one.
 struct Split {
     global: CachePadded<AtomicI64>,
     cache: SlotCache,
@@ -145,6 +196,13 @@ impl Split {
         self.global.fetch_add(d, Ordering::AcqRel)
     }
 
+    /// Blocks out of a cache back into `global` (a `SlotCache` callback: the slot is
+    /// marked meanwhile).
+    fn to_global(&self, d: u64) {
+        test_point("to_global");
+        self.add(d as i64);
+    }
+
     /// The caches may serve `n` blocks: `global` is well above every floor.
     fn usable(&self, n: u64) -> bool {
         self.global.load(Ordering::Relaxed) >= self.cache_floor + n as i64
@@ -176,53 +234,98 @@ impl Split {
             return true;
         }
         let half = self.cache.cap() / 2;
-        if n > self.cache.cap()
-            || !self.usable(n)
-            || !self.take_global((n + half) as i64, self.cache_floor)
-        {
-            return false;
-        }
-        let over = self.cache.put(half);
-        if over > 0 {
-            self.add(over as i64);
-        }
-        true
+        n <= self.cache.cap()
+            && self.usable(n)
+            && self.cache.refill(
+                half,
+                || {
+                    let ok = self.take_global((n + half) as i64, self.cache_floor);
+                    if ok {
+                        test_point("refilled");
+                    }
+                    ok
+                },
+                |over| self.to_global(over),
+            )
     }
 
     /// Move this thread's cache back to `global` (an exact call: the caches are not in use
     /// below their floor).
     fn return_mine(&self) {
-        let mine = self.cache.drain_mine();
-        if mine > 0 {
-            self.add(mine as i64);
+        self.cache.drain_mine(|d| self.to_global(d));
+    }
+
+    /// Move every cache back to `global`; returns the blocks moved and whether another
+    /// move between a cache and `global` was in flight.
+    fn drain_all(&self) -> (i64, bool) {
+        let (d, busy) = self.cache.drain_all(|d| self.to_global(d));
+        (d as i64, busy)
+    }
+
+    /// Wait for a move in flight to land (`drain_all` said busy).
+    fn wait_for_move(&self) {
+        test_point("busy");
+        std::thread::yield_now();
+    }
+
+    /// `drain_all` until no move is in flight: every block the caches held, or had on its
+    /// way to or from `global`, is in `global` now (or was used meanwhile). Returns the
+    /// blocks this call moved.
+    fn drain_quiet(&self) -> i64 {
+        let mut moved = 0;
+        loop {
+            let (d, busy) = self.drain_all();
+            moved += d;
+            if !busy {
+                return moved;
+            }
+            self.wait_for_move();
         }
     }
 
-    /// Move every cache back to `global`; returns the blocks moved.
-    fn drain_all(&self) -> i64 {
-        let d = self.cache.drain_all() as i64;
-        if d > 0 {
-            self.add(d);
-        }
-        d
-    }
-
-    /// `n` blocks leaving at least `floor`: cached when the caches are in use, else exact,
-    /// and refused only after every cache is back in `global`.
-    fn take(&self, n: u64, floor: i64) -> bool {
-        if self.take_cached(n) {
-            return true;
-        }
+    /// `n` blocks out of `global` leaving at least `floor`, after this slot's cache went
+    /// back. Refused only when a look at `global` failed, the drain of every cache after it
+    /// found nothing to move and no move in flight (a move's mark is set before its blocks
+    /// leave one place and cleared after they arrived), and a last look, which sees every
+    /// move done by then, failed too. `drained` runs after each drain that moved blocks.
+    /// Drains that keep finding blocks (other threads refilling their caches as fast as
+    /// they come back: `global` is then above the cache floor, and `n` more than all the
+    /// caches hold) end after `DRAIN_ROUNDS`, so such a caller is refused, not kept
+    /// looking.
+    fn take_exact(&self, n: u64, floor: i64, drained: impl Fn()) -> bool {
         self.return_mine();
         let n = n as i64;
-        self.take_global(n, floor) || (self.drain_all() > 0 && self.take_global(n, floor))
+        let mut rounds = 0;
+        loop {
+            if self.take_global(n, floor) {
+                return true;
+            }
+            let (moved, busy) = self.drain_all();
+            if moved > 0 {
+                drained();
+                rounds += 1;
+                if rounds <= DRAIN_ROUNDS {
+                    continue;
+                }
+            }
+            if !busy {
+                return self.take_global(n, floor);
+            }
+            self.wait_for_move();
+        }
+    }
+
+    /// `n` blocks leaving at least `floor`: cached when the caches are in use, else exact.
+    fn take(&self, n: u64, floor: i64) -> bool {
+        self.take_cached(n) || self.take_exact(n, floor, || ())
     }
 
     /// `n` blocks back: into this thread's cache while the caches are in use.
     fn give(&self, n: u64) {
-        let over = if self.usable(0) { self.cache.put(n) } else { n };
-        if over > 0 {
-            self.add(over as i64);
+        if self.usable(0) {
+            self.cache.put(n, |over| self.to_global(over));
+        } else {
+            self.add(n as i64);
         }
     }
 }
@@ -275,23 +378,40 @@ impl SpaceBudget {
     }
 
     /// Move blocks between `H` and the reserve toward the target, never taking `H` below 0.
+    /// Settles may run at once (a release, a refused reservation, a mount step): `held`
+    /// changes only by compare-and-swap against the value the amount was computed from, so
+    /// no two give back the same surplus, and what a take got out of `H_g` beyond what is
+    /// still owed when it adds it to `held` goes back.
     fn settle_recovery_reserve(&self) {
-        let target = self.recovery_target.load(Ordering::Acquire);
-        let held = self.recovery_held.load(Ordering::Acquire);
-        if held > target {
-            let give = held - target;
-            self.recovery_held.fetch_sub(give, Ordering::AcqRel);
-            self.headroom.global.fetch_add(give, Ordering::AcqRel);
+        let (target, held) = loop {
+            let target = self.recovery_target.load(Ordering::Acquire);
+            let held = self.recovery_held.load(Ordering::Acquire);
+            if held <= target {
+                break (target, held);
+            }
+            test_point("settle_give");
+            if self
+                .recovery_held
+                .compare_exchange(held, target, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.headroom
+                    .global
+                    .fetch_add(held - target, Ordering::AcqRel);
+            }
+            // Look again: another settle gave it, or the target moved meanwhile.
+        };
+        let want = target - held;
+        if want == 0 {
             return;
         }
-        let mut want = target - held;
-        if want > 0 {
-            // Owed: what the caches hold is headroom too, and none of it may be lent now.
-            self.headroom.drain_all();
-        }
+        // Owed: what the caches hold, or have on its way to `H_g`, is headroom too, and
+        // none of it may be lent now.
+        self.headroom.drain_quiet();
+        let mut got = 0;
         let mut cur = self.headroom.global.load(Ordering::Acquire);
-        while want > 0 && cur > 0 {
-            let take = want.min(cur);
+        while got < want && cur > 0 {
+            let take = (want - got).min(cur);
             match self.headroom.global.compare_exchange_weak(
                 cur,
                 cur - take,
@@ -299,11 +419,40 @@ impl SpaceBudget {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.recovery_held.fetch_add(take, Ordering::AcqRel);
-                    want -= take;
+                    got += take;
                     cur -= take;
                 }
                 Err(now) => cur = now,
+            }
+        }
+        if got == 0 {
+            return;
+        }
+        test_point("settle_take");
+        let kept = self.pay_recovery_reserve(got);
+        if kept < got {
+            self.headroom.global.fetch_add(got - kept, Ordering::AcqRel);
+        }
+    }
+
+    /// Add up to `blocks` to the reserve, no more than it is owed now; returns the blocks
+    /// added.
+    fn pay_recovery_reserve(&self, blocks: i64) -> i64 {
+        let mut held = self.recovery_held.load(Ordering::Acquire);
+        loop {
+            let target = self.recovery_target.load(Ordering::Acquire);
+            let pay = (target - held).clamp(0, blocks);
+            if pay == 0 {
+                return 0;
+            }
+            match self.recovery_held.compare_exchange(
+                held,
+                held + pay,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return pay,
+                Err(now) => held = now,
             }
         }
     }
@@ -349,16 +498,11 @@ impl SpaceBudget {
         }
     }
 
-    /// Move every cache's blocks back to `H_g` (before a refusal; settles the recovery
-    /// reserve if it is owed). Returns whether there were any.
-    fn drain_caches(&self) -> bool {
-        if self.headroom.drain_all() == 0 {
-            return false;
-        }
+    /// Settle the recovery reserve if it is owed (after a drain moved blocks to `H_g`).
+    fn settle_if_owed(&self) {
         if self.recovery_reserve().1 > 0 {
             self.settle_recovery_reserve();
         }
-        true
     }
 
     /// The floor application reservations must leave, in blocks.
@@ -366,15 +510,24 @@ impl SpaceBudget {
         self.app_floor
     }
 
-    /// Free sections changed by `secs` (claim: -1, release after a checkpoint: +n).
+    /// Free sections changed by `secs` (claim: -1, release after a checkpoint: +n). What
+    /// the recovery reserve is owed is paid from released blocks before the rest reaches
+    /// `H_g`, so no reservation can take them first.
     pub fn sections_changed(&self, secs: i64) {
-        self.headroom
-            .global
-            .fetch_add(secs * self.bps, Ordering::AcqRel);
-        if secs > 0 {
-            self.released.fetch_add(secs as u64, Ordering::AcqRel);
-            self.settle_recovery_reserve();
+        if secs <= 0 {
+            return self.head_change(secs * self.bps);
         }
+        let blocks = secs * self.bps;
+        let paid = self.pay_recovery_reserve(blocks);
+        if paid < blocks {
+            self.headroom
+                .global
+                .fetch_add(blocks - paid, Ordering::AcqRel);
+        }
+        test_point("released");
+        self.released.fetch_add(secs as u64, Ordering::AcqRel);
+        // The target may have moved meanwhile (a mount step).
+        self.settle_recovery_reserve();
     }
 
     /// Sections released so far.
@@ -384,8 +537,35 @@ impl SpaceBudget {
 
     /// The heads' `used` sum changed by `delta` blocks.
     pub fn used_changed(&self, delta: i64) {
-        if delta != 0 {
-            self.headroom.global.fetch_sub(delta, Ordering::AcqRel);
+        self.head_change(-delta);
+    }
+
+    /// `H_g += d` for a section claim or a head's `used` change, summed instead while this
+    /// thread holds a `HeadMove` on this budget.
+    fn head_change(&self, d: i64) {
+        let id = self.id();
+        let deferred = HEAD_MOVE.with(|m| {
+            let (owner, sum) = m.get();
+            if owner == id {
+                m.set((owner, sum + d));
+            }
+            owner == id
+        });
+        if !deferred && d != 0 {
+            self.headroom.global.fetch_add(d, Ordering::AcqRel);
+        }
+    }
+
+    /// Apply this thread's section claims and `used` changes as one update of `H_g` when
+    /// the guard drops (a head advance: a claim's `-bps` and the head's `+bps` apart would
+    /// show others `H` a section short in between: a refusal or an overcommit near the
+    /// floor that never was).
+    pub fn head_move(&self) -> HeadMove<'_> {
+        let prev = HEAD_MOVE.with(|m| m.replace((self.id(), 0)));
+        HeadMove {
+            budget: self,
+            prev,
+            _not_send: PhantomData,
         }
     }
 
@@ -424,12 +604,9 @@ impl SpaceBudget {
         let cached = !victim && floor == self.app_floor && h.take_cached(n);
         if !cached {
             // Exact: this slot's cache goes back first, and a refusal only after every
-            // cache is back in `H_g` (as `Split::take`, with the recovery reserve settled
-            // in between when it is owed).
-            h.return_mine();
-            let n_i = n as i64;
-            let granted =
-                h.take_global(n_i, floor) || (self.drain_caches() && h.take_global(n_i, floor));
+            // cache is back in `H_g` and no move is in flight (`Split::take_exact`), with
+            // the recovery reserve settled in between when it is owed.
+            let granted = h.take_exact(n, floor, || self.settle_if_owed());
             if !granted {
                 self.refusals.fetch_add(1, Ordering::Relaxed);
                 return None;
@@ -440,6 +617,7 @@ impl SpaceBudget {
             budget: self,
             prev,
             victim,
+            _not_send: PhantomData,
         })
     }
 
@@ -462,9 +640,12 @@ impl SpaceBudget {
         }
         let before = self.headroom.add(-(rest as i64));
         if before < rest as i64 {
-            // Below zero in `H_g`: the caches' blocks count before it is an overcommit.
-            let cached = self.headroom.drain_all();
-            let below = (rest as i64 - before.max(0) - cached).max(0);
+            // Below zero in `H_g`: the caches' blocks, and those on their way to or from
+            // `H_g` (waited for), count before it is an overcommit. `H_g` once they are
+            // all in it bounds what is below zero now.
+            let cached = self.headroom.drain_quiet();
+            let now = self.headroom.global();
+            let below = (rest as i64 - before.max(0) - cached).min(-now);
             if below > 0 {
                 self.overcommit_blocks
                     .fetch_add(below as u64, Ordering::Relaxed);
@@ -556,7 +737,7 @@ impl UserBlocks {
 
     /// Set the count (mount, mkfs: nothing else runs).
     pub fn set(&self, used: u64) {
-        self.avail.cache.drain_all();
+        self.avail.cache.drain_all(|_| ());
         self.avail
             .global
             .store(self.limit as i64 - used as i64, Ordering::Release);
@@ -564,12 +745,14 @@ impl UserBlocks {
 }
 
 /// A thread's reservation; what is left returns to the budget on drop. Guards of one
-/// thread nest: they must drop in reverse order (every user holds one in a scope).
+/// thread nest: they must drop in reverse order (every user holds one in a scope). Not
+/// `Send`: the allowance lives in the thread-local of the thread that took it.
 pub struct Allowance<'a> {
     budget: &'a SpaceBudget,
     prev: (usize, u64),
     /// A victim reservation (counted in `victims`).
     victim: bool,
+    _not_send: PhantomData<*const ()>,
 }
 
 impl Drop for Allowance<'_> {
@@ -580,6 +763,23 @@ impl Drop for Allowance<'_> {
         }
         if self.victim {
             self.budget.victims.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// This thread's section claims and `used` changes on a budget, applied as one update when
+/// it drops (`SpaceBudget::head_move`). Not `Send`, as `Allowance`.
+pub struct HeadMove<'a> {
+    budget: &'a SpaceBudget,
+    prev: (usize, i64),
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for HeadMove<'_> {
+    fn drop(&mut self) {
+        let (_, d) = HEAD_MOVE.with(|m| m.replace(self.prev));
+        if d != 0 {
+            self.budget.headroom.global.fetch_add(d, Ordering::AcqRel);
         }
     }
 }
@@ -827,6 +1027,258 @@ mod tests {
             "exact once quiet"
         );
         assert_eq!(b.overcommit_blocks.load(Ordering::Relaxed), 0);
+    }
+
+    /// Sets this thread's test-point hook.
+    fn hook(f: impl FnMut(&'static str) + 'static) {
+        TEST_POINT.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    /// Forces one interleaving: `first` runs on a thread stopped at its first test point
+    /// `at`; with it stopped there, `between` runs here and `second` on another thread;
+    /// `first` goes on once `second` has finished or waits for a move in flight (`"busy"`).
+    /// Returns what `second` returned.
+    fn while_stopped<R: Send>(
+        at: &'static str,
+        first: impl FnOnce() + Send,
+        between: impl FnOnce(),
+        second: impl FnOnce() -> R + Send,
+    ) -> R {
+        use std::sync::mpsc::channel;
+        std::thread::scope(|sc| {
+            let (stopped_tx, stopped_rx) = channel();
+            let (go_tx, go_rx) = channel::<()>();
+            let t1 = sc.spawn(move || {
+                let mut once = Some((stopped_tx, go_rx));
+                hook(move |what| {
+                    if what == at {
+                        if let Some((stopped, go)) = once.take() {
+                            stopped.send(()).unwrap();
+                            let _ = go.recv();
+                        }
+                    }
+                });
+                first();
+            });
+            stopped_rx
+                .recv()
+                .unwrap_or_else(|_| panic!("the first thread never reached {at:?}"));
+            between();
+            let (event_tx, event_rx) = channel();
+            let busy_tx = event_tx.clone();
+            let t2 = sc.spawn(move || {
+                let mut once = Some(busy_tx);
+                hook(move |what| {
+                    if what == "busy" {
+                        if let Some(tx) = once.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                });
+                let r = second();
+                let _ = event_tx.send(());
+                r
+            });
+            let _ = event_rx.recv();
+            let _ = go_tx.send(());
+            t1.join().unwrap();
+            t2.join().unwrap()
+        })
+    }
+
+    /// User blocks: 257 above the caches' floor, one refill leaves 256 of them in this
+    /// thread's slot, then `global` is taken to 0 (the cache untouched).
+    fn user_blocks_in_one_cache() -> UserBlocks {
+        let u = UserBlocks::new(16384 + 257, 0);
+        u.reserve(1).unwrap();
+        u.add(16384);
+        assert_eq!((u.avail.global(), u.avail.cache.total()), (0, 256));
+        u
+    }
+
+    /// Finding 1 (ENOSPC with the blocks in the caches): a second writer refused while the
+    /// first one's drain held every cached block between the slots and `global`.
+    #[test]
+    fn no_enospc_while_a_drain_has_the_cached_blocks_in_hand() {
+        let u = user_blocks_in_one_cache();
+        let second = while_stopped(
+            "to_global",
+            || u.reserve(1).expect("256 blocks free"),
+            || (),
+            || u.reserve(1),
+        );
+        assert!(second.is_ok(), "ENOSPC with 255 blocks free");
+        assert_eq!(u.used(), 16384 + 3);
+    }
+
+    /// Finding 1 for the space budget: an application reservation refused (its caller
+    /// would clean and checkpoint for nothing) while another's drain held the blocks.
+    #[test]
+    fn no_refusal_while_a_drain_has_the_cached_blocks_in_hand() {
+        // 19200 blocks, cache floor 16640, application floor 128.
+        let b = SpaceBudget::new(64, 300, 0);
+        drop(b.try_reserve(1, true).unwrap()); // a refill: 257 in this slot's cache
+        b.used_changed(b.headroom_global()); // `H_g` = 0, the cache untouched
+        assert_eq!(b.headroom(), 257);
+        let granted = while_stopped(
+            "to_global",
+            || drop(b.try_reserve(1, true).expect("H = 257")),
+            || (),
+            || b.try_reserve(1, true).map(drop).is_some(),
+        );
+        assert!(granted, "refused with H = 257, floor 128");
+        assert_eq!(b.headroom(), 257);
+        assert_eq!(b.overcommit_blocks.load(Ordering::Relaxed), 0);
+    }
+
+    /// Finding 1, the refill's window: blocks out of `global`, not yet in the cache.
+    #[test]
+    fn no_enospc_while_a_refill_has_the_blocks_in_hand() {
+        let u = UserBlocks::new(16384 + 257, 0);
+        let second = while_stopped(
+            "refilled",
+            || u.reserve(1).expect("room"),
+            || u.reserve(16384).expect("exactly what `global` has"),
+            || u.reserve(1),
+        );
+        assert!(second.is_ok(), "ENOSPC with 255 blocks free");
+        assert_eq!(u.used(), 16384 + 2);
+    }
+
+    /// Finding 1, the overflow's window: blocks out of a full cache, not yet in `global`.
+    #[test]
+    fn no_enospc_while_an_overflow_has_the_blocks_in_hand() {
+        let u = UserBlocks::new(16384 + 257 + 300, 300);
+        let second = while_stopped(
+            "to_global",
+            || {
+                u.reserve(1).expect("room"); // 256 cached, `global` at the cache floor
+                u.release(300); // 556 > 512: 300 go back
+            },
+            || u.reserve(16384).expect("what `global` has"),
+            || u.reserve(300),
+        );
+        assert!(second.is_ok(), "ENOSPC with 556 blocks free");
+        assert_eq!(u.used(), 300 + 1 - 300 + 16384 + 300);
+    }
+
+    /// Finding 2: a charge without an allowance takes `H_g` below zero while a refused
+    /// reservation's drain holds the cached blocks; it must not count an overcommit (`H`
+    /// never went below 249).
+    #[test]
+    fn a_charge_counts_no_overcommit_while_a_drain_has_the_blocks() {
+        let b = SpaceBudget::new(64, 300, 0);
+        drop(b.try_reserve(1, true).unwrap());
+        b.used_changed(b.headroom_global());
+        assert_eq!(b.headroom(), 257);
+        let over = while_stopped(
+            "to_global",
+            || drop(b.try_reserve(1, false).expect("H = 257")),
+            || (),
+            || {
+                b.charge(8);
+                b.overcommit_blocks.load(Ordering::Relaxed)
+            },
+        );
+        assert_eq!(over, 0, "overcommit counted with H >= 249");
+        assert_eq!(b.headroom(), 257 - 8);
+    }
+
+    /// A budget whose recovery reserve of 4 sections (2048 blocks) is owed in full, with
+    /// `H` = 0 (mount after the head move used up the volume).
+    fn reserve_owed() -> SpaceBudget {
+        let b = SpaceBudget::new(512, 10, 0);
+        b.set_recovery_reserve(4);
+        b.lend_recovery_reserve();
+        b.sections_changed(-10);
+        b.set_recovery_reserve(4);
+        assert_eq!((b.recovery_reserve(), b.headroom()), ((0, 2048), 0));
+        b
+    }
+
+    /// Finding 3: released sections pay what the reserve is owed before any of their
+    /// blocks can be reserved. (They reached `H_g` first and the reserve settled after: an
+    /// application got a reservation with the reserve still owed.)
+    #[test]
+    fn released_sections_pay_the_owed_reserve_before_anyone_reserves() {
+        let b = reserve_owed();
+        let got = while_stopped(
+            "released",
+            || b.sections_changed(4),
+            || (),
+            || {
+                b.try_reserve(1, true).map(|a| {
+                    let owed = b.recovery_reserve().1;
+                    drop(a);
+                    owed
+                })
+            },
+        );
+        assert!(
+            !matches!(got, Some(owed) if owed > 0),
+            "an application got a reservation while {got:?} blocks of the reserve were owed"
+        );
+        assert_eq!((b.recovery_reserve(), b.headroom()), ((2048, 0), 0));
+        b.sections_changed(2);
+        assert_eq!((b.recovery_reserve(), b.headroom()), ((2048, 0), 1024));
+    }
+
+    /// Finding 3: two settles at once give back the reserve's surplus once.
+    #[test]
+    fn two_settles_give_back_the_surplus_once() {
+        let b = SpaceBudget::new(512, 10, 0);
+        b.set_recovery_reserve(4);
+        assert_eq!(b.headroom(), 3072);
+        while_stopped(
+            "settle_give",
+            || b.set_recovery_reserve(2),
+            || (),
+            || b.set_recovery_reserve(2),
+        );
+        assert_eq!((b.recovery_reserve(), b.headroom()), ((1024, 0), 4096));
+    }
+
+    /// Finding 3: two settles at once take what the reserve is owed once.
+    #[test]
+    fn two_settles_take_the_owed_reserve_once() {
+        let b = SpaceBudget::new(512, 10, 0);
+        while_stopped(
+            "settle_take",
+            || b.set_recovery_reserve(4),
+            || (),
+            || b.set_recovery_reserve(4),
+        );
+        assert_eq!((b.recovery_reserve(), b.headroom()), ((2048, 0), 3072));
+    }
+
+    /// Finding 4: inside a head move, a claim and the head's `used` change reach `H_g` as
+    /// one update (seg.rs `advance`; its own test is there).
+    #[test]
+    fn a_head_move_applies_its_net_change_once() {
+        let b = SpaceBudget::new(512, 10, 0);
+        {
+            let _m = b.head_move();
+            b.sections_changed(-1);
+            assert_eq!(b.headroom(), 5120, "the claim alone is not seen");
+            b.used_changed(-512);
+        }
+        assert_eq!(b.headroom(), 5120);
+        b.sections_changed(-1);
+        assert_eq!(b.headroom(), 4608, "outside a head move, at once");
+    }
+
+    /// Finding 5: `Allowance` and `HeadMove` are not `Send` (what they stand for is in the
+    /// thread-local of the thread that took them). Does not compile if either becomes
+    /// `Send` (both impls would apply).
+    #[test]
+    fn guards_are_not_send() {
+        trait AmbiguousIfSend<A> {
+            fn check() {}
+        }
+        impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+        impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+        <Allowance<'static> as AmbiguousIfSend<_>>::check();
+        <HeadMove<'static> as AmbiguousIfSend<_>>::check();
     }
 
     #[test]

@@ -9,7 +9,12 @@
 //! the user blocks): units taken out of a global count in batches and handed out from the
 //! caller's slot. Invariant: every shard holds `0..=cap` units, each counted out of the
 //! global count exactly once; the owner decides when the shards may be used and drains
-//! them all before it refuses anyone.
+//! them all before it refuses anyone. Units on their way between a shard and the global
+//! count (a refill: taken out of the global count, not yet in the shard; a drain or an
+//! overflow: out of the shard, not yet added back) are in neither, so the shard is
+//! *marked* for as long as a move is in flight: set before the refill's take, or in the
+//! same update that empties the shard, and cleared only after the units arrived. A drain
+//! reports the marks it saw, so that the owner refuses no one while units are moving.
 
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -102,13 +107,20 @@ impl<const BATCH: i64> Counter<BATCH> {
 /// Per-slot caches of units of a bounded resource (see the module comment). The owner
 /// keeps the global count; this holds what its slots have taken out of it.
 pub struct SlotCache {
+    /// Units in the low 32 bits, moves in flight (`SLOT_MOVE` each) above them.
     shards: Box<[CachePadded<AtomicI64>]>,
     cap: i64,
 }
 
+/// One move in flight, in a `SlotCache` shard (module comment).
+const SLOT_MOVE: i64 = 1 << 32;
+/// The units of a `SlotCache` shard.
+const SLOT_UNITS: i64 = SLOT_MOVE - 1;
+
 impl SlotCache {
     /// Caches of at most `cap` units per slot.
     pub fn new(cap: u64) -> Self {
+        assert!(cap < SLOT_MOVE as u64 / 2);
         SlotCache {
             shards: (0..COUNTER_SHARDS)
                 .map(|_| CachePadded::new(AtomicI64::new(0)))
@@ -135,48 +147,111 @@ impl SlotCache {
         let n = n as i64;
         self.mine()
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |cur| {
-                (cur >= n).then_some(cur - n)
+                (cur & SLOT_UNITS >= n).then_some(cur - n)
             })
             .is_ok()
     }
 
-    /// Put `n` units into this thread's slot. Returns the units that did not fit (the
-    /// slot keeps at most its cap; past it, it keeps half and returns the rest), which
-    /// the caller gives back to the global count.
-    pub fn put(&self, n: u64) -> u64 {
-        let n = n as i64;
-        let keep = |cur: i64| {
-            if cur + n <= self.cap {
-                cur + n
-            } else {
-                self.cap / 2
-            }
-        };
-        let cur = self
-            .mine()
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |cur| Some(keep(cur)))
+    /// Put `n` units into this thread's slot. What does not fit (the slot keeps at most
+    /// its cap; past it, it keeps half) goes to `back`, which gives it to the global count;
+    /// the slot stays marked until `back` returns.
+    pub fn put(&self, n: u64, back: impl FnOnce(u64)) {
+        self.put_ending(n, 0, back)
+    }
+
+    /// `put`, clearing `unmark` (0 or `SLOT_MOVE`: a refill's mark) in the same update.
+    fn put_ending(&self, n: u64, unmark: i64, back: impl FnOnce(u64)) {
+        let (n, cap) = (n as i64, self.cap);
+        let keep = |units: i64| if units + n <= cap { units + n } else { cap / 2 };
+        let slot = self.mine();
+        let cur = slot
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                let units = cur & SLOT_UNITS;
+                let over = units + n - keep(units);
+                let mark = if over > 0 { SLOT_MOVE } else { 0 };
+                Some((cur & !SLOT_UNITS) - unmark + mark + keep(units))
+            })
             .expect("always Some");
-        (cur + n - keep(cur)) as u64
+        let units = cur & SLOT_UNITS;
+        let over = units + n - keep(units);
+        if over > 0 {
+            back(over as u64);
+            slot.fetch_sub(SLOT_MOVE, Ordering::AcqRel);
+        }
     }
 
-    /// Empty this thread's slot; returns what it held.
-    pub fn drain_mine(&self) -> u64 {
-        self.mine().swap(0, Ordering::AcqRel) as u64
+    /// Refill this thread's slot with `n` units if `take()` (taking them, and whatever the
+    /// caller uses at once, out of the global count) succeeds; the slot is marked from
+    /// before `take` until they are in it. What does not fit goes to `back` as in `put`.
+    pub fn refill(&self, n: u64, take: impl FnOnce() -> bool, back: impl FnOnce(u64)) -> bool {
+        let slot = self.mine();
+        slot.fetch_add(SLOT_MOVE, Ordering::AcqRel);
+        if !take() {
+            slot.fetch_sub(SLOT_MOVE, Ordering::AcqRel);
+            return false;
+        }
+        self.put_ending(n, SLOT_MOVE, back);
+        true
     }
 
-    /// Empty every slot; returns what they held.
-    pub fn drain_all(&self) -> u64 {
-        self.shards
-            .iter()
-            .map(|s| s.swap(0, Ordering::AcqRel))
-            .sum::<i64>() as u64
+    /// Take every unit out of `slot`, marking it if there were any (the caller moves them
+    /// and unmarks it). Returns the units and whether another move had it marked.
+    fn take_all(slot: &AtomicI64) -> (i64, bool) {
+        let mut cur = slot.load(Ordering::Acquire);
+        while cur & SLOT_UNITS != 0 {
+            match slot.compare_exchange_weak(
+                cur,
+                (cur & !SLOT_UNITS) + SLOT_MOVE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        (cur & SLOT_UNITS, cur >= SLOT_MOVE)
+    }
+
+    /// Empty this thread's slot into `back` (marked until it returns); returns what it held.
+    pub fn drain_mine(&self, back: impl FnOnce(u64)) -> u64 {
+        let slot = self.mine();
+        let (units, _) = Self::take_all(slot);
+        if units > 0 {
+            back(units as u64);
+            slot.fetch_sub(SLOT_MOVE, Ordering::AcqRel);
+        }
+        units as u64
+    }
+
+    /// Empty every slot into `back` (one call with the sum; every emptied slot stays marked
+    /// until it returns). Returns the units moved and whether a slot was marked by another
+    /// move (a refill, drain or overflow in flight: its units are in neither place yet).
+    pub fn drain_all(&self, back: impl FnOnce(u64)) -> (u64, bool) {
+        let (mut sum, mut busy, mut emptied) = (0, false, 0u64);
+        for (i, s) in self.shards.iter().enumerate() {
+            let (units, marked) = Self::take_all(s);
+            busy |= marked;
+            if units > 0 {
+                sum += units;
+                emptied |= 1 << i;
+            }
+        }
+        if sum > 0 {
+            back(sum as u64);
+            for (i, s) in self.shards.iter().enumerate() {
+                if emptied & (1 << i) != 0 {
+                    s.fetch_sub(SLOT_MOVE, Ordering::AcqRel);
+                }
+            }
+        }
+        (sum as u64, busy)
     }
 
     /// Units held by all slots now.
     pub fn total(&self) -> u64 {
         self.shards
             .iter()
-            .map(|s| s.load(Ordering::Acquire))
+            .map(|s| s.load(Ordering::Acquire) & SLOT_UNITS)
             .sum::<i64>() as u64
     }
 }
