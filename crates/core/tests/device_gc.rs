@@ -620,7 +620,7 @@ fn degree_1_0_answers_enospc_when_live_data_fills_the_device() {
     let st = fs.statfs();
     let (tx, rx) = std::sync::mpsc::channel();
     let f2 = fs.clone();
-    std::thread::spawn(move || {
+    let filler = std::thread::spawn(move || {
         let chunk = vec![0x3cu8; 1 << 20];
         let mut written = 0u64;
         let mut files = 0;
@@ -655,6 +655,7 @@ fn degree_1_0_answers_enospc_when_live_data_fills_the_device() {
     fs.sync().unwrap();
     let ino = fs.create(ROOT_INO, b"again", 0o644, 0, 0).unwrap().ino;
     fs.write(ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    filler.join().unwrap(); // its clone of `fs` is dropped after the send
     let fs = Arc::try_unwrap(fs).ok().expect("the fill thread is done");
     fs.unmount().unwrap();
     fsck_clean(&*dev);

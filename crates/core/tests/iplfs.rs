@@ -617,14 +617,14 @@ fn a_sync_beside_a_checkpoints_tail_waits_for_it_without_excluding_operations() 
     };
     std::thread::sleep(Duration::from_millis(50));
     let (done, ran) = mpsc::channel::<Ino>();
-    {
+    let writer = {
         let fs = fs.clone();
         std::thread::spawn(move || {
             let b = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap().ino;
             fs.write(b, 0, &pattern(3, 64 << 10)).unwrap();
             let _ = done.send(b);
-        });
-    }
+        })
+    };
     let b = ran.recv_timeout(Duration::from_secs(2));
     assert!(
         !sync.is_finished(),
@@ -632,6 +632,9 @@ fn a_sync_beside_a_checkpoints_tail_waits_for_it_without_excluding_operations() 
     );
     go.send(()).unwrap();
     let b = b.expect("a create and a write waited for a sync that waited for a tail");
+    // Joined, not only heard from: its clone of `fs` is dropped after the send (under
+    // load the unwrap below found it still alive, CI 2026-11-27).
+    writer.join().unwrap();
     cp.join().unwrap().unwrap();
     sync.join().unwrap().unwrap();
     fs.set_test_hook(None);
