@@ -317,7 +317,26 @@ pub fn select_victim(fs: &FsInner, cost: Cost, max_search: u64) -> Option<u64> {
     order
         .into_iter()
         .map(|c| c.0)
-        .find(|&sec| !fs.seg.victims.set(sec))
+        .find(|&sec| claim_victim(fs, sec))
+}
+
+/// Claim section `sec` as a victim (test-and-set on the shared bitmap). Fails if another
+/// collector holds it, or if a log head made it current meanwhile: SSR checks the victim
+/// bit and sets `current` in two steps, as the candidate scans check `current` and then
+/// claim, so both sides check the other's bit again after setting their own (with a
+/// SeqCst fence between: at least one sees the other) and the one that sees it gives its
+/// bit back. Without that an SSR head could write into a section being cleaned (found in
+/// review, 2026-11-27: the collector then moves fresh blocks past its reservation).
+pub(crate) fn claim_victim(fs: &FsInner, sec: u64) -> bool {
+    if fs.seg.victims.set(sec) {
+        return false;
+    }
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if fs.seg.is_current_section(sec) {
+        fs.seg.victims.clear(sec);
+        return false;
+    }
+    true
 }
 
 /// Which log kind a segment holds (from the head that last wrote it).

@@ -7,11 +7,13 @@
 //! `Data`), sent with its write (D2FS: the coupled FTL's GC keeps node and data apart).
 //!
 //! Invariants: a buffer stays readable through `read_inflight` until the device accepted
-//! it; `wait_idle` returns only when every submitted buffer is on the device (so a flush
-//! after it covers them) or reports the first write error, and `wait_upto` the same for
-//! the buffers submitted before its mark (ids grow in submission order); after an error no
-//! further queued buffer is written (the mount is poisoned; nothing is written over an
-//! unknown state). With zero threads every submission is a synchronous write (deterministic order
+//! it, and for good if the device never took it (its write failed, it was skipped after a
+//! failure, or it was refused on a poisoned pool: reads on the poisoned mount still find
+//! the blocks, not what the device held before); `wait_idle` returns only when every
+//! submitted buffer is on the device (so a flush after it covers them) or reports the
+//! first write error, and `wait_upto` the same for the buffers submitted before its mark
+//! (ids grow in submission order); after an error no further queued buffer is written
+//! (the mount is poisoned; nothing is written over an unknown state). With zero threads every submission is a synchronous write (deterministic order
 //! for the crash simulator). On a zoned device (`Capabilities::zone_blocks`, the zoned and
 //! the D2FS coupled FTL) the buffers of one zone reach the device in submission order (a
 //! zone's write pointer and the coupled FTL's "last slot seals the line" rule need it): the
@@ -172,13 +174,23 @@ impl IoPool {
     /// head): `throttle` does, once the head is released.
     pub fn submit(&self, addr: BlkAddr, data: LogBuf, hint: WriteHint) -> Result<()> {
         if self.threads == 0 {
-            let r = self.dev.write_hinted(addr, &data, hint).map(|_| ());
+            if let Err(e) = self.dev.write_hinted(addr, &data, hint) {
+                let mut st = self.state.lock();
+                st.error
+                    .get_or_insert_with(|| format!("log write at block {addr} failed: {e}"));
+                Self::keep_unwritten(&mut st, addr, data, hint);
+                self.inflight.store(st.bufs.len(), Ordering::Release);
+                return Err(e.into());
+            }
             self.recycle(data);
-            return Ok(r?);
+            return Ok(());
         }
         let mut st = crate::waits::lock(crate::waits::Point::IoPool, &self.state);
         if let Some(e) = &st.error {
-            return Err(Error::Poisoned(e.clone()));
+            let e = Error::Poisoned(e.clone());
+            Self::keep_unwritten(&mut st, addr, data, hint);
+            self.inflight.store(st.bufs.len(), Ordering::Release);
+            return Err(e);
         }
         let id = st.next_id;
         st.next_id += 1;
@@ -193,6 +205,21 @@ impl IoPool {
         drop(st);
         self.work.notify_one();
         Ok(())
+    }
+
+    /// A buffer the device never took after a write failed (refused, or its own write
+    /// failed): listed, never queued, so that reads still find its blocks on the poisoned
+    /// mount instead of what the device held before (zeros on a fresh volume). Its id is
+    /// past every mark's and waits return at the error, so nothing waits for it.
+    fn keep_unwritten(st: &mut State, addr: BlkAddr, data: LogBuf, hint: WriteHint) {
+        let id = st.next_id;
+        st.next_id += 1;
+        st.bufs.push(Buf {
+            id,
+            addr,
+            data: Arc::new(data),
+            hint,
+        });
     }
 
     /// Back-pressure: wait while `MAX_INFLIGHT` or more buffers are queued or being
@@ -379,11 +406,17 @@ impl IoPool {
                 self.dev.write_hinted(addr, &data, hint).map(|_| ())
             };
             let mut st = self.state.lock();
+            let written = !skip && r.is_ok();
             if let Err(e) = r {
                 st.error
                     .get_or_insert_with(|| format!("log write at block {addr} failed: {e}"));
             }
-            st.bufs.retain(|b| b.id != id);
+            // A buffer the device did not take (its write failed, or it was skipped after
+            // an earlier failure) stays listed, so that reads keep finding its blocks on
+            // the poisoned mount; waits return at the error.
+            if written {
+                st.bufs.retain(|b| b.id != id);
+            }
             if let Some(z) = zone.filter(|_| !released) {
                 st.busy_zones.retain(|&b| b != z);
             }

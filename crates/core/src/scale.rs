@@ -348,11 +348,11 @@ fn cvs_next(w: usize, m: usize, sh: &Shared, fs: &FsInner) -> Option<u64> {
                 continue;
             };
             if held.len() < m {
-                if !fs.seg.victims.set(sec) {
+                if crate::gc::claim_victim(fs, sec) {
                     held.push((sec, v));
                 }
             } else if let Some((wi, &(_, wv))) = held.iter().enumerate().max_by_key(|(_, e)| e.1) {
-                if v < wv && !fs.seg.victims.set(sec) {
+                if v < wv && crate::gc::claim_victim(fs, sec) {
                     let (old, _) = held[wi];
                     held[wi] = (sec, v);
                     fs.seg.victims.clear(old);

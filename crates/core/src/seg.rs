@@ -1375,7 +1375,16 @@ impl SegManager {
             .store(start + n.min(SSR_SEARCH_MAX), Ordering::Relaxed);
         let (_, seg) = best?;
         let sec = self.sec_of(seg);
+        self.test_point("ssr_picked", sec);
         if self.current.set(sec) {
+            return None;
+        }
+        // A collector may have claimed the section since the test above: it checks
+        // `current` again after its claim, and this side the victim bit after its set
+        // (`gc::claim_victim`); the fences make at least one of the two see the other.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.victims.test(sec) {
+            self.current.clear(sec);
             return None;
         }
         Some(seg)
@@ -1959,6 +1968,60 @@ mod tests {
                 "head B was given block {got} of segment {}, which holds A's valid data \
                  (the reloaded head went on from s0 = {s0} into the next segment of S)",
                 geo.seg_of(got).unwrap()
+            );
+        }
+    }
+
+    /// A collector that claims a section as its victim between SSR's test of the victim
+    /// bit and its set of `current` (forced: the hook claims it at `ssr_picked`) keeps it:
+    /// the SSR head does not write into it (found in review, 2026-11-27: both used to go
+    /// on, and the head's fresh blocks landed in a section being cleaned).
+    #[test]
+    fn ssr_leaves_a_section_a_collector_claimed_while_it_chose_it() {
+        let m = Arc::new(fresh_sps(64 << 10, 4));
+        let a = head_index(0, LogKind::Data, Temp::Warm);
+        let b = head_index(0, LogKind::Data, Temp::Hot);
+        let bps = m.bps();
+        let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(0x5a);
+        let s0 = m.heads[a].lock().seg;
+        let sec_s = m.sec_of(s0);
+        for _ in 0..=bps {
+            m.append(a, sum(1), fill).unwrap();
+        }
+        for off in BLOCKS_PER_SEG - 10..BLOCKS_PER_SEG {
+            m.invalidate(m.geo.seg_start(s0) + off);
+        }
+        let mut sit = vec![0u8; m.geo.sit_blocks.div_ceil(8) as usize];
+        let mut ssa = vec![0u8; m.geo.ssa_blocks.div_ceil(8) as usize];
+        m.submit_all().unwrap();
+        m.wait_io().unwrap();
+        m.flush_meta(&mut sit, &mut ssa).unwrap();
+        m.ssr_below_secs.store(u64::MAX, Ordering::Relaxed);
+        let claimed = Arc::new(AtomicBool::new(false));
+        let (weak, c2) = (Arc::downgrade(&m), claimed.clone());
+        m.set_test_hook(Some(Arc::new(move |what, sec| {
+            if what == "ssr_picked" && sec == sec_s && !c2.swap(true, Ordering::SeqCst) {
+                let m = weak.upgrade().expect("alive");
+                assert!(!m.victims.set(sec), "S claimed before");
+            }
+        })));
+        let b_seg = m.heads[b].lock().seg;
+        let mut got = Vec::new();
+        for _ in 0..bps - (b_seg % m.sps()) * BLOCKS_PER_SEG + 5 {
+            got.push(m.append(b, sum(2), fill).unwrap());
+        }
+        m.set_test_hook(None);
+        assert!(claimed.load(Ordering::SeqCst), "SSR never chose S");
+        assert!(
+            m.victims.test(sec_s),
+            "the collector's claim was taken back"
+        );
+        assert!(!m.is_current_section(sec_s), "a head owns the victim");
+        for addr in got {
+            assert_ne!(
+                m.sec_of(m.geo.seg_of(addr).unwrap()),
+                sec_s,
+                "head B wrote block {addr} into the section a collector claimed"
             );
         }
     }
