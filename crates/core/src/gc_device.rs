@@ -369,7 +369,13 @@ impl DeviceCollector {
     /// a hole from the oldest unacknowledged one, so after that the ids are whole from
     /// `last + 1` on, or start past it because everything before was acknowledged (a fresh
     /// volume on a device whose ids started higher). A late copy of one already applied is
-    /// skipped by id.
+    /// skipped by id. The re-sent copies ride on the next completion the device finishes,
+    /// which may be another thread's (an I/O thread's log write still in flight) that
+    /// reaches the tap after this flush: if the hole is still there, only the run without
+    /// a hole is returned and the upcalls past it go back to the tap for the next round.
+    /// Applying past the hole set `last` beyond the missing id, so that it was skipped as
+    /// applied when it came, acknowledged, and its blocks lost (found in review,
+    /// 2026-11-27, `tests/device_gc_resend.rs`).
     fn ordered_upcalls(&self, fs: &FsInner, last: u64) -> Result<Vec<flashlog_dev::Upcall>> {
         let mut ups = self.tap.take();
         let whole = |ups: &mut Vec<flashlog_dev::Upcall>| {
@@ -387,7 +393,27 @@ impl DeviceCollector {
         fs.dev.resend_migrations()?;
         fs.dev.flush()?;
         ups.extend(self.tap.take());
-        whole(&mut ups);
+        if !whole(&mut ups) {
+            // Keep what is at or below `last` (skipped by id) and the run from `last + 1`
+            // without a hole; the rest waits in the tap.
+            let mut want = last + 1;
+            let cut = ups
+                .iter()
+                .position(|u| {
+                    if u.id <= last {
+                        return false;
+                    }
+                    let gap = u.id != want;
+                    want += 1;
+                    gap
+                })
+                .unwrap_or(ups.len());
+            let rest = ups.split_off(cut);
+            fs.stats
+                .upcalls_deferred
+                .fetch_add(rest.len() as u64, Ordering::Relaxed);
+            self.tap.put_back(rest);
+        }
         Ok(ups)
     }
 }

@@ -274,6 +274,7 @@ pub struct Stats {
     pub upcalls_applied: AtomicU64,
     pub upcalls_skipped: AtomicU64,
     pub upcall_resends: AtomicU64,
+    pub upcalls_deferred: AtomicU64,
     pub upcall_pairs_applied: AtomicU64,
     pub upcall_pairs_skipped: AtomicU64,
     pub upcall_discards_withdrawn: AtomicU64,
@@ -332,6 +333,9 @@ pub struct Counters {
     /// gc=device: re-sends asked of the device because the ids of the queued upcalls had a
     /// hole (completions returned out of id order, gc_device.rs `ordered_upcalls`).
     pub upcall_resends: u64,
+    /// gc=device: upcalls put back in the tap because a re-send had not filled the hole
+    /// before them yet (applied in a later round, in id order).
+    pub upcalls_deferred: u64,
     pub upcall_pairs_applied: u64,
     pub upcall_pairs_skipped: u64,
     /// gc=device: queued discards of a pair's old address taken back because the host
@@ -446,6 +450,7 @@ impl Stats {
             upcalls_applied: g(&self.upcalls_applied),
             upcalls_skipped: g(&self.upcalls_skipped),
             upcall_resends: g(&self.upcall_resends),
+            upcalls_deferred: g(&self.upcalls_deferred),
             upcall_pairs_applied: g(&self.upcall_pairs_applied),
             upcall_pairs_skipped: g(&self.upcall_pairs_skipped),
             upcall_discards_withdrawn: g(&self.upcall_discards_withdrawn),

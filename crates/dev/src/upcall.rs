@@ -75,6 +75,21 @@ impl<D: BlockDevice> UpcallTap<D> {
         self.queue.lock().drain(..).collect()
     }
 
+    /// Queue again upcalls taken with `take` and not handled (those past a hole in the
+    /// ids: `gc=device` applies upcalls in id order only). They were in the queue before,
+    /// so the cap does not apply; `any_queued_old` sees them again.
+    pub fn put_back(&self, ups: Vec<Upcall>) {
+        if ups.is_empty() {
+            return;
+        }
+        let mut q = self.queue.lock();
+        for u in ups.into_iter().rev() {
+            q.push_front(u);
+        }
+        drop(q);
+        self.cv.notify_all();
+    }
+
     /// Wait until at least one upcall is queued or `timeout` passed; returns the queue.
     pub fn wait(&self, timeout: Duration) -> Vec<Upcall> {
         let mut q = self.queue.lock();
