@@ -437,10 +437,12 @@ impl SsdDevice {
 
     /// Run `f` on the engine at `at`, then `store_op` on the contents (under the engine lock
     /// when the FTL remaps, else after releasing it; a remapping write's `store_op` only
-    /// takes its shard locks there); returns the completion with its events.
+    /// takes its shard locks there); returns the completion with its events. `write` is a
+    /// write request's blocks (address, bytes): see below.
     fn exec<'s, R>(
         &'s self,
         at: u64,
+        write: Option<(u64, &[u8])>,
         f: impl FnOnce(&mut Engine) -> Result<(u64, R), EngineError>,
         store_op: impl FnOnce(&'s Store, R) -> DevResult<()>,
     ) -> DevResult<Timed> {
@@ -450,6 +452,21 @@ impl SsdDevice {
         // GC moves that changed logical addresses move their contents before anything else
         // can look at the store (also when the request itself failed).
         let (moved, dropped) = e.take_store_changes();
+        // GC that ran inside this write (the coupled FTL collects before each page) may
+        // have moved a page the write itself had just put on a line it sealed: its bytes
+        // must be in the store before the move copies them, or the move copies nothing and
+        // the write lands at an address no longer mapped (found in review, 2026-11-27:
+        // the accepted block read back as zeros, through the redirect and at the pair's
+        // new address). Such a write stores its bytes here, under the engine lock, and not
+        // again after it.
+        let mut stored = false;
+        if let (Some((addr, buf)), true, true) = (write, self.remaps, res.is_ok()) {
+            let n = buf.len() as u64 / BLOCK_SIZE_U64;
+            if moved.iter().any(|&(old, _)| old >= addr && old < addr + n) {
+                self.store.write(addr, buf)?;
+                stored = true;
+            }
+        }
         for (old, new) in moved {
             self.store.relocate(old, new)?;
         }
@@ -458,7 +475,9 @@ impl SsdDevice {
         }
         let (done, r) = res.map_err(engine_err)?;
         if self.remaps {
-            store_op(&self.store, r)?;
+            if !stored {
+                store_op(&self.store, r)?;
+            }
             e.drain_events(&mut completion.events);
             drop(e);
         } else {
@@ -501,6 +520,7 @@ impl SsdDevice {
         let n = check_request(&self.caps, addr, buf.len())?;
         self.exec(
             at,
+            None,
             |e| e.read(&[(addr, n)], at),
             |st, red| Self::read_store(st, addr, buf, &red),
         )
@@ -513,6 +533,7 @@ impl SsdDevice {
         }
         self.exec(
             at,
+            None,
             |e| e.read(&extents, at),
             |st, red| {
                 for (addr, buf) in reqs.iter_mut() {
@@ -532,6 +553,7 @@ impl SsdDevice {
         let mut held = None;
         let timed = self.exec(
             at,
+            Some((addr, buf)),
             |e| e.write(addr, n, at, hint).map(|d| (d, ())),
             |st, ()| {
                 if self.remaps {
@@ -555,6 +577,7 @@ impl SsdDevice {
         // under that address: the FTL reports it in `Flash::dropped`, applied in `exec`.
         self.exec(
             at,
+            None,
             |e| e.discard(addr, count, at).map(|d| (d, ())),
             |st, ()| st.discard(addr, count),
         )
@@ -566,13 +589,19 @@ impl SsdDevice {
         }
         self.exec(
             at,
+            None,
             |e| e.discard_many(ranges, at).map(|d| (d, ())),
             |st, ()| st.discard_many(ranges),
         )
     }
 
     fn do_flush(&self, at: u64) -> DevResult<Timed> {
-        self.exec(at, |e| e.flush(at).map(|d| (d, ())), |st, ()| st.sync())
+        self.exec(
+            at,
+            None,
+            |e| e.flush(at).map(|d| (d, ())),
+            |st, ()| st.sync(),
+        )
     }
 
     /// Read at an explicit submission time (no sleeping; records the modelled latency).
