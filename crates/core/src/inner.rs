@@ -785,6 +785,12 @@ impl FsInner {
         }
         st.wb_in_flight += 1;
         drop(st);
+        // A visit that dies from here on leaves its pages marked and the count raised: an
+        // fsync would wait for it for good and every later write-back would skip those
+        // pages. The flusher poisons the mount when its visit panics; a visit on another
+        // thread (a checkpoint pre-pass, a cap relief, `own_writeback`) did not (found in
+        // review, 2026-11-27). The guard poisons on unwind and wakes the waiters.
+        let dies = VisitUnwind(self);
         self.test_point("flush:copying");
         // 2. Copy, with no cell held.
         let mut failed = None;
@@ -868,6 +874,7 @@ impl FsInner {
         }
         st.wb_in_flight -= 1;
         drop(st);
+        std::mem::forget(dies);
         // Only when an fsync waits: the lock is volume-wide and every visit of every lane
         // gets here. A waiter registers under the cell, before the decrement above could
         // run, so this load sees it (the cell orders the two).
@@ -1266,5 +1273,18 @@ impl FsInner {
 
     pub fn block_size(&self) -> usize {
         BLOCK_SIZE
+    }
+}
+
+/// Armed while a write-back visit has pages marked (`writeback_pages_released`); dropped
+/// only by an unwind (the visit forgets it when it ends): poisons the mount, which ends
+/// fsync's wait for the visit with an error, and wakes that wait.
+struct VisitUnwind<'a>(&'a FsInner);
+
+impl Drop for VisitUnwind<'_> {
+    fn drop(&mut self) {
+        self.0.poison_with("a write-back visit panicked".into());
+        let _g = self.0.wb_done_lock.lock();
+        self.0.wb_done.notify_all();
     }
 }
