@@ -1226,6 +1226,12 @@ impl Fs {
             if !sa.is_dir() || sb_opt.as_ref().is_some_and(|s| !s.is_dir()) {
                 return Err(Error::NotDir);
             }
+            // A removed directory (still open, or held by the kernel until FORGET) takes
+            // no new name, as create and link refuse it: a file renamed into it was lost
+            // when it was freed (found in review, 2026-11-27).
+            if sa.hdr.nlink == 0 || sb_opt.as_ref().is_some_and(|s| s.hdr.nlink == 0) {
+                return Err(Error::NotFound);
+            }
             let src = fs.dir_find(&mut sa, name)?.ok_or(Error::NotFound)?;
             // Whatever follows, names may leave both directories (a failed rename below
             // leaves them as they were: marking them only costs a checkpoint).
@@ -1420,6 +1426,9 @@ impl Fs {
     }
 
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        // The end must be a number: the chunks' page ranges are computed from it before
+        // the file code checks the size (an overflow there wrapped in release builds).
+        off.checked_add(data.len() as u64).ok_or(Error::TooBig)?;
         if data.is_empty() {
             return self.write_chunk(ino, off, data);
         }

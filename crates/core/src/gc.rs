@@ -212,6 +212,12 @@ impl Collector for F2fsCollector {
             // The op lock is held per victim, so a checkpoint can run between victims.
             let r = {
                 let _g = fs.oplock.op();
+                // Chosen before the op lock: a checkpoint may have released it since and a
+                // head claimed it fresh (as `scale`'s workers, `tests/scale_victims.rs`).
+                if cleanable(fs, sec).is_none() {
+                    fs.seg.victims.clear(sec);
+                    continue;
+                }
                 // What the moves need is reserved first; if the budget has no room for it,
                 // the checkpoint that frees our prefree sections must come first.
                 let Some(_space) = reserve_victim(fs, sec, false) else {

@@ -305,7 +305,16 @@ fn run_round(
         let t0 = Instant::now();
         let r = {
             let _g = fs.oplock.op();
-            clean_section_scale(fs, sec, w, f, buf)
+            // Chosen before the op lock: a checkpoint may have released the section since
+            // (its last blocks died) and a head claimed it fresh (a claim does not look at
+            // the victim bit). Checked again here, where no checkpoint can run until the
+            // clean ends (found in review, 2026-11-27: the worker moved a current head's
+            // fresh blocks, past its reservation; `tests/scale_victims.rs`).
+            if crate::gc::cleanable(fs, sec).is_some() {
+                clean_section_scale(fs, sec, w, f, buf)
+            } else {
+                Ok(false)
+            }
         };
         drop(space);
         sh.pending_gain.fetch_sub(gain, Ordering::AcqRel);

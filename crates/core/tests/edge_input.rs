@@ -1,0 +1,194 @@
+//! Hostile or edge input through the core API the FUSE adapter forwards to (written in
+//! review, 2026-11-27): a rename into a removed directory (accepted before, and the file
+//! was lost when the directory was freed: fsck found its inode unreachable), offsets and
+//! sizes at the top of the 64-bit range, odd names.
+
+use flashlog_core::*;
+use flashlog_dev::{BlockDevice, RamDevice};
+use std::sync::Arc;
+
+fn opts() -> MountOptions {
+    MountOptions {
+        cp_interval: None,
+        ..Default::default()
+    }
+}
+
+fn fresh() -> (Arc<dyn BlockDevice>, Fs) {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new((128 << 20) / 4096));
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    (dev, fs)
+}
+
+const NONE: RenameFlags = RenameFlags {
+    noreplace: false,
+    exchange: false,
+};
+
+/// The adapter pins (opens) a directory before its rmdir; the kernel may still name it.
+/// A rename into the removed directory must fail (ENOENT, as make_node and link do), not
+/// put a live file into a directory that is freed at FORGET.
+#[test]
+fn rename_into_removed_directory_is_refused() {
+    let (dev, fs) = fresh();
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+    fs.open(d).unwrap(); // the adapter's pin_victim
+    fs.rmdir(root, b"d").unwrap();
+    let f = fs.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, b"data").unwrap();
+    // make_node refuses the dead directory...
+    assert!(matches!(
+        fs.create(d, b"g", 0o644, 0, 0),
+        Err(Error::NotFound)
+    ));
+    // ...and so must rename.
+    let r = fs.rename(root, b"f", d, b"f", NONE);
+    let refused = matches!(r, Err(Error::NotFound));
+    fs.release(d).unwrap(); // the kernel's FORGET: the directory is freed
+    fs.unmount().unwrap();
+    let rep = fsck(&*dev).unwrap();
+    assert!(
+        refused,
+        "rename into a removed directory returned {r:?}; fsck after the directory was freed: clean={} {rep}",
+        rep.is_clean()
+    );
+    assert!(rep.is_clean(), "{rep}");
+}
+
+/// Offsets and sizes at the top of the u64 range: errors, never a panic or a change.
+#[test]
+fn huge_offsets_and_sizes_are_errors() {
+    let (dev, fs) = fresh();
+    let root = fs.root();
+    let f = fs.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &[1u8; 10000]).unwrap();
+    let mut buf = [0u8; 4096];
+    assert_eq!(fs.read(f, u64::MAX, &mut buf).unwrap(), 0);
+    assert_eq!(fs.read(f, u64::MAX - 1, &mut buf).unwrap(), 0);
+    assert!(matches!(
+        fs.write(f, u64::MAX - 10, &[2u8; 100]),
+        Err(Error::TooBig)
+    ));
+    assert!(matches!(
+        fs.write(f, i64::MAX as u64, &[2u8; 100]),
+        Err(Error::TooBig)
+    ));
+    for m in [
+        FallocMode::Allocate,
+        FallocMode::KeepSize,
+        FallocMode::PunchHole,
+        FallocMode::ZeroRange,
+        FallocMode::ZeroRangeKeepSize,
+    ] {
+        let r = fs.fallocate(f, m, u64::MAX - 10, 100);
+        assert!(matches!(r, Err(Error::TooBig)), "{m:?}: {r:?}");
+        let r = fs.fallocate(f, m, 4096, u64::MAX);
+        assert!(matches!(r, Err(Error::TooBig)), "{m:?}: {r:?}");
+    }
+    let sa = SetAttr {
+        size: Some(u64::MAX),
+        mode: Some(0o4755),
+        ..Default::default()
+    };
+    assert!(matches!(fs.setattr(f, &sa), Err(Error::TooBig)));
+    let a = fs.getattr(f).unwrap();
+    assert_eq!(a.size, 10000);
+    assert_eq!(a.mode & 0o7777, 0o644, "a failed setattr changed the mode");
+    // readdir from offsets far past the end, and u64::MAX.
+    for off in [3u64, 1 << 40, u64::MAX - 1, u64::MAX] {
+        let e = fs.readdir(root, off, 160).unwrap();
+        assert!(e.is_empty(), "offset {off}: {e:?}");
+    }
+    assert!(fs.readdir(root, 0, 0).unwrap().is_empty());
+    fs.unmount().unwrap();
+    let rep = fsck(&*dev).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+}
+
+/// Names the kernel could pass: empty, '.', '..', with '/', 255 and 256 bytes, non-UTF-8.
+#[test]
+fn odd_names() {
+    let (dev, fs) = fresh();
+    let root = fs.root();
+    let long255 = vec![b'x'; 255];
+    let long256 = vec![b'x'; 256];
+    let long4k = vec![b'y'; 4096];
+    assert!(matches!(fs.lookup(root, &long256), Err(Error::NameTooLong)));
+    assert!(matches!(fs.lookup(root, &long4k), Err(Error::NameTooLong)));
+    assert!(fs.lookup(root, b"").is_err());
+    assert!(matches!(fs.lookup(root, b"a/b"), Err(Error::NotFound)));
+    assert_eq!(fs.lookup(root, b"..").unwrap().ino, root);
+    assert!(fs.create(root, b"", 0o644, 0, 0).is_err());
+    assert!(fs.create(root, b".", 0o644, 0, 0).is_err());
+    assert!(fs.create(root, b"..", 0o644, 0, 0).is_err());
+    assert!(fs.create(root, b"a/b", 0o644, 0, 0).is_err());
+    assert!(matches!(
+        fs.create(root, &long256, 0o644, 0, 0),
+        Err(Error::NameTooLong)
+    ));
+    let a = fs.create(root, &long255, 0o644, 0, 0).unwrap().ino;
+    let bad = [0xffu8, 0xfe, 0x80, b'z'];
+    let b = fs.mkdir(root, &bad, 0o755, 0, 0).unwrap().ino;
+    assert_eq!(fs.lookup(root, &bad).unwrap().ino, b);
+    assert!(fs.unlink(root, b"").is_err());
+    assert!(fs.rmdir(root, b".").is_err());
+    assert!(fs.rmdir(root, b"..").is_err());
+    assert!(fs.rename(root, b"..", b, b"x", NONE).is_err());
+    assert!(fs.rename(root, &long255, b, b"..", NONE).is_err());
+    assert!(fs.rename(root, &long255, b, &long256, NONE).is_err());
+    let both = RenameFlags {
+        noreplace: true,
+        exchange: true,
+    };
+    assert!(matches!(
+        fs.rename(root, &long255, root, &bad, both),
+        Err(Error::Invalid(_))
+    ));
+    // Exchange of a directory with a file inside it.
+    fs.rename(root, &long255, b, b"inner", NONE).unwrap();
+    assert!(fs
+        .rename(
+            root,
+            &bad,
+            b,
+            b"inner",
+            RenameFlags {
+                noreplace: false,
+                exchange: true
+            }
+        )
+        .is_err());
+    // A directory onto itself / below itself.
+    assert!(fs.rename(root, &bad, b, b"self", NONE).is_err());
+    // Inode numbers never issued.
+    for ino in [0u32, 1, 2, 4, 5, 1000, u32::MAX] {
+        if ino == a || ino == b {
+            continue;
+        }
+        assert!(fs.getattr(ino).is_err(), "getattr {ino}");
+        assert!(fs.readdir(ino, 0, 10).is_err(), "readdir {ino}");
+        assert!(fs.getxattr(ino, b"user.x").is_err(), "getxattr {ino}");
+        assert!(
+            fs.setxattr(ino, b"user.x", b"v", XattrMode::Any).is_err(),
+            "setxattr {ino}"
+        );
+        assert!(fs.release(ino).is_ok(), "release (FORGET) {ino}");
+    }
+    // xattr names and sizes.
+    assert!(fs.setxattr(a, b"", b"v", XattrMode::Any).is_err());
+    assert!(fs.setxattr(a, &[b'u'; 256], b"v", XattrMode::Any).is_err());
+    assert!(fs
+        .setxattr(a, b"user.big", &vec![0u8; 70000], XattrMode::Any)
+        .is_err());
+    assert!(matches!(
+        fs.setxattr(a, b"user.big", &vec![0u8; 65535], XattrMode::Any),
+        Err(Error::NoSpace)
+    ));
+    fs.setxattr(a, b"user.e", b"", XattrMode::Any).unwrap();
+    assert_eq!(fs.getxattr(a, b"user.e").unwrap(), b"");
+    fs.unmount().unwrap();
+    let rep = fsck(&*dev).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+}
