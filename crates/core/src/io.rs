@@ -178,8 +178,7 @@ impl IoPool {
                 let mut st = self.state.lock();
                 st.error
                     .get_or_insert_with(|| format!("log write at block {addr} failed: {e}"));
-                Self::keep_unwritten(&mut st, addr, data, hint);
-                self.inflight.store(st.bufs.len(), Ordering::Release);
+                self.list(&mut st, addr, data, hint);
                 return Err(e.into());
             }
             self.recycle(data);
@@ -188,30 +187,22 @@ impl IoPool {
         let mut st = crate::waits::lock(crate::waits::Point::IoPool, &self.state);
         if let Some(e) = &st.error {
             let e = Error::Poisoned(e.clone());
-            Self::keep_unwritten(&mut st, addr, data, hint);
-            self.inflight.store(st.bufs.len(), Ordering::Release);
+            self.list(&mut st, addr, data, hint);
             return Err(e);
         }
-        let id = st.next_id;
-        st.next_id += 1;
-        st.bufs.push(Buf {
-            id,
-            addr,
-            data: Arc::new(data),
-            hint,
-        });
+        let id = self.list(&mut st, addr, data, hint);
         st.queue.push_back(id);
-        self.inflight.store(st.bufs.len(), Ordering::Release);
         drop(st);
         self.work.notify_one();
         Ok(())
     }
 
-    /// A buffer the device never took after a write failed (refused, or its own write
-    /// failed): listed, never queued, so that reads still find its blocks on the poisoned
-    /// mount instead of what the device held before (zeros on a fresh volume). Its id is
-    /// past every mark's and waits return at the error, so nothing waits for it.
-    fn keep_unwritten(st: &mut State, addr: BlkAddr, data: LogBuf, hint: WriteHint) {
+    /// List a buffer (readable through `read_inflight` from now on) under the next id,
+    /// which the caller queues. A buffer the device never took after a write failed
+    /// (refused, or its own synchronous write failed) is listed and never queued, so that
+    /// reads still find its blocks on the poisoned mount instead of what the device held
+    /// before (zeros on a fresh volume); waits return at the error, so none waits for it.
+    fn list(&self, st: &mut State, addr: BlkAddr, data: LogBuf, hint: WriteHint) -> u64 {
         let id = st.next_id;
         st.next_id += 1;
         st.bufs.push(Buf {
@@ -220,6 +211,8 @@ impl IoPool {
             data: Arc::new(data),
             hint,
         });
+        self.inflight.store(st.bufs.len(), Ordering::Release);
+        id
     }
 
     /// Back-pressure: wait while `MAX_INFLIGHT` or more buffers are queued or being
