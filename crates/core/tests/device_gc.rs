@@ -773,43 +773,13 @@ fn overwrite_with_a_late_upcall(mode: Late) -> stats::Counters {
         ..opts()
     };
     let fs = Fs::mount(dev.clone(), o.clone()).unwrap();
-    let nfiles = (fs.statfs().blocks * 4096 * 6 / 10 / FILE) as usize;
-    let mut model: Vec<Vec<u8>> = Vec::new();
-    let mut inos = Vec::new();
-    for i in 0..nfiles {
-        let data: Vec<u8> = (0..FILE).map(|k| (k as usize * 5 + i) as u8).collect();
-        inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
-        model.push(data);
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(71);
-    let mut after = 0;
-    for n in 0..3 * CAP / 4096 {
-        let f = rng.random_range(0..nfiles);
-        let blk = rng.random_range(0..FILE / 4096) as usize;
-        let byte: u8 = rng.random();
-        fs.write(inos[f], (blk * 4096) as u64, &[byte; 4096])
-            .unwrap();
-        model[f][blk * 4096..(blk + 1) * 4096].fill(byte);
-        if n % 20000 == 0 {
-            fs.sync().unwrap();
-        }
-        // Go on until several more upcalls were applied after the late one.
-        if dev.state.lock().unwrap().2 {
-            after += 1;
-            if after == 60_000 {
-                break;
-            }
-        }
-    }
+    // Go on until several more upcalls were applied after the late one.
+    let model = common::device_overwrites(&fs, CAP, FILE, || dev.state.lock().unwrap().2);
     assert!(dev.state.lock().unwrap().2, "fewer than 4 upcalls came");
     fs.sync().unwrap();
     let c = fs.stats();
-    for (i, m) in model.iter().enumerate() {
-        let got = fs.read_file(&format!("/f{i}")).unwrap();
-        let bad = (0..got.len() / 4096)
-            .filter(|&b| got[b * 4096..(b + 1) * 4096] != m[b * 4096..(b + 1) * 4096])
-            .count();
-        assert_eq!(bad, 0, "file {i}: {bad} blocks differ ({mode:?}, {c:?})");
+    if let Some((i, bad)) = common::files_differing(&fs, &model).first() {
+        panic!("file {i}: {bad} blocks differ ({mode:?}, {c:?})");
     }
     fs.unmount().unwrap();
     fsck_clean(&*dev);

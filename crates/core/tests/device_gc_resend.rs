@@ -16,8 +16,6 @@
 use flashlog_core::*;
 use flashlog_dev::{BlockDevice, Completion, DevResult, DeviceEvent, WriteHint};
 use flashlog_ssd::SsdDevice;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use std::sync::{Arc, Mutex};
 
 mod common;
@@ -152,33 +150,7 @@ fn a_re_send_that_reaches_the_tap_after_the_flush_loses_no_upcall() {
     });
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
     let fs = Fs::mount(dev.clone(), opts()).unwrap();
-    let nfiles = (fs.statfs().blocks * 4096 * 6 / 10 / FILE) as usize;
-    let mut model: Vec<Vec<u8>> = Vec::new();
-    let mut inos = Vec::new();
-    for i in 0..nfiles {
-        let data: Vec<u8> = (0..FILE).map(|k| (k as usize * 5 + i) as u8).collect();
-        inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
-        model.push(data);
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(71);
-    let mut after = 0;
-    for n in 0..3 * CAP / 4096 {
-        let f = rng.random_range(0..nfiles);
-        let blk = rng.random_range(0..FILE / 4096) as usize;
-        let byte: u8 = rng.random();
-        fs.write(inos[f], (blk * 4096) as u64, &[byte; 4096])
-            .unwrap();
-        model[f][blk * 4096..(blk + 1) * 4096].fill(byte);
-        if n % 20000 == 0 {
-            fs.sync().unwrap();
-        }
-        if dev.st.lock().unwrap().delivered {
-            after += 1;
-            if after == 60_000 {
-                break;
-            }
-        }
-    }
+    let model = common::device_overwrites(&fs, CAP, FILE, || dev.st.lock().unwrap().delivered);
     {
         let st = dev.st.lock().unwrap();
         assert!(
@@ -199,16 +171,7 @@ fn a_re_send_that_reaches_the_tap_after_the_flush_loses_no_upcall() {
         c.upcall_pairs_applied,
         c.upcall_pairs_skipped
     );
-    let mut bad_files = Vec::new();
-    for (i, m) in model.iter().enumerate() {
-        let got = fs.read_file(&format!("/f{i}")).unwrap();
-        let bad = (0..got.len() / 4096)
-            .filter(|&b| got[b * 4096..(b + 1) * 4096] != m[b * 4096..(b + 1) * 4096])
-            .count();
-        if bad > 0 {
-            bad_files.push((i, bad));
-        }
-    }
+    let bad_files = common::files_differing(&fs, &model);
     assert!(
         bad_files.is_empty(),
         "blocks lost after a re-send reached the tap late: (file, blocks differing) {bad_files:?}; \

@@ -443,3 +443,57 @@ pub fn fsync_chains(
     );
     model
 }
+
+/// The `gc=device` upcall-order workload: files of `file` bytes filling 60 % of statfs,
+/// then random 4 KiB overwrites of up to three times `cap` (a sync every 20,000), ending
+/// 60,000 writes after `reached()` first returned true. Returns every file's contents.
+pub fn device_overwrites(
+    fs: &Fs,
+    cap: u64,
+    file: u64,
+    mut reached: impl FnMut() -> bool,
+) -> Vec<Vec<u8>> {
+    let nfiles = (fs.statfs().blocks * 4096 * 6 / 10 / file) as usize;
+    let mut model: Vec<Vec<u8>> = Vec::new();
+    let mut inos = Vec::new();
+    for i in 0..nfiles {
+        let data: Vec<u8> = (0..file).map(|k| (k as usize * 5 + i) as u8).collect();
+        inos.push(fs.write_file(&format!("/f{i}"), &data).unwrap());
+        model.push(data);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(71);
+    let mut after = 0;
+    for n in 0..3 * cap / 4096 {
+        let f = rng.random_range(0..nfiles);
+        let blk = rng.random_range(0..file / 4096) as usize;
+        let byte: u8 = rng.random();
+        fs.write(inos[f], (blk * 4096) as u64, &[byte; 4096])
+            .unwrap();
+        model[f][blk * 4096..(blk + 1) * 4096].fill(byte);
+        if n % 20000 == 0 {
+            fs.sync().unwrap();
+        }
+        if reached() {
+            after += 1;
+            if after == 60_000 {
+                break;
+            }
+        }
+    }
+    model
+}
+
+/// (file index, 4 KiB blocks differing) for each file `/f{i}` that differs from `model`.
+pub fn files_differing(fs: &Fs, model: &[Vec<u8>]) -> Vec<(usize, usize)> {
+    let mut bad_files = Vec::new();
+    for (i, m) in model.iter().enumerate() {
+        let got = fs.read_file(&format!("/f{i}")).unwrap();
+        let bad = (0..got.len() / 4096)
+            .filter(|&b| got[b * 4096..(b + 1) * 4096] != m[b * 4096..(b + 1) * 4096])
+            .count();
+        if bad > 0 {
+            bad_files.push((i, bad));
+        }
+    }
+    bad_files
+}
