@@ -1895,6 +1895,29 @@ mod tests {
         assert_eq!(m.total_valid(), n as u64);
     }
 
+    /// Head A (warm data) fills section S and moves on; the last 10 blocks of S's first
+    /// segment s0 are invalidated and a checkpoint (`flush_meta`) makes them reusable by
+    /// SSR. Returns s0, S and the SIT and SSA dirty maps of that checkpoint.
+    fn section_with_holes(m: &SegManager) -> (SegNo, u64, Vec<u8>, Vec<u8>) {
+        let a = head_index(0, LogKind::Data, Temp::Warm);
+        let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(0x5a);
+        let s0 = m.heads[a].lock().seg;
+        let sec_s = m.sec_of(s0);
+        for _ in 0..=m.bps() {
+            m.append(a, sum(1), fill).unwrap();
+        }
+        assert!(!m.is_current_section(sec_s), "A still owns S");
+        for off in BLOCKS_PER_SEG - 10..BLOCKS_PER_SEG {
+            m.invalidate(m.geo.seg_start(s0) + off);
+        }
+        let mut sit = vec![0u8; m.geo.sit_blocks.div_ceil(8) as usize];
+        let mut ssa = vec![0u8; m.geo.ssa_blocks.div_ceil(8) as usize];
+        m.submit_all().unwrap();
+        m.wait_io().unwrap();
+        m.flush_meta(&mut sit, &mut ssa).unwrap();
+        (s0, sec_s, sit, ssa)
+    }
+
     /// Regression test: a thread-logging (SSR) head must stay one after a remount.
     ///
     /// Forced state, on one thread: head A fills section S (4 segments) and moves on; the
@@ -1911,24 +1934,10 @@ mod tests {
     #[test]
     fn ssr_head_stays_ssr_across_a_remount_and_never_enters_the_next_segment() {
         let m = fresh_sps(64 << 10, 4);
-        let a = head_index(0, LogKind::Data, Temp::Warm);
         let b = head_index(0, LogKind::Data, Temp::Hot);
         let bps = m.bps();
         let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(0x5a);
-        let s0 = m.heads[a].lock().seg;
-        let sec_s = m.sec_of(s0);
-        for _ in 0..=bps {
-            m.append(a, sum(1), fill).unwrap();
-        }
-        assert!(!m.is_current_section(sec_s), "A still owns S");
-        for off in BLOCKS_PER_SEG - 10..BLOCKS_PER_SEG {
-            m.invalidate(m.geo.seg_start(s0) + off);
-        }
-        let mut sit = vec![0u8; m.geo.sit_blocks.div_ceil(8) as usize];
-        let mut ssa = vec![0u8; m.geo.ssa_blocks.div_ceil(8) as usize];
-        m.submit_all().unwrap();
-        m.wait_io().unwrap();
-        m.flush_meta(&mut sit, &mut ssa).unwrap();
+        let (s0, _, mut sit, mut ssa) = section_with_holes(&m);
         // Threaded logging is due from here on.
         m.ssr_below_secs.store(u64::MAX, Ordering::Relaxed);
         let b_seg = m.heads[b].lock().seg;
@@ -1979,23 +1988,10 @@ mod tests {
     #[test]
     fn ssr_leaves_a_section_a_collector_claimed_while_it_chose_it() {
         let m = Arc::new(fresh_sps(64 << 10, 4));
-        let a = head_index(0, LogKind::Data, Temp::Warm);
         let b = head_index(0, LogKind::Data, Temp::Hot);
         let bps = m.bps();
         let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(0x5a);
-        let s0 = m.heads[a].lock().seg;
-        let sec_s = m.sec_of(s0);
-        for _ in 0..=bps {
-            m.append(a, sum(1), fill).unwrap();
-        }
-        for off in BLOCKS_PER_SEG - 10..BLOCKS_PER_SEG {
-            m.invalidate(m.geo.seg_start(s0) + off);
-        }
-        let mut sit = vec![0u8; m.geo.sit_blocks.div_ceil(8) as usize];
-        let mut ssa = vec![0u8; m.geo.ssa_blocks.div_ceil(8) as usize];
-        m.submit_all().unwrap();
-        m.wait_io().unwrap();
-        m.flush_meta(&mut sit, &mut ssa).unwrap();
+        let (_, sec_s, _, _) = section_with_holes(&m);
         m.ssr_below_secs.store(u64::MAX, Ordering::Relaxed);
         let claimed = Arc::new(AtomicBool::new(false));
         let (weak, c2) = (Arc::downgrade(&m), claimed.clone());
