@@ -214,16 +214,9 @@ fn overlapping_visits_with_rewrites_truncates_and_refills_stay_exact() {
     remount_and_check(dev, fs, &model, "overlapping visits");
 }
 
-/// A visit that is not the flusher's (here the checkpoint pre-pass of `sync`, run on a
-/// caller's thread) dies between marking its pages and mapping them. Unlike the flusher,
-/// whose panics are caught and poison the mount, nothing poisons the mount: the marks and
-/// `wb_in_flight` stay. DESIGN.md ("fsync ... a visit that died, which poisons the mount,
-/// makes the fsync fail") promises the fsync fails; it waits for good instead.
-#[test]
-fn fsync_after_a_prepass_visit_died_does_not_wait_for_good() {
-    let (_dev, fs) = fresh(256, opts(64 << 20));
-    fs.set_flusher_paused(true);
-    let (ino, _model) = file_of_chunks(&fs, 1);
+/// Run the checkpoint pre-pass on a thread of its own and kill its visit at
+/// `flush:copying` (pages marked, copies not mapped), as the flusher test does.
+fn kill_a_prepass_visit(fs: &Arc<Fs>) {
     fs.set_test_hook(Some(Arc::new(|at: &str| {
         if at == "flush:copying" && std::thread::current().name() == Some("review-prepass") {
             panic!("the test kills the pre-pass's visit");
@@ -237,6 +230,19 @@ fn fsync_after_a_prepass_visit_died_does_not_wait_for_good() {
         .join();
     assert!(r.is_err(), "the visit was to die");
     fs.set_test_hook(None);
+}
+
+/// A visit that is not the flusher's (here the checkpoint pre-pass of `sync`, run on a
+/// caller's thread) dies between marking its pages and mapping them. Unlike the flusher,
+/// whose panics are caught and poison the mount, nothing poisons the mount: the marks and
+/// `wb_in_flight` stay. DESIGN.md ("fsync ... a visit that died, which poisons the mount,
+/// makes the fsync fail") promises the fsync fails; it waits for good instead.
+#[test]
+fn fsync_after_a_prepass_visit_died_does_not_wait_for_good() {
+    let (_dev, fs) = fresh(256, opts(64 << 20));
+    fs.set_flusher_paused(true);
+    let (ino, _model) = file_of_chunks(&fs, 1);
+    kill_a_prepass_visit(&fs);
     eprintln!(
         "after the dead visit: poisoned {}, wb_in_flight {}",
         fs.inner().poisoned.load(Ordering::Acquire),
@@ -263,19 +269,7 @@ fn unmount_after_a_prepass_visit_died_keeps_or_refuses_the_pages() {
     let (dev, fs) = fresh(256, opts(64 << 20));
     fs.set_flusher_paused(true);
     let (_ino, model) = file_of_chunks(&fs, 1);
-    fs.set_test_hook(Some(Arc::new(|at: &str| {
-        if at == "flush:copying" && std::thread::current().name() == Some("review-prepass") {
-            panic!("the test kills the pre-pass's visit");
-        }
-    })));
-    let fs2 = fs.clone();
-    let r = std::thread::Builder::new()
-        .name("review-prepass".into())
-        .spawn(move || fs2.inner().writeback_before_checkpoint())
-        .unwrap()
-        .join();
-    assert!(r.is_err(), "the visit was to die");
-    fs.set_test_hook(None);
+    kill_a_prepass_visit(&fs);
     let dirty = fs.inner().dirty_pages.load(Ordering::Relaxed);
     match Arc::into_inner(fs).expect("last handle").unmount() {
         Err(e) => eprintln!("unmount refused: {e} (acceptable)"),
