@@ -1435,8 +1435,7 @@ impl Fs {
         let mut done = 0;
         while done < data.len() {
             let take = (data.len() - done).min(WRITE_OP_BYTES);
-            let pos = off.checked_add(done as u64).ok_or(Error::TooBig)?;
-            match self.write_chunk(ino, pos, &data[done..done + take]) {
+            match self.write_chunk(ino, off + done as u64, &data[done..done + take]) {
                 Ok(n) => {
                     done += n;
                     if n < take {
