@@ -153,7 +153,7 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
         "superblock": {
             "label": sb.label, "uuid": hex(&sb.uuid), "created_unix": sb.created_unix, "features": sb.features,
             "block_size": BLOCK_SIZE, "block_count": g.block_count, "segments_per_section": g.segs_per_sec,
-            "checkpoint_addr": g.cp_addr, "checkpoint_pack_blocks": g.cp_pack_blocks,
+            "checkpoint_addr": g.cp_addr, "checkpoint_pack_blocks": g.cp_pack_blocks, "orphan_slots": g.orphan_slots,
             "sit_addr": g.sit_addr, "sit_blocks": g.sit_blocks, "nat_addr": g.nat_addr, "nat_blocks": g.nat_blocks,
             "ssa_addr": g.ssa_addr, "ssa_blocks": g.ssa_blocks, "main_addr": g.main_addr, "main_segments": g.main_segments,
             "max_nid": g.max_nid, "reserved_segments": g.reserved_segments, "overprovision_segments": g.ovp_segments,
@@ -210,9 +210,10 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
     }
     writeln!(
         out,
-        "  checkpoint @{} (2 x {}), SIT @{} (2 x {}), NAT @{} (2 x {}, {} nids), SSA @{} (2 x {})",
+        "  checkpoint @{} (2 x {}, {} orphan slots), SIT @{} (2 x {}), NAT @{} (2 x {}, {} nids), SSA @{} (2 x {})",
         g.cp_addr,
         g.cp_pack_blocks,
+        g.orphan_slots,
         g.sit_addr,
         g.sit_blocks,
         g.nat_addr,

@@ -396,6 +396,7 @@ pub(crate) fn build(
         node_version: AtomicU64::new(flashlog_format::node::first_node_version(version)),
         mlog_shift: Default::default(),
         orphans: Mutex::new(Default::default()),
+        orphans_refused: Default::default(),
         alloc_blocks: crate::space::UserBlocks::new(user_blocks, 0),
         prepass: Mutex::new(()),
         discard_checkpoint: Mutex::new(()),

@@ -1061,13 +1061,15 @@ impl Fs {
         })
     }
 
-    /// Drop one link of `child` (locked), freeing it or making it an orphan at zero.
+    /// Drop one link of `child` (locked), freeing it or making it an orphan at zero;
+    /// `admitted`: the caller took its orphan slot (`FsInner::admit_orphan`).
     fn drop_link(
         &self,
         fs: &FsInner,
         cell: &InodeCell,
         st: &mut InodeState,
         now: Timespec,
+        admitted: bool,
     ) -> Result<()> {
         let is_dir = st.is_dir();
         st.hdr.nlink = if is_dir {
@@ -1082,8 +1084,15 @@ impl Fs {
         st.needs_cp = true;
         if st.hdr.nlink == 0 {
             if cell.open.load(Ordering::Acquire) > 0 {
+                // Admitted by the caller (`admit_orphan`) before it changed anything.
                 fs.orphans.lock().insert(st.ino);
-            } else if fs.svp_on {
+                return Ok(());
+            }
+            // Closed since the caller admitted it: freed now, so no slot may name it.
+            if admitted {
+                fs.withdraw_orphan(st.ino);
+            }
+            if fs.svp_on {
                 // With the victim protector, freeing (an I/O path that conflicts with
                 // migrations of this file) first takes its range protection, which must
                 // not be waited for while cells are locked: free it after the operation
@@ -1119,7 +1128,16 @@ impl Fs {
                 (true, true) if !fs.dir_is_empty(&mut cst)? => return Err(Error::NotEmpty),
                 _ => {}
             }
-            fs.dir_remove(&mut pst, &f)?;
+            // An open victim becomes an orphan: its slot first, or ENOSPC with nothing
+            // changed (the pack records every orphan).
+            let orphan = (want_dir || cst.hdr.nlink <= 1) && cc.open.load(Ordering::Acquire) > 0;
+            let admitted = orphan && fs.admit_orphan(f.ino)?;
+            if let Err(e) = fs.dir_remove(&mut pst, &f) {
+                if admitted {
+                    fs.withdraw_orphan(f.ino);
+                }
+                return Err(e);
+            }
             let now = fs.now();
             if want_dir {
                 pst.hdr.nlink = pst.hdr.nlink.saturating_sub(1);
@@ -1128,7 +1146,7 @@ impl Fs {
             pst.hdr.mtime = now;
             pst.hdr.ctime = now;
             fs.dirty_inode(&mut pst);
-            self.drop_link(fs, &cc, &mut cst, now)?;
+            self.drop_link(fs, &cc, &mut cst, now, admitted)?;
             if cst.hdr.nlink > 0 {
                 // The file lives on under another name, which roll-forward may not know
                 // (a link since the checkpoint): a new file fsync'd under this name must
@@ -1316,6 +1334,13 @@ impl Fs {
                     if !src_dir && dst_dir {
                         return Err(Error::IsDir);
                     }
+                    // The victim may not be an ancestor of the source (then it is not empty,
+                    // as Linux's rename trap says; locking it would take a cell this
+                    // operation holds as the source's parent, or one above it, against the
+                    // lock order).
+                    if dst_dir && Self::is_under(fs, parent, d.ino)? {
+                        return Err(Error::NotEmpty);
+                    }
                     Some((dc, *d))
                 }
                 None => None,
@@ -1332,8 +1357,18 @@ impl Fs {
                     return Err(Error::NotEmpty);
                 }
             }
+            // A victim left open becomes an orphan: its slot before anything changes.
+            let admitted = match (&cv, &victim) {
+                (Some(v), Some((dc, d)))
+                    if (d.ftype == ftype::DIR || v.hdr.nlink <= 1)
+                        && dc.open.load(Ordering::Acquire) > 0 =>
+                {
+                    fs.admit_orphan(d.ino)?.then_some(d.ino)
+                }
+                _ => None,
+            };
             // Insert at the destination, then remove the source.
-            {
+            let moved = (|| -> Result<()> {
                 let dst_state: &mut InodeState = match sb_opt.as_mut() {
                     Some(sb) => sb,
                     None => &mut sa,
@@ -1342,12 +1377,17 @@ impl Fs {
                     Some((_, d)) => fs.dir_set(dst_state, d, src.ino, src.ftype)?,
                     None => fs.dir_insert(dst_state, new_name, src.ino, src.ftype)?,
                 }
+                // The source entry may have moved if the insert converted an inline
+                // directory.
+                let src_now: Found = fs
+                    .dir_find(&mut sa, name)?
+                    .ok_or_else(|| Error::Corrupt("rename source vanished".into()))?;
+                fs.dir_remove(&mut sa, &src_now)
+            })();
+            if let (Err(_), Some(ino)) = (&moved, admitted) {
+                fs.withdraw_orphan(ino);
             }
-            // The source entry may have moved if the insert converted an inline directory.
-            let src_now: Found = fs
-                .dir_find(&mut sa, name)?
-                .ok_or_else(|| Error::Corrupt("rename source vanished".into()))?;
-            fs.dir_remove(&mut sa, &src_now)?;
+            moved?;
             if let (Some(v), Some((dc, d))) = (cv.as_mut(), &victim) {
                 if d.ftype == ftype::DIR {
                     let dstp: &mut InodeState = match sb_opt.as_mut() {
@@ -1356,7 +1396,7 @@ impl Fs {
                     };
                     dstp.hdr.nlink = dstp.hdr.nlink.saturating_sub(1);
                 }
-                self.drop_link(fs, dc, v, now)?;
+                self.drop_link(fs, dc, v, now, admitted.is_some())?;
             }
             if src_dir && parent != new_parent {
                 sa.hdr.nlink = sa.hdr.nlink.saturating_sub(1);

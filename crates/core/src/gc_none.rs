@@ -255,10 +255,16 @@ fn reissue_log(fs: &FsInner, ck: &Checkpoint) -> Result<()> {
     if ck.discard_log.is_empty() {
         return Ok(());
     }
-    // Split around blocks roll-forward made valid (finite volumes reuse addresses).
-    let reissue = discard::decode_log_except(&ck.discard_log, fs.sb.geo.block_count, |b| {
-        !fs.seg.is_infinite() && fs.seg.is_valid(b)
-    })?;
+    // Split around blocks roll-forward made valid (finite volumes reuse addresses). An
+    // infinite volume never does, and its log may name ranges of any length within 2^64:
+    // no walk block by block there (a hostile range would hang the mount).
+    let reissue = if fs.seg.is_infinite() {
+        discard::decode_log(&ck.discard_log, fs.sb.geo.block_count)?
+    } else {
+        discard::decode_log_except(&ck.discard_log, fs.sb.geo.block_count, |b| {
+            fs.seg.is_valid(b)
+        })?
+    };
     fs.stats
         .discard_log_reissued
         .fetch_add(reissue.iter().map(|c| c.len).sum(), Ordering::Relaxed);

@@ -78,7 +78,13 @@ pub struct FsInner {
     /// several chains (what a per-CPU mapping does). 0 outside tests.
     #[doc(hidden)]
     pub mlog_shift: AtomicU32,
+    /// Inodes unlinked while open (freed at their last close, or by the next mount); the
+    /// checkpoint records them in its pack, which has room for `sb.geo.orphan_slots`.
+    /// Unlinks add theirs through `admit_orphan`, which keeps the set within
+    /// `orphan_limit`, so a checkpoint never outgrows its pack.
     pub orphans: Mutex<BTreeSet<Ino>>,
+    /// Unlinks refused because the orphan set was full (ENOSPC); the first is logged.
+    pub orphans_refused: AtomicU64,
     /// Data + node blocks allocated or reserved (F2FS valid_block_count).
     pub alloc_blocks: crate::space::UserBlocks,
     /// Per-operation counts, sharded (`stats::Counter`): exact at checkpoints, which
@@ -144,6 +150,14 @@ pub type TestHook = Arc<dyn Fn(&'static str) + Send + Sync>;
 /// inode) that writing it will dirty. Charged whole so that writeback never needs space
 /// nobody reserved, whoever writes the page back (checkpoint, writeback, fsync, collector).
 pub const PAGE_DEBT: u64 = 2;
+
+/// Orphan slots of the pack kept back from unlinks (`FsInner::orphan_limit`) for orphans
+/// recorded without asking: a deferred free (`gc=scale`'s victim protector) that finds its
+/// inode opened again by number, frees that failed on a device error. Neither happens
+/// through FUSE, where the adapter pins before every unlink, so each orphan is admitted;
+/// a caller of the core API that makes more than 64 such loses the guarantee that the
+/// pack holds the set (the checkpoint then fails and poisons).
+pub const ORPHAN_MARGIN: usize = 64;
 
 /// Which log a node goes to (F2FS paper Table 1).
 pub fn node_temp(is_dir: bool, kind: NodeKind) -> Temp {
@@ -1131,6 +1145,46 @@ impl FsInner {
     /// (`free_deferred`), when its range protection can be taken with no cell locked.
     pub fn defer_free(&self, ino: Ino) {
         DEFERRED_FREE.with(|d| d.borrow_mut().push((self.mount_id, ino)));
+    }
+
+    /// Orphans an unlink may add: the pack's slots less [`ORPHAN_MARGIN`] for those
+    /// recorded without asking (a deferred free that finds its inode opened again, a free
+    /// that failed), so that the checkpoint's pack always holds the set.
+    pub fn orphan_limit(&self) -> usize {
+        (self.sb.geo.orphan_slots as usize).saturating_sub(ORPHAN_MARGIN)
+    }
+
+    /// Before an operation removes the last link of `ino` while it is open (`open > 0`,
+    /// read under its cell lock, where no open can start): take its orphan slot. Refused
+    /// with ENOSPC, before anything changed, when the set is at `orphan_limit`, as F2FS's
+    /// `f2fs_acquire_orphan_inode` refuses past its `max_orphans`; without the check the
+    /// next checkpoint outgrew its pack and poisoned the mount. Returns whether the slot is
+    /// new, to give it back (`withdraw_orphan`) if the operation fails before the removal.
+    pub fn admit_orphan(&self, ino: Ino) -> Result<bool> {
+        let mut o = self.orphans.lock();
+        if o.contains(&ino) {
+            return Ok(false);
+        }
+        if o.len() >= self.orphan_limit() {
+            drop(o);
+            if self.orphans_refused.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::warn!(
+                    "{} inodes are unlinked but still open (or not yet forgotten by the \
+                     kernel), all the checkpoint can record: unlinks of open files get \
+                     ENOSPC until some are closed",
+                    self.orphan_limit()
+                );
+            }
+            return Err(Error::NoSpace);
+        }
+        o.insert(ino);
+        Ok(true)
+    }
+
+    /// Give back a slot `admit_orphan` took for an operation that failed before it removed
+    /// the link.
+    pub fn withdraw_orphan(&self, ino: Ino) {
+        self.orphans.lock().remove(&ino);
     }
 
     /// Free the inodes this thread's operation deferred (`defer_free`): their range

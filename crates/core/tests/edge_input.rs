@@ -1,11 +1,13 @@
 //! Hostile or edge input through the core API the FUSE adapter forwards to (written in
 //! review, 2026-11-27): a rename into a removed directory (accepted before, and the file
-//! was lost when the directory was freed: fsck found its inode unreachable), offsets and
+//! was lost when the directory was freed: fsck found its inode unreachable), a directory
+//! renamed over its own parent (deadlocked on its own cell before), offsets and
 //! sizes at the top of the 64-bit range, odd names.
 
 use flashlog_core::*;
 use flashlog_dev::{BlockDevice, RamDevice};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 fn opts() -> MountOptions {
     MountOptions {
@@ -188,6 +190,55 @@ fn odd_names() {
     ));
     fs.setxattr(a, b"user.e", b"", XattrMode::Any).unwrap();
     assert_eq!(fs.getxattr(a, b"user.e").unwrap(), b"");
+    fs.unmount().unwrap();
+    let rep = fsck(&*dev).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+}
+
+/// Found in review (2026-11-27, fourth session). Input (a direct call, no concurrency): `/P` and `/P/n` are directories; rename
+/// `P/n` over `/P`, i.e. a directory over its own parent (`mv /P/n /P`). Linux refuses
+/// this with ENOTEMPTY (the target is an ancestor of the source: `lock_rename`'s trap), and
+/// so must the core, with the victim `P` non-empty.
+///
+/// What happens: `Fs::rename` locks both parents (`P` as the source directory, `/` as the
+/// destination), checks only that the *destination parent* is not below the source, then
+/// locks the victim's cell together with the source's (`lock_pair(&sc, dc)`, fs.rs "Plain
+/// rename, maybe over an existing entry"); the victim's cell is `P`, already locked by
+/// this same thread, and parking_lot mutexes are not reentrant: the call never returns,
+/// holding the shared op lock, so no checkpoint (sync, unmount) can ever run again. (The
+/// kernel never forwards this rename, so only callers of the core API meet it; a victim
+/// that is a farther ancestor of the source takes the cells against the lock order, parent
+/// before child, and can deadlock with an rmdir of that ancestor's child the same way.)
+#[test]
+fn rename_of_a_directory_over_its_own_parent_is_refused_not_deadlocked() {
+    let (dev, fs) = fresh();
+    let fs = Arc::new(fs);
+    let root = fs.root();
+    let p = fs.mkdir(root, b"P", 0o755, 0, 0).unwrap().ino;
+    fs.mkdir(p, b"n", 0o755, 0, 0).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let f2 = fs.clone();
+    let t = std::thread::spawn(move || {
+        let r = f2.rename(p, b"n", root, b"P", NONE);
+        let _ = tx.send(r);
+    });
+    let r = match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(r) => r,
+        Err(_) => {
+            // The stuck thread holds the op lock: dropping `fs` would wait for it forever.
+            std::mem::forget(fs);
+            panic!(
+                "rename(P/n -> /P) did not return within 10 s: the thread deadlocked on \
+                 the cell of P, which it already holds as the source directory"
+            );
+        }
+    };
+    t.join().unwrap();
+    assert!(matches!(r, Err(Error::NotEmpty)), "{r:?}");
+    // Nothing changed.
+    assert_eq!(fs.lookup(root, b"P").unwrap().ino, p);
+    assert!(fs.lookup(p, b"n").is_ok());
+    let fs = Arc::try_unwrap(fs).ok().expect("one owner");
     fs.unmount().unwrap();
     let rep = fsck(&*dev).unwrap();
     assert!(rep.is_clean(), "{rep}");

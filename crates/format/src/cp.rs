@@ -8,7 +8,7 @@
 //! crc. Mount takes the valid pack with the higher version (roll-back); see `choose_pack`.
 
 use crate::codec::*;
-use crate::sb::{CP_PAYLOAD_BYTES, MAX_LOG_HEADS, MAX_ORPHANS};
+use crate::sb::{CP_PAYLOAD_BYTES, MAX_LOG_HEADS};
 use crate::{tag, Ino, Nid, SegNo};
 
 /// Bytes per log-head record in the payload.
@@ -290,7 +290,9 @@ impl Checkpoint {
         if n_heads == 0 || n_heads > MAX_LOG_HEADS as usize {
             return Err(bad("heads", n_heads as u64));
         }
-        if n_orphans > MAX_ORPHANS as usize {
+        // Bounded by the payload (checked against `need` below), not by a constant: a
+        // volume's pack holds its `orphan_slots`, at least `MIN_ORPHAN_SLOTS`.
+        if n_orphans > payload.len() / 4 {
             return Err(bad("orphans", n_orphans as u64));
         }
         let (nb, sb, ab) = (

@@ -28,8 +28,19 @@ pub const MIN_VOLUME_BYTES: u64 = 64 << 20;
 pub const MAX_NIDS: u64 = 1 << 26;
 /// Most log heads a volume can record in its checkpoint (6 per mlog x mlogs + GC streams).
 pub const MAX_LOG_HEADS: u32 = 256;
-/// Most orphan inodes (unlinked while open) a checkpoint records.
-pub const MAX_ORPHANS: u32 = 8192;
+/// Orphan inodes (unlinked while open) every volume's checkpoint pack has room for: all a
+/// volume made before `orphan_slots` was stored holds (its superblock field reads 0).
+pub const MIN_ORPHAN_SLOTS: u32 = 8192;
+/// Most orphan slots mkfs gives a volume (512 KiB of each pack). F2FS's pack holds ~500 k.
+pub const MAX_ORPHAN_SLOTS: u32 = 1 << 17;
+
+/// Orphan slots mkfs gives a volume of `max_nid` nids: one per nid up to
+/// [`MAX_ORPHAN_SLOTS`], never fewer than [`MIN_ORPHAN_SLOTS`]. Under FUSE every unlinked
+/// inode is an orphan until the kernel's FORGET (the adapter pins it), so bursts of unlinks
+/// need many more than the files a program holds open.
+pub fn orphan_slots_for(max_nid: u64) -> u32 {
+    max_nid.clamp(MIN_ORPHAN_SLOTS as u64, MAX_ORPHAN_SLOTS as u64) as u32
+}
 /// Number of persistent log heads mkfs sets up (hot/warm/cold x node/data).
 pub const DEFAULT_LOG_HEADS: u32 = 6;
 /// Superblock `features` bit: an IPLFS volume (`gc=none`) on a device whose logical space
@@ -71,6 +82,7 @@ const O_USER_BLOCKS: usize = 136;
 const O_LOG_HEADS: usize = 144;
 const O_MLOGS: usize = 148;
 const O_HASH_SEED: usize = 152;
+const O_ORPHAN_SLOTS: usize = 156;
 const O_CREATED: usize = 160;
 const O_FEATURES: usize = 168;
 const O_UUID: usize = 176;
@@ -106,6 +118,9 @@ pub struct Geometry {
     pub user_blocks: u64,
     pub log_heads: u32,
     pub mlogs: u32,
+    /// Orphan inodes each checkpoint pack has room for (>= [`MIN_ORPHAN_SLOTS`]; stored as 0
+    /// by volumes made before the field, which hold exactly that many).
+    pub orphan_slots: u32,
     /// An infinite (IPLFS, `gc=none`) volume: `sit_blocks` and `ssa_blocks` are 0, the main
     /// area starts at region 1 and `user_blocks` is the device's real capacity less the
     /// metadata. Stored as [`FEATURE_INFINITE`] in the superblock's `features`.
@@ -136,9 +151,14 @@ fn two_copies_after(addr: u64, blocks: u64) -> Option<u64> {
 }
 
 /// Bytes of checkpoint payload needed for a volume with these meta-area sizes.
-pub fn cp_payload_bytes(nat_blocks: u64, sit_blocks: u64, ssa_blocks: u64) -> u64 {
+pub fn cp_payload_bytes(
+    nat_blocks: u64,
+    sit_blocks: u64,
+    ssa_blocks: u64,
+    orphan_slots: u32,
+) -> u64 {
     let heads = MAX_LOG_HEADS as u64 * crate::cp::LOG_HEAD_BYTES as u64;
-    let orphans = MAX_ORPHANS as u64 * 4;
+    let orphans = orphan_slots as u64 * 4;
     let bitmaps = ceil_div(nat_blocks, 8) + ceil_div(sit_blocks, 8) + ceil_div(ssa_blocks, 8);
     heads + orphans + bitmaps
 }
@@ -240,7 +260,8 @@ impl Geometry {
         let mut main_segs = total_segs.saturating_sub(1);
         loop {
             main_segs -= main_segs % sps;
-            let meta = Self::lay_out_metadata(block_count, segs_per_sec, main_segs, mlogs, 0);
+            let meta =
+                Self::lay_out_metadata(block_count, segs_per_sec, main_segs, mlogs, 0, u64::MAX);
             if meta.main_addr + main_segs * BLOCKS_PER_SEG <= block_count {
                 // Segments held by logs: one current segment per head plus the next segment
                 // each node head reserves in advance (F2FS counts its 6 current segments).
@@ -331,8 +352,22 @@ impl Geometry {
             return Err(GeometryError::ZoneSize(zone_blocks));
         }
         let main_segs = (block_count - conv_blocks) / zone_blocks * sps;
-        let meta =
-            Self::lay_out_metadata(block_count, sps as u32, main_segs, mlogs, dlog_max_bytes);
+        // All metadata must fit the conventional region: orphan slots for the live limit
+        // (no more inodes can live), or the fewest every pack has where those do not fit.
+        let lay_out = |orphans_max| {
+            Self::lay_out_metadata(
+                block_count,
+                sps as u32,
+                main_segs,
+                mlogs,
+                dlog_max_bytes,
+                orphans_max,
+            )
+        };
+        let mut meta = lay_out(live_limit);
+        if meta.ssa_addr + 2 * meta.ssa_blocks > conv_blocks {
+            meta = lay_out(0);
+        }
         let meta_end = meta.ssa_addr + 2 * meta.ssa_blocks;
         if meta_end > conv_blocks {
             return Err(GeometryError::MetaTooBig {
@@ -385,7 +420,9 @@ impl Geometry {
         }
         let max_nid = capacity.clamp(1024, MAX_NIDS);
         let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
-        let payload = cp_payload_bytes(nat_blocks, 0, 0).saturating_add(dlog_max_bytes);
+        let orphan_slots = orphan_slots_for(max_nid);
+        let payload =
+            cp_payload_bytes(nat_blocks, 0, 0, orphan_slots).saturating_add(dlog_max_bytes);
         let pack = 2 + ceil_div(payload, CP_PAYLOAD_BYTES as u64);
         let cp_addr = 2;
         let sit_addr = cp_addr + 2 * pack;
@@ -430,6 +467,7 @@ impl Geometry {
             user_blocks: user_segments * BLOCKS_PER_SEG,
             log_heads,
             mlogs,
+            orphan_slots,
             infinite: true,
         })
     }
@@ -449,20 +487,23 @@ impl Geometry {
     /// both checkpoint packs, then SIT, NAT and SSA, each twice; `main_addr` is the first
     /// segment boundary after them. The space split (reserved, overprovision, user blocks) is
     /// left at zero for the caller: `compute` and `compute_zoned` differ only there and in
-    /// where the main area starts.
+    /// where the main area starts. The packs get orphan slots for `min(max_nid,
+    /// orphans_max)` inodes ([`orphan_slots_for`]).
     fn lay_out_metadata(
         block_count: u64,
         segs_per_sec: u32,
         main_segs: u64,
         mlogs: u32,
         dlog_max_bytes: u64,
+        orphans_max: u64,
     ) -> Geometry {
         let max_nid = (main_segs * BLOCKS_PER_SEG).clamp(1024, MAX_NIDS);
         let nat_blocks = ceil_div(max_nid, NAT_ENTRIES_PER_BLOCK as u64);
         let sit_blocks = ceil_div(main_segs, SIT_ENTRIES_PER_BLOCK as u64);
         let ssa_blocks = main_segs;
+        let orphan_slots = orphan_slots_for(max_nid.min(orphans_max));
         let pack = 2 + ceil_div(
-            cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks) + dlog_max_bytes,
+            cp_payload_bytes(nat_blocks, sit_blocks, ssa_blocks, orphan_slots) + dlog_max_bytes,
             CP_PAYLOAD_BYTES as u64,
         );
         let cp_addr = 2;
@@ -489,6 +530,7 @@ impl Geometry {
             user_blocks: 0,
             log_heads: DEFAULT_LOG_HEADS * mlogs,
             mlogs,
+            orphan_slots,
             infinite: false,
         }
     }
@@ -531,6 +573,13 @@ impl Geometry {
 
     /// Check the relations mount relies on; a superblock that fails them is corrupt.
     pub fn validate(&self) -> FormatResult<()> {
+        if !(MIN_ORPHAN_SLOTS..=MAX_ORPHAN_SLOTS).contains(&self.orphan_slots) {
+            return Err(FormatError::BadField {
+                what: "superblock",
+                field: "orphan_slots",
+                value: self.orphan_slots as u64,
+            });
+        }
         if self.infinite {
             return self.validate_infinite();
         }
@@ -542,7 +591,12 @@ impl Geometry {
             })
         };
         let pack_need = 2 + ceil_div(
-            cp_payload_bytes(self.nat_blocks, self.sit_blocks, self.ssa_blocks),
+            cp_payload_bytes(
+                self.nat_blocks,
+                self.sit_blocks,
+                self.ssa_blocks,
+                self.orphan_slots,
+            ),
             CP_PAYLOAD_BYTES as u64,
         );
         if self.segs_per_sec == 0 || !self.segs_per_sec.is_power_of_two() || self.segs_per_sec > 512
@@ -618,7 +672,7 @@ impl Geometry {
             })
         };
         let pack_need = 2 + ceil_div(
-            cp_payload_bytes(self.nat_blocks, 0, 0),
+            cp_payload_bytes(self.nat_blocks, 0, 0, self.orphan_slots),
             CP_PAYLOAD_BYTES as u64,
         );
         if self.block_count != u64::MAX {
@@ -701,6 +755,7 @@ impl Superblock {
         put_u32(&mut b[..], O_LOG_HEADS, g.log_heads);
         put_u32(&mut b[..], O_MLOGS, g.mlogs);
         put_u32(&mut b[..], O_HASH_SEED, self.hash_seed);
+        put_u32(&mut b[..], O_ORPHAN_SLOTS, g.orphan_slots);
         put_u64(&mut b[..], O_CREATED, self.created_unix);
         let infinite = if g.infinite { FEATURE_INFINITE } else { 0 };
         put_u64(&mut b[..], O_FEATURES, self.features | infinite);
@@ -755,6 +810,10 @@ impl Superblock {
             user_blocks: get_u64(b, O_USER_BLOCKS),
             log_heads: get_u32(b, O_LOG_HEADS),
             mlogs: get_u32(b, O_MLOGS),
+            orphan_slots: match get_u32(b, O_ORPHAN_SLOTS) {
+                0 => MIN_ORPHAN_SLOTS,
+                n => n,
+            },
             infinite: get_u64(b, O_FEATURES) & FEATURE_INFINITE != 0,
         };
         geo.validate()?;
@@ -884,5 +943,40 @@ mod tests {
         // Refused: a finite device, a too small capacity.
         assert!(Geometry::compute_infinite(1 << 40, cap, 1, 0).is_err());
         assert!(Geometry::compute_infinite(u64::MAX, 1000, 1, 0).is_err());
+    }
+
+    /// Orphan slots: one per nid within [MIN, MAX]; a superblock written before the field
+    /// (0 there) reads as the 8,192 its pack was sized for; out-of-range values are refused.
+    #[test]
+    fn orphan_slots_stored_and_read_back() {
+        let small = Geometry::compute((64 << 20) / 4096, 1, 1).unwrap();
+        let big = Geometry::compute((1 << 30) / 4096, 1, 1).unwrap();
+        assert_eq!(small.orphan_slots as u64, (small.max_nid as u64).max(8192));
+        assert_eq!(big.orphan_slots, MAX_ORPHAN_SLOTS);
+        // The pack holds every slot next to the most log heads and the bitmaps.
+        let need = cp_payload_bytes(big.nat_blocks, big.sit_blocks, big.ssa_blocks, 0)
+            + big.orphan_slots as u64 * 4;
+        assert!((big.cp_pack_blocks - 2) * CP_PAYLOAD_BYTES as u64 >= need);
+        let sb = Superblock {
+            geo: big.clone(),
+            hash_seed: 1,
+            created_unix: 0,
+            features: 0,
+            uuid: [0; 16],
+            label: String::new(),
+        };
+        let mut b = sb.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        b[O_ORPHAN_SLOTS..O_ORPHAN_SLOTS + 4].fill(0);
+        seal(&mut b, tag::SUPERBLOCK);
+        assert_eq!(
+            Superblock::decode(&b).unwrap().geo.orphan_slots,
+            MIN_ORPHAN_SLOTS
+        );
+        for bad in [MIN_ORPHAN_SLOTS - 1, MAX_ORPHAN_SLOTS + 1, u32::MAX] {
+            put_u32(&mut b[..], O_ORPHAN_SLOTS, bad);
+            seal(&mut b, tag::SUPERBLOCK);
+            assert!(Superblock::decode(&b).is_err(), "{bad}");
+        }
     }
 }

@@ -11,8 +11,10 @@
 //! next syncfs), until it evicts the inode and sends FORGET. So the core must neither free
 //! the inode nor reuse its number before that FORGET. When an unlink, rmdir or rename is
 //! about to remove the last link, the adapter opens the victim in the core (the same count
-//! that keeps unlinked open files alive), and releases it on FORGET, or at unmount for the
-//! inodes the kernel never forgot (the core then frees them). Since the kernel evicts an
+//! that keeps unlinked open files alive), and releases it when the kernel's lookup count
+//! for it reaches zero (`crate::lookups`: a FORGET for an older kernel inode of the same
+//! number does not), or at unmount for the inodes the kernel never forgot (the core then
+//! frees them). Since the kernel evicts an
 //! inode only after its last close, the pin also keeps an unlinked open file alive: where
 //! the kernel opens files without asking (NO_OPEN_SUPPORT, below) it is the only count.
 //!
@@ -289,6 +291,9 @@ pub struct FlashlogFuse {
     /// Unlinked inodes held open for the kernel until its FORGET (see the module header).
     /// Leaf lock: never held across a call into the core.
     pins: Mutex<HashSet<Ino>>,
+    /// The kernel's lookup count per inode (`crate::lookups`): a pin ends when it reaches
+    /// zero, not at any FORGET.
+    lookups: crate::lookups::LookupCounts,
     /// Requests served (logged by `destroy` at unmount; [`FlashlogFuse::counts`] shares
     /// them with a caller that wants them while the session runs).
     counts: Arc<RequestCounts>,
@@ -307,6 +312,7 @@ impl FlashlogFuse {
             fs,
             cfg,
             pins: Mutex::new(HashSet::new()),
+            lookups: Default::default(),
             counts: Arc::new(RequestCounts::default()),
             killpriv: false,
             kernel_opens: false,
@@ -715,10 +721,12 @@ impl Filesystem for FlashlogFuse {
         tracing::info!("{}", core_write_summary(&self.fs));
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.counts.count(Op::Forget);
         if let Ok(ino) = core_ino(ino) {
-            self.unpin(ino);
+            if self.lookups.forget(ino as u64, nlookup) {
+                self.unpin(ino);
+            }
         }
     }
 
@@ -726,6 +734,7 @@ impl Filesystem for FlashlogFuse {
         self.counts.count(Op::Lookup);
         let parent = ino!(reply, parent);
         let a = tri!(reply, self.fs.lookup(parent, name.as_bytes()));
+        self.lookups.looked_up(a.ino as u64);
         reply.entry(&TTL, &file_attr(&a), Generation(0));
     }
 
@@ -818,6 +827,7 @@ impl Filesystem for FlashlogFuse {
             self.fs
                 .make_node(parent, name.as_bytes(), mode, rdev, creator(req, umask))
         );
+        self.lookups.looked_up(a.ino as u64);
         reply.entry(&TTL, &file_attr(&a), Generation(0));
     }
 
@@ -842,6 +852,7 @@ impl Filesystem for FlashlogFuse {
                 creator(req, umask)
             )
         );
+        self.lookups.looked_up(a.ino as u64);
         reply.entry(&TTL, &file_attr(&a), Generation(0));
     }
 
@@ -893,6 +904,7 @@ impl Filesystem for FlashlogFuse {
                 req.gid()
             )
         );
+        self.lookups.looked_up(a.ino as u64);
         reply.entry(&TTL, &file_attr(&a), Generation(0));
     }
 
@@ -948,6 +960,7 @@ impl Filesystem for FlashlogFuse {
         let ino = ino!(reply, ino);
         let newparent = ino!(reply, newparent);
         let a = tri!(reply, self.fs.link(ino, newparent, newname.as_bytes()));
+        self.lookups.looked_up(a.ino as u64);
         reply.entry(&TTL, &file_attr(&a), Generation(0));
     }
 
@@ -1256,6 +1269,7 @@ impl Filesystem for FlashlogFuse {
             )
         );
         let a = tri!(reply, self.fs.open(a.ino));
+        self.lookups.looked_up(a.ino as u64);
         reply.created(
             &TTL,
             &file_attr(&a),

@@ -11,6 +11,7 @@
 
 pub mod adapter;
 pub mod errno;
+pub mod lookups;
 pub mod options;
 
 pub use adapter::FlashlogFuse;

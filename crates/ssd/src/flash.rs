@@ -279,10 +279,19 @@ impl Flash {
     /// Charge `ns` of firmware work starting no earlier than `t` to every die (the FTL core
     /// cannot serve NAND commands meanwhile), e.g. IPLFS map compaction; requests submitted
     /// before it ends start when it ends ([`Flash::firmware_until`]).
+    /// A stall already charged (every request during a compaction asks again with what is
+    /// left of it) adds nothing: each die is held until the stall's end, once, and a die
+    /// busy past it keeps its own end (review 2026-11-27: each request during one
+    /// compaction held every die for the whole cost again).
     pub fn firmware_busy(&mut self, t: u64, ns: u64) {
-        self.firmware_until = self.firmware_until.max(t + ns);
+        let end = t.saturating_add(ns);
+        if end <= self.firmware_until {
+            return;
+        }
+        let from = self.firmware_until.max(t);
+        self.firmware_until = end;
         for die in 0..self.dies {
-            self.timing.occupy(die, t, ns);
+            self.timing.occupy_until(die, from, end);
         }
     }
 

@@ -249,12 +249,14 @@ impl NandTiming {
         end
     }
 
-    /// Hold `die` for `ns` of device-internal work starting no earlier than `t` (accounted as
-    /// GC/background time). Returns the end.
-    pub fn occupy(&mut self, die: u32, t: u64, ns: u64) -> u64 {
-        let start = self.dies[die as usize].busy_until.max(t);
-        let end = start + ns;
-        self.account(die, start, end, Work::Gc);
+    /// Hold `die` until `end` for device-internal work that began no earlier than `from`
+    /// (accounted as GC/background time from when the die is free); a die busy past `end`
+    /// keeps its own end. Returns `end`.
+    pub fn occupy_until(&mut self, die: u32, from: u64, end: u64) -> u64 {
+        let start = self.dies[die as usize].busy_until.max(from);
+        if end > start {
+            self.account(die, start, end, Work::Gc);
+        }
         end
     }
 
