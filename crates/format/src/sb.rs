@@ -840,6 +840,17 @@ impl Superblock {
 mod tests {
     use super::*;
 
+    fn test_superblock(g: &Geometry) -> Superblock {
+        Superblock {
+            geo: g.clone(),
+            hash_seed: 1,
+            created_unix: 0,
+            features: 0,
+            uuid: [0; 16],
+            label: String::new(),
+        }
+    }
+
     #[test]
     fn geometry_from_64mib_to_16tib() {
         for bytes in [64u64 << 20, 100 << 20, 1 << 30, 8 << 30, 1 << 40, 16 << 40] {
@@ -926,14 +937,7 @@ mod tests {
         // Head 5's region is the sixth after region 0, inside the main area.
         assert_eq!(g.seg_start(g.region_first_seg(5)), 6 * REGION_BLOCKS);
         assert_eq!(g.region_of_seg(g.region_first_seg(5) + 7), 5);
-        let sb = Superblock {
-            geo: g.clone(),
-            hash_seed: 1,
-            created_unix: 0,
-            features: 0,
-            uuid: [0; 16],
-            label: String::new(),
-        };
+        let sb = test_superblock(&g);
         let mut b = sb.encode();
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
         // A flipped feature bit turns the geometry into a finite one that cannot validate.
@@ -957,14 +961,7 @@ mod tests {
         let need = cp_payload_bytes(big.nat_blocks, big.sit_blocks, big.ssa_blocks, 0)
             + big.orphan_slots as u64 * 4;
         assert!((big.cp_pack_blocks - 2) * CP_PAYLOAD_BYTES as u64 >= need);
-        let sb = Superblock {
-            geo: big.clone(),
-            hash_seed: 1,
-            created_unix: 0,
-            features: 0,
-            uuid: [0; 16],
-            label: String::new(),
-        };
+        let sb = test_superblock(&big);
         let mut b = sb.encode();
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
         b[O_ORPHAN_SLOTS..O_ORPHAN_SLOTS + 4].fill(0);

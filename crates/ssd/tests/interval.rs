@@ -1,6 +1,7 @@
 //! The IPLFS interval-mapping FTL (`ftl=interval`) through the `BlockDevice` trait: the
 //! infinite logical space and its hostile addresses, a sliding log in two root regions with
-//! device GC underneath checked against a model, and the I/O stall of map compaction.
+//! device GC underneath checked against a model, and the I/O stall of map compaction
+//! (charged once, however many requests wait for it).
 
 use std::collections::BTreeMap;
 
@@ -289,4 +290,58 @@ fn scattered_writes_hit_the_map_memory_bound() {
     dev.read(err.0, &mut buf).unwrap();
     assert_eq!(buf, block(err.0));
     dev.check_invariants().unwrap();
+}
+
+/// One compaction is charged once, however many requests arrive while it runs.
+///
+/// Forces: a compaction falls due at 1 s (cost 8.8 ms of modelled firmware time); `k`
+/// reads are submitted 1 ns apart while it runs (each waits for its end, as designed);
+/// then one read is submitted 1 ms after the compaction ended. That last read must take
+/// what it takes on a device that never compacts, whatever `k` is.
+///
+/// Found in review (2026-11-27): every request arriving during the stall charged it again
+/// (`PageFtl::background` passed what was left of it to `Flash::firmware_busy`, which held
+/// every die that long from the die's own busy end): with 3 stalled reads the read 1 ms
+/// after waited ~16 ms more than on a device that never compacts.
+#[test]
+fn a_compaction_is_charged_once_however_many_requests_wait_for_it() {
+    let cfg = |period: &str| {
+        interval(
+            "tiny",
+            &[
+                "map_node_blocks=64",
+                "zone_map_nodes=4",
+                &format!("compaction_period={period}"),
+                "compaction_entry_ns=100us",
+            ],
+        )
+    };
+    // Cost of the one compaction (as in tests/interval.rs `compaction_stalls_requests`).
+    let cost = 1_000 + (64 + 24) * 100_000u64;
+    let run = |period: &str, stalled_reads: u64| {
+        let dev = SsdDevice::new(cfg(period)).unwrap();
+        let data: Vec<u8> = (0..64).flat_map(block).collect();
+        dev.write_at(0, 0, &data).unwrap();
+        dev.discard_at(0, 10, 40).unwrap();
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for i in 0..stalled_reads {
+            dev.read_at(1_000_000_001 + i, 5, &mut buf).unwrap();
+        }
+        let after = 1_000_000_000 + cost + 1_000_000;
+        let t = dev.read_at(after, 5, &mut buf).unwrap();
+        assert_eq!(buf, block(5));
+        (t.done_ns - t.submit_ns, dev.stats())
+    };
+    let (plain, _) = run("0s", 3);
+    for k in [1, 3] {
+        let (late, st) = run("1s", k);
+        let iv = st.ftl.interval.unwrap();
+        assert_eq!(iv.compaction_runs, 1);
+        assert_eq!(iv.compaction_busy_ns, cost);
+        assert!(
+            late <= plain + 100_000,
+            "{k} read(s) during the compaction: a read 1 ms after it ended took {late} ns, \
+             {plain} ns without compaction (compaction cost {cost} ns)"
+        );
+    }
 }
