@@ -209,7 +209,8 @@ pub struct Fs {
     done: std::sync::atomic::AtomicBool,
 }
 
-fn ftype_of(mode: u32) -> u8 {
+/// The directory entry type of an inode of `mode`.
+pub(crate) fn ftype_of(mode: u32) -> u8 {
     match mode & S_IFMT {
         S_IFREG => ftype::REG,
         S_IFDIR => ftype::DIR,
@@ -266,7 +267,12 @@ fn attr_of(st: &InodeState) -> Attr {
     }
 }
 
-/// Lock two cells in ascending inode order (or one if they are the same).
+/// Lock two cells (or one if they are the same): a directory before its child, as every
+/// other operation takes them (parent, then the entry's inode), otherwise in ascending
+/// inode order. Parent links (`pino`) change only under the rename lock, which the caller
+/// holds. (Ascending order alone took a child directory before its parent when the child
+/// had the lower number, and deadlocked with an rmdir holding the parent: found in review,
+/// 2026-11-27.)
 fn lock_pair<'a>(
     a: &'a InodeCell,
     b: &'a InodeCell,
@@ -276,7 +282,7 @@ fn lock_pair<'a>(
 ) {
     if a.ino == b.ino {
         (a.lock(), None)
-    } else if a.ino < b.ino {
+    } else if b.pino() == a.ino || (a.pino() != b.ino && a.ino < b.ino) {
         let ga = a.lock();
         (ga, Some(b.lock()))
     } else {
@@ -515,6 +521,11 @@ impl Fs {
         let last = self.inner.last_op_ns.load(Ordering::Relaxed);
         if now >= last + 1_000_000 || last <= self.inner.last_cp_ns.load(Ordering::Relaxed) {
             self.inner.last_op_ns.store(now, Ordering::Relaxed);
+        }
+        if self.inner.nat.short_of_nids() {
+            // The nids unlinks freed come back with a checkpoint: take it before this
+            // operation may need one (ENOSPC only when live inodes and nodes fill them).
+            self.checkpoint()?;
         }
         self.ensure_space(false)?;
         let space = self.reserve_space(blocks)?;
@@ -1045,6 +1056,10 @@ impl Fs {
         self.write_op(|fs| {
             let c = fs.cell(a.ino)?;
             let mut st = c.lock();
+            // Unlinked (and freed) between the two operations.
+            if st.freed {
+                return Err(Error::NotFound);
+            }
             fs.file_write(&mut st, 0, target)?;
             Ok(attr_of(&st))
         })
@@ -1284,6 +1299,15 @@ impl Fs {
                 }
                 let (mut cs, cd) = lock_pair(&sc, &dc);
                 let mut cd = cd.expect("different inodes");
+                // A directory moving to the other parent gives it a link ("..").
+                if let Some(sb) = sb_opt.as_ref() {
+                    if src_dir != dst_dir {
+                        let gain = if src_dir { &**sb } else { &*sa };
+                        if gain.hdr.nlink >= LINK_MAX {
+                            return Err(Error::TooManyLinks);
+                        }
+                    }
+                }
                 let now = fs.now();
                 match sb_opt.as_mut() {
                     Some(sb) => {
@@ -1355,6 +1379,16 @@ impl Fs {
             if let (Some(v), Some((_, d))) = (cv.as_mut(), &victim) {
                 if d.ftype == ftype::DIR && !fs.dir_is_empty(v)? {
                     return Err(Error::NotEmpty);
+                }
+            }
+            // A directory moving to a new parent gives it a link (its ".."), unless it
+            // replaces a directory there: as mkdir, refused at LINK_MAX (found in review,
+            // 2026-11-27: the count went past it).
+            if src_dir && victim.is_none() {
+                if let Some(sb) = sb_opt.as_ref() {
+                    if sb.hdr.nlink >= LINK_MAX {
+                        return Err(Error::TooManyLinks);
+                    }
                 }
             }
             // A victim left open becomes an orphan: its slot before anything changes.
@@ -1539,6 +1573,9 @@ impl Fs {
                 .flatten();
             let c = fs.cell(ino)?;
             let mut st = c.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
             if !st.is_reg() {
                 return Err(if st.is_dir() {
                     Error::IsDir
@@ -1875,6 +1912,9 @@ impl Fs {
         self.write_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
             let mut list = Self::xattr_list(fs, &mut st)?;
             let pos = list.iter().position(|(n, _)| n == name);
             match (mode, pos) {
@@ -1932,6 +1972,9 @@ impl Fs {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
             let list = Self::xattr_list(fs, &mut st)?;
             list.into_iter()
                 .find(|(n, _)| n == name)
@@ -1944,6 +1987,9 @@ impl Fs {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
             Ok(Self::xattr_list(fs, &mut st)?
                 .into_iter()
                 .map(|(n, _)| n)
@@ -1959,6 +2005,9 @@ impl Fs {
         self.write_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
             let mut list = Self::xattr_list(fs, &mut st)?;
             let pos = list
                 .iter()

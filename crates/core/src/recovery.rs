@@ -430,12 +430,9 @@ fn recover_dentry(fs: &FsInner, ino: Ino) -> Result<()> {
             fs.free_inode(&mut ost)?;
         }
     }
-    let ft = match mode & crate::cell::libc_mode::S_IFMT {
-        crate::cell::libc_mode::S_IFDIR => flashlog_format::dir::ftype::DIR,
-        crate::cell::libc_mode::S_IFLNK => flashlog_format::dir::ftype::LNK,
-        _ => flashlog_format::dir::ftype::REG,
-    };
-    fs.dir_insert(&mut pst, &name, ino, ft)?;
+    // Every type, as the entry was made (a FIFO came back as a regular file's entry before:
+    // found in review, 2026-11-27).
+    fs.dir_insert(&mut pst, &name, ino, crate::fs::ftype_of(mode))?;
     pst.dirty = true;
     Ok(())
 }
