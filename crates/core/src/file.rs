@@ -358,8 +358,26 @@ impl FsInner {
         Ok(())
     }
 
-    /// fallocate.
+    /// fallocate. A failure part way (ENOSPC while preallocating, an error while punching)
+    /// keeps what was done, and the inode is dirtied for it: its block count moved while
+    /// only direct nodes were dirtied (found in review, 2026-11-27: the checkpoint wrote the
+    /// nodes and not the inode, and fsck found "header says 800 blocks, tree holds 816").
     pub fn file_fallocate(
+        &self,
+        st: &mut InodeState,
+        mode: FallocMode,
+        off: u64,
+        len: u64,
+    ) -> Result<()> {
+        let blocks = st.hdr.blocks;
+        let r = self.file_fallocate_steps(st, mode, off, len);
+        if r.is_err() && st.hdr.blocks != blocks {
+            self.dirty_inode(st);
+        }
+        r
+    }
+
+    fn file_fallocate_steps(
         &self,
         st: &mut InodeState,
         mode: FallocMode,
