@@ -1545,9 +1545,13 @@ impl Fs {
             if fs.opts.own_writeback {
                 LAST_WRITTEN.with(|o| o.set(Some((fs.mount_id, ino))));
             }
-            let now = fs.now();
-            st.hdr.mtime = now;
-            st.hdr.ctime = now;
+            // A write of nothing changes nothing, times included (POSIX); a write of
+            // something dirtied the inode in `file_write`, so the times reach fsync.
+            if n > 0 {
+                let now = fs.now();
+                st.hdr.mtime = now;
+                st.hdr.ctime = now;
+            }
             Ok(n)
         })
     }
@@ -1589,6 +1593,9 @@ impl Fs {
                 st.hdr.mtime = now;
             }
             st.hdr.ctime = now;
+            // The new ctime must reach fsync even where nothing else changed (an inline
+            // file's range within its size: lost after a cut before, found in review).
+            fs.dirty_inode(&mut st);
             Ok(())
         })
     }
