@@ -583,17 +583,16 @@ fn cases() -> Vec<(String, Setup)> {
     v
 }
 
-#[test]
-fn sweep() {
+/// Every case (those whose name contains `CASE`, if set) under `f2fs` and `scale`, one and
+/// two mlogs.
+fn sweep_all(cases: impl Fn() -> Vec<(String, Setup)>) {
     let mut fails = Vec::new();
     let filter = std::env::var("CASE").ok();
     for gc in [GcPolicy::F2fs, GcPolicy::Scale] {
         for mlogs in [1u32, 2] {
             for (name, setup) in cases() {
-                if let Some(f) = &filter {
-                    if !name.contains(f.as_str()) {
-                        continue;
-                    }
+                if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+                    continue;
                 }
                 fails.extend(run(&name, gc, mlogs, &*setup));
             }
@@ -603,6 +602,11 @@ fn sweep() {
         eprintln!("FAIL {f}");
     }
     assert!(fails.is_empty(), "{} failures", fails.len());
+}
+
+#[test]
+fn sweep() {
+    sweep_all(cases);
 }
 
 fn mkdir(fs: &Fs, p: Ino, name: &str) -> Ino {
@@ -961,24 +965,7 @@ fn expect_meta(fs: &Fs, path: &str, ino: Ino) -> Expect {
 
 #[test]
 fn sweep_extra() {
-    let mut fails = Vec::new();
-    let filter = std::env::var("CASE").ok();
-    for gc in [GcPolicy::F2fs, GcPolicy::Scale] {
-        for mlogs in [1u32, 2] {
-            for (name, setup) in extra_cases() {
-                if let Some(f) = &filter {
-                    if !name.contains(f.as_str()) {
-                        continue;
-                    }
-                }
-                fails.extend(run(&name, gc, mlogs, &*setup));
-            }
-        }
-    }
-    for f in &fails {
-        eprintln!("FAIL {f}");
-    }
-    assert!(fails.is_empty(), "{} failures", fails.len());
+    sweep_all(extra_cases);
 }
 
 fn random_case(seed: u64) -> Setup {
