@@ -892,11 +892,26 @@ impl Fs {
                 match name {
                     b"." => parent,
                     b".." => pst.hdr.pino,
-                    _ => fs.dir_find(&mut pst, name)?.ok_or(Error::NotFound)?.ino,
+                    _ => {
+                        // The entry's inode is loaded and read with the directory still
+                        // locked (directory before its entries, the lock order): a rename
+                        // over the name frees the old inode under that lock, and looked up
+                        // after the directory was let go it read as missing, or as a freed
+                        // inode, while the name existed throughout (found in review,
+                        // 2026-11-27; core API only: the kernel excludes lookups from a
+                        // rename of their directory).
+                        let ino = fs.dir_find(&mut pst, name)?.ok_or(Error::NotFound)?.ino;
+                        let c = fs.cell(ino)?;
+                        let st = c.lock();
+                        return Ok(attr_of(&st));
+                    }
                 }
             };
             let c = fs.cell(ino)?;
             let st = c.lock();
+            if st.freed {
+                return Err(Error::NotFound);
+            }
             Ok(attr_of(&st))
         })
     }
