@@ -288,6 +288,16 @@ pub struct InodeState {
 }
 
 impl InodeState {
+    /// ENOENT for an inode freed while the caller waited for its cell (an unlink's free
+    /// runs under the same lock): an operation that went on would allocate for, or report,
+    /// an inode that no longer exists.
+    pub fn ensure_live(&self) -> crate::error::Result<()> {
+        if self.freed {
+            return Err(crate::error::Error::NotFound);
+        }
+        Ok(())
+    }
+
     /// State of an inode whose block is `node` (written or about to be).
     pub fn new(ino: Ino, node: Box<Block>, hdr: InodeHdr, dirty: bool) -> Self {
         InodeState {

@@ -871,9 +871,7 @@ impl Fs {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
             let st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             Ok(attr_of(&st))
         })
     }
@@ -909,9 +907,7 @@ impl Fs {
             };
             let c = fs.cell(ino)?;
             let st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             Ok(attr_of(&st))
         })
     }
@@ -1072,9 +1068,7 @@ impl Fs {
             let c = fs.cell(a.ino)?;
             let mut st = c.lock();
             // Unlinked (and freed) between the two operations.
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             fs.file_write(&mut st, 0, target)?;
             Ok(attr_of(&st))
         })
@@ -1160,8 +1154,7 @@ impl Fs {
             }
             // An open victim becomes an orphan: its slot first, or ENOSPC with nothing
             // changed (the pack records every orphan).
-            let orphan = (want_dir || cst.hdr.nlink <= 1) && cc.open.load(Ordering::Acquire) > 0;
-            let admitted = orphan && fs.admit_orphan(f.ino)?;
+            let admitted = fs.admit_orphan(&cc, &cst)?;
             if let Err(e) = fs.dir_remove(&mut pst, &f) {
                 if admitted {
                     fs.withdraw_orphan(f.ino);
@@ -1408,12 +1401,7 @@ impl Fs {
             }
             // A victim left open becomes an orphan: its slot before anything changes.
             let admitted = match (&cv, &victim) {
-                (Some(v), Some((dc, d)))
-                    if (d.ftype == ftype::DIR || v.hdr.nlink <= 1)
-                        && dc.open.load(Ordering::Acquire) > 0 =>
-                {
-                    fs.admit_orphan(d.ino)?.then_some(d.ino)
-                }
+                (Some(v), Some((dc, d))) => fs.admit_orphan(dc, v)?.then_some(d.ino),
                 _ => None,
             };
             // Insert at the destination, then remove the source.
@@ -1473,9 +1461,7 @@ impl Fs {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
             let st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             c.open.fetch_add(1, Ordering::AcqRel);
             Ok(attr_of(&st))
         })
@@ -1553,9 +1539,7 @@ impl Fs {
             );
             let c = fs.cell(ino)?;
             let mut st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             let n = fs.file_write(&mut st, off, data)?;
             if fs.opts.own_writeback {
                 LAST_WRITTEN.with(|o| o.set(Some((fs.mount_id, ino))));
@@ -1592,9 +1576,7 @@ impl Fs {
                 .flatten();
             let c = fs.cell(ino)?;
             let mut st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             if !st.is_reg() {
                 return Err(if st.is_dir() {
                     Error::IsDir
@@ -1622,9 +1604,7 @@ impl Fs {
                 .and_then(|size| fs.protect(ino, size / BLOCK_SIZE as u64, u64::MAX));
             let c = fs.cell(ino)?;
             let mut st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             let now = fs.now();
             // chmod rewrites a stored access ACL (decoded before anything changes, so a
             // corrupt one fails the whole request).
@@ -1885,9 +1865,7 @@ impl Fs {
         self.write_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             if st.is_symlink() {
                 return Err(Error::NotSupported("ACLs on a symbolic link"));
             }
@@ -1934,9 +1912,7 @@ impl Fs {
         self.write_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             let mut list = Self::xattr_list(fs, &mut st)?;
             let pos = list.iter().position(|(n, _)| n == name);
             match (mode, pos) {
@@ -1994,9 +1970,7 @@ impl Fs {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             let list = Self::xattr_list(fs, &mut st)?;
             list.into_iter()
                 .find(|(n, _)| n == name)
@@ -2009,9 +1983,7 @@ impl Fs {
         self.read_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             Ok(Self::xattr_list(fs, &mut st)?
                 .into_iter()
                 .map(|(n, _)| n)
@@ -2027,9 +1999,7 @@ impl Fs {
         self.write_op(|fs| {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
-            if st.freed {
-                return Err(Error::NotFound);
-            }
+            st.ensure_live()?;
             let mut list = Self::xattr_list(fs, &mut st)?;
             let pos = list
                 .iter()

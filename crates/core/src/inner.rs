@@ -1154,13 +1154,19 @@ impl FsInner {
         (self.sb.geo.orphan_slots as usize).saturating_sub(ORPHAN_MARGIN)
     }
 
-    /// Before an operation removes the last link of `ino` while it is open (`open > 0`,
-    /// read under its cell lock, where no open can start): take its orphan slot. Refused
-    /// with ENOSPC, before anything changed, when the set is at `orphan_limit`, as F2FS's
-    /// `f2fs_acquire_orphan_inode` refuses past its `max_orphans`; without the check the
-    /// next checkpoint outgrew its pack and poisoned the mount. Returns whether the slot is
-    /// new, to give it back (`withdraw_orphan`) if the operation fails before the removal.
-    pub fn admit_orphan(&self, ino: Ino) -> Result<bool> {
+    /// Before an operation drops one link of the inode `st` (locked: no open can start)
+    /// and so makes it an orphan (its last link, or a directory's, while it is open):
+    /// take its orphan slot. Refused with ENOSPC, before anything changed, when the set is
+    /// at `orphan_limit`, as F2FS's `f2fs_acquire_orphan_inode` refuses past its
+    /// `max_orphans`; without the check the next checkpoint outgrew its pack and poisoned
+    /// the mount. Returns whether a slot was newly taken, to give back
+    /// (`withdraw_orphan`) if the operation fails before the removal.
+    pub fn admit_orphan(&self, cell: &InodeCell, st: &InodeState) -> Result<bool> {
+        let last_link = st.is_dir() || st.hdr.nlink <= 1;
+        if !last_link || cell.open.load(Ordering::Acquire) == 0 {
+            return Ok(false);
+        }
+        let ino = st.ino;
         let mut o = self.orphans.lock();
         if o.contains(&ino) {
             return Ok(false);

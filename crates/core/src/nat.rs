@@ -202,7 +202,7 @@ impl NatTable {
 
     /// Nids in use (allocated or waiting for the checkpoint).
     pub fn used_count(&self) -> u64 {
-        self.used.count_ones()
+        self.in_use.load(Ordering::Relaxed)
     }
 
     /// NAT blocks changed since the last checkpoint.

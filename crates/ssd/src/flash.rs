@@ -282,17 +282,19 @@ impl Flash {
     /// A stall already charged (every request during a compaction asks again with what is
     /// left of it) adds nothing: each die is held until the stall's end, once, and a die
     /// busy past it keeps its own end (review 2026-11-27: each request during one
-    /// compaction held every die for the whole cost again).
-    pub fn firmware_busy(&mut self, t: u64, ns: u64) {
+    /// compaction held every die for the whole cost again). Returns the time newly
+    /// charged (0: that stall was charged already).
+    pub fn firmware_busy(&mut self, t: u64, ns: u64) -> u64 {
         let end = t.saturating_add(ns);
         if end <= self.firmware_until {
-            return;
+            return 0;
         }
         let from = self.firmware_until.max(t);
         self.firmware_until = end;
         for die in 0..self.dies {
             self.timing.occupy_until(die, from, end);
         }
+        end - from
     }
 
     /// Sample the spare units for the effective-OP measurement (one sample per host page).

@@ -137,8 +137,6 @@ pub struct PageFtl {
     threshold: u32,
     background_runs: u64,
     background_ns: u64,
-    /// End of the last background stall charged (device time).
-    background_until: u64,
 }
 
 impl PageFtl {
@@ -163,7 +161,6 @@ impl PageFtl {
             threshold: cfg.gc.threshold_lines,
             background_runs: 0,
             background_ns: 0,
-            background_until: 0,
         }
     }
 
@@ -311,12 +308,12 @@ impl Ftl for PageFtl {
         // The map answers with what is left of its stall at every request during it:
         // counted once, when a compaction moves the stall's end.
         let ns = self.map.background(t);
-        let end = t.saturating_add(ns);
-        if ns > 0 && end > self.background_until {
-            flash.firmware_busy(t, ns);
-            self.background_runs += 1;
-            self.background_ns += end - self.background_until.max(t);
-            self.background_until = end;
+        if ns > 0 {
+            let charged = flash.firmware_busy(t, ns);
+            if charged > 0 {
+                self.background_runs += 1;
+                self.background_ns += charged;
+            }
         }
         Ok(())
     }
