@@ -108,22 +108,19 @@ fn op_on_a_cell_freed_while_it_waited<T: Send + std::fmt::Debug + 'static>(
     (r, before, after, rep, remounted)
 }
 
-/// `setxattr` of a user attribute waits for the cell while an unlink frees the inode,
-/// then stores the attribute in a new xattr node of the dead inode: a nid that is never
-/// freed (files_free one short after the sync) and a node that `valid_nodes` counts and
-/// nothing reaches (fsck: "valid node count N+1 but N nodes are reachable").
-/// Expected: ENOENT, as `set_acl` (the ACL branch of the same call) already answers.
-#[test]
-fn setxattr_on_an_inode_freed_while_it_waited_allocates_no_nid() {
-    let (r, before, after, rep, remounted) = op_on_a_cell_freed_while_it_waited(|fs, ino| {
-        fs.setxattr(ino, b"user.k", b"v", XattrMode::Any)
-    });
+/// `op` on a cell an unlink freed while it waited leaves every nid and block free, and
+/// fsck clean, before and after a remount.
+fn leaks_nothing<T: Send + std::fmt::Debug + 'static>(
+    what: &str,
+    op: impl FnOnce(&Fs, Ino) -> Result<T> + Send + 'static,
+) {
+    let (r, before, after, rep, remounted) = op_on_a_cell_freed_while_it_waited(op);
     assert!(
         after.files_free == before.files_free
             && after.blocks_free == before.blocks_free
             && rep.is_clean()
             && remounted.blocks_free == before.blocks_free,
-        "setxattr on the freed inode returned {r}; files_free {} -> {} (after unlink + sync), \
+        "{what} on the freed inode returned {r}; files_free {} -> {} (after unlink + sync), \
          blocks_free {} -> {} (remounted: {}); fsck: {:?}",
         before.files_free,
         after.files_free,
@@ -134,6 +131,18 @@ fn setxattr_on_an_inode_freed_while_it_waited_allocates_no_nid() {
     );
 }
 
+/// `setxattr` of a user attribute waits for the cell while an unlink frees the inode,
+/// then stores the attribute in a new xattr node of the dead inode: a nid that is never
+/// freed (files_free one short after the sync) and a node that `valid_nodes` counts and
+/// nothing reaches (fsck: "valid node count N+1 but N nodes are reachable").
+/// Expected: ENOENT, as `set_acl` (the ACL branch of the same call) already answers.
+#[test]
+fn setxattr_on_an_inode_freed_while_it_waited_allocates_no_nid() {
+    leaks_nothing("setxattr", |fs, ino| {
+        fs.setxattr(ino, b"user.k", b"v", XattrMode::Any)
+    });
+}
+
 /// `fallocate` past the inode's own block slots waits for the cell while an unlink frees
 /// the inode, then creates a direct node (a nid) and reserves a block for the dead inode:
 /// both stay allocated (files_free and blocks_free short after the sync, blocks_free still
@@ -141,24 +150,10 @@ fn setxattr_on_an_inode_freed_while_it_waited_allocates_no_nid() {
 /// Expected: ENOENT, as `write` answers.
 #[test]
 fn fallocate_on_an_inode_freed_while_it_waited_allocates_no_nid() {
-    let (r, before, after, rep, remounted) = op_on_a_cell_freed_while_it_waited(|fs, ino| {
+    leaks_nothing("fallocate", |fs, ino| {
         // Block 1000: past the 456 slots of the inode, in the first direct node.
         fs.fallocate(ino, FallocMode::KeepSize, 1000 * 4096, 4096)
     });
-    assert!(
-        after.files_free == before.files_free
-            && after.blocks_free == before.blocks_free
-            && rep.is_clean()
-            && remounted.blocks_free == before.blocks_free,
-        "fallocate on the freed inode returned {r}; files_free {} -> {} (after unlink + sync), \
-         blocks_free {} -> {} (remounted: {}); fsck: {:?}",
-        before.files_free,
-        after.files_free,
-        before.blocks_free,
-        after.blocks_free,
-        remounted.blocks_free,
-        rep.findings
-    );
 }
 
 /// Nids freed by unlinks become allocatable only after the checkpoint that records them
