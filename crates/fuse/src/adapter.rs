@@ -421,7 +421,9 @@ fn timespec(t: SystemTime) -> Timespec {
         Err(e) => {
             let d = e.duration();
             Timespec {
-                sec: -(d.as_secs().min(i64::MAX as u64) as i64),
+                // The kernel clamps to its range and sends i64::MIN s (nsec 0) for the
+                // earliest time; fuser gives that as 2^63 s before the epoch.
+                sec: 0i64.saturating_sub_unsigned(d.as_secs()),
                 nsec: d.subsec_nanos(),
             }
         }
@@ -1497,6 +1499,15 @@ mod tests {
             Timespec {
                 sec: -1000,
                 nsec: 5
+            }
+        );
+        // The earliest time the kernel sends (utimensat clamps to i64::MIN s, nsec 0):
+        // stored as given, not a second later.
+        assert_eq!(
+            timespec(UNIX_EPOCH - Duration::new(1 << 63, 0)),
+            Timespec {
+                sec: i64::MIN,
+                nsec: 0
             }
         );
         // Outgoing: -1000 s + 5 ns.

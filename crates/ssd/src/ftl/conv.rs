@@ -160,11 +160,12 @@ impl ConvRegion {
         t: u64,
         tx: u64,
     ) -> Result<Option<u64>, FtlError> {
+        // The new page first (as `PageFtl::write_page`): a write refused for space keeps
+        // the old page; a GC inside `alloc` may move it, so look it up after.
+        let ppn = self.alloc(flash, Stream::Host, t)?;
         if let Some(old) = self.lookup(lpn) {
             flash.invalidate(old);
-            self.l2p[lpn as usize] = UNMAPPED;
         }
-        let ppn = self.alloc(flash, Stream::Host, t)?;
         self.l2p[lpn as usize] = ppn.0;
         Ok(flash.program_host(ppn, lpn, tx))
     }

@@ -277,10 +277,12 @@ impl Ftl for PageFtl {
         self.maybe_gc(flash, t)?;
         let spare = self.spare_units(flash);
         flash.sample_free(spare);
+        // The new page first: a write refused for space must leave the old page valid and
+        // mapped. A GC inside `alloc` may move the old page; look it up after.
+        let ppn = self.alloc(flash, Stream::Host, t)?;
         if let Some(old) = self.map.lookup(lpn) {
             flash.invalidate(old);
         }
-        let ppn = self.alloc(flash, Stream::Host, t)?;
         self.map.map(lpn, ppn);
         Ok(flash.program_host(ppn, lpn.0, tx))
     }
