@@ -9,7 +9,8 @@
 //!
 //! Invariants: upcalls are queued in the order their completions returned (the device sends
 //! them in id order, so ids increase, except that a restart re-delivers unacknowledged ones:
-//! the handler skips ids it already applied); other events stay on their completion.
+//! the handler skips ids it already applied); every upcall is queued, none left on its
+//! completion.
 //!
 //! Lock order: `queue` is a leaf (never held while calling the inner device).
 
@@ -30,9 +31,12 @@ pub struct Upcall {
     pub pairs: Vec<MigrationPair>,
 }
 
-/// Limit on queued upcalls before completions stop being drained into the queue: 2048
-/// batches (the artifact's DMA pool, 8 MiB of pairs). Past it the upcalls stay on their
-/// completions' events, and the device re-sends them on request, so none is lost.
+/// The artifact's DMA pool for upcalls: 2048 batches (8 MiB of pairs). `gc=device` sizes
+/// its handler's batches below it. The tap itself queues every upcall: one left on a
+/// completion's events (as a cap here once did) would come back only when the device
+/// re-sends it, and meanwhile `any_queued_old` could not see its old address, so the host
+/// could reuse that address's section before the pair was applied. The queue is bounded by
+/// the device's unacknowledged records (at most its GC region's blocks), not by this.
 pub const MAX_QUEUED_UPCALLS: usize = 2048;
 
 /// A device wrapper that collects migration upcalls from completions.
@@ -124,33 +128,27 @@ impl<D: BlockDevice> UpcallTap<D> {
         q.len()
     }
 
-    /// Move the upcalls of a completion to the queue.
+    /// Move the upcalls of a completion to the queue (every event is one; a new kind of
+    /// event must decide here whether it stays on the completion).
     fn tap(&self, mut c: Completion) -> Completion {
         if c.events.is_empty() {
             return c;
         }
         let mut q = self.queue.lock();
-        let mut woke = false;
-        c.events.retain(|e| match e {
-            DeviceEvent::Migrated {
+        for e in c.events.drain(..) {
+            let DeviceEvent::Migrated {
                 upcall,
                 first_record,
                 pairs,
-            } if q.len() < MAX_QUEUED_UPCALLS => {
-                q.push_back(Upcall {
-                    id: *upcall,
-                    first_record: *first_record,
-                    pairs: pairs.clone(),
-                });
-                woke = true;
-                false
-            }
-            _ => true,
-        });
-        drop(q);
-        if woke {
-            self.cv.notify_all();
+            } = e;
+            q.push_back(Upcall {
+                id: upcall,
+                first_record,
+                pairs,
+            });
         }
+        drop(q);
+        self.cv.notify_all();
         c
     }
 }
@@ -239,6 +237,26 @@ mod tests {
         fn flush(&self) -> DevResult<Completion> {
             self.ram.flush()
         }
+    }
+
+    /// More upcalls than the artifact's DMA pool holds, none taken yet: every one is queued
+    /// (none left on a completion, where nothing would apply it until a re-send) and the
+    /// newest pair's old address is visible to `any_queued_old`, which holds its section.
+    #[test]
+    fn every_upcall_is_queued_past_the_dma_pool_size() {
+        let tap = UpcallTap::new(Migrating {
+            ram: RamDevice::new(16),
+            next: AtomicU64::new(0),
+        });
+        let b = vec![0u8; crate::BLOCK_SIZE];
+        let n = MAX_QUEUED_UPCALLS as u64 + 100;
+        for _ in 0..n {
+            assert!(tap.write(0, &b).unwrap().events.is_empty());
+        }
+        assert_eq!(tap.pending() as u64, n);
+        assert!(tap.any_queued_old(|old| old == n));
+        let ids: Vec<u64> = tap.take().iter().map(|u| u.id).collect();
+        assert_eq!(ids, (1..=n).collect::<Vec<_>>());
     }
 
     /// A handler waiting for a batch of three sleeps through the first two upcalls and wakes
