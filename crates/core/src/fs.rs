@@ -502,7 +502,11 @@ impl Fs {
     /// Run a read-only operation.
     fn read_op<T>(&self, f: impl FnOnce(&FsInner) -> Result<T>) -> Result<T> {
         let _g = self.inner.oplock.op();
-        f(&self.inner)
+        // fsync's attempt runs here too, and writes nodes: an unwind poisons (`OpUnwind`).
+        let dies = OpUnwind(&self.inner);
+        let r = f(&self.inner);
+        std::mem::forget(dies);
+        r
     }
 
     /// Run a mutating operation, then any writeback or checkpoint the limits ask for.
@@ -532,7 +536,9 @@ impl Fs {
         let r = {
             let _g = self.inner.oplock.op();
             self.inner.check_writable()?;
+            let dies = OpUnwind(&self.inner);
             let r = f(&self.inner);
+            std::mem::forget(dies);
             let r = self.inner.guard(r);
             self.inner.free_deferred()?;
             r
@@ -968,6 +974,12 @@ impl Fs {
                 };
                 acl::inherit(default.as_ref(), mode, umask)
             };
+            // A default ACL near the xattr node's size, inherited by a directory as both its
+            // access and its default ACL, may not fit one node: refused before anything is
+            // allocated (ENOSPC, as ext4's `ext4_init_acl`).
+            if node::xattrs_size(&inherited.xattrs) > node::XATTR_SPACE {
+                return Err(Error::NoSpace);
+            }
             let mode = inherited.mode;
             fs.reserve_blocks(1)?;
             let ino = match fs.nat.alloc() {
@@ -1021,6 +1033,7 @@ impl Fs {
             let mut st = cell.lock();
             // The new inode block is checkpoint debt from now on, charged to this operation.
             fs.dirty_inode(&mut st);
+            fs.test_point("make_node:allocated");
             if !inherited.xattrs.is_empty() {
                 if let Err(e) = Self::store_xattrs(fs, &mut st, &inherited.xattrs) {
                     fs.free_inode(&mut st)?;
@@ -1929,6 +1942,11 @@ impl Fs {
     }
 
     fn store_xattrs(fs: &FsInner, st: &mut InodeState, list: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        // Every caller checks the size first; this keeps a missed check an error, not a
+        // panic in `node::set_xattrs` with the inode half changed.
+        if node::xattrs_size(list) > node::XATTR_SPACE {
+            return Err(Error::NoSpace);
+        }
         let mut x = st.hdr.xattr_nid;
         if list.is_empty() {
             if x != 0 {
@@ -2083,6 +2101,21 @@ impl Fs {
             };
         }
         Ok(ino)
+    }
+}
+
+/// Armed while a mutating operation runs under the op lock; dropped only by an unwind (the
+/// operation forgets it when it returns). A panic part way through an operation leaves its
+/// changes half made (an inode allocated and counted but never named, say): the guard
+/// poisons the mount so that no checkpoint writes them. Under FUSE the other request
+/// threads go on, and the unmount's final checkpoint would otherwise persist them.
+struct OpUnwind<'a>(&'a FsInner);
+
+impl Drop for OpUnwind<'_> {
+    fn drop(&mut self) {
+        self.0.poison_with(
+            "an operation panicked with its changes half made; nothing after the last checkpoint and the fsyncs since will be written".into(),
+        );
     }
 }
 
