@@ -54,6 +54,22 @@ impl DeviceSpec {
         if bytes < 64 << 20 {
             bail!("--device {device:?}: the volume must be at least 64 MiB");
         }
+        ClockKind::parse(clock).map_err(|e| anyhow!("--clock: {e}"))?;
+        let emulated =
+            dev.is_none() && image.is_none() && preset != "ram" && preset != "ram-resident";
+        if !emulated {
+            if let Some(kv) = set.first() {
+                let on = match (dev, image) {
+                    (Some(p), _) => format!("--dev {}", p.display()),
+                    (None, Some(p)) => format!("--image {}", p.display()),
+                    _ => format!("--device {device}"),
+                };
+                bail!(
+                    "--ssd-set {kv}: --ssd-set needs an emulated SSD (--device PRESET:SIZE), \
+                     not {on}"
+                );
+            }
+        }
         if let Some(p) = dev {
             return Ok(DeviceSpec::Dev { path: p.clone() });
         }
@@ -69,7 +85,6 @@ impl DeviceSpec {
                 resident: preset == "ram-resident",
             });
         }
-        ClockKind::parse(clock).map_err(|e| anyhow!("--clock: {e}"))?;
         let spec = DeviceSpec::Ssd {
             preset: preset.to_string(),
             bytes,
@@ -194,6 +209,39 @@ impl DeviceSpec {
             }
             DeviceSpec::Dev { path } => format!("block device {}", path.display()),
         }
+    }
+
+    /// Bytes of RAM the device needs in this process: emulated SSDs and RAM devices keep their
+    /// contents in memory, and every run first writes the whole device ([`warm_up`]); the
+    /// maps cost about 1/64 more. None for image files and block devices.
+    pub fn ram_need(&self) -> Option<u64> {
+        match self {
+            DeviceSpec::Ssd { bytes, .. } | DeviceSpec::Ram { bytes, .. } => {
+                Some(bytes.saturating_add(bytes / 64))
+            }
+            DeviceSpec::Image { .. } | DeviceSpec::Dev { .. } => None,
+        }
+    }
+
+    /// Refuse a device whose contents cannot fit in memory ([`DeviceSpec::ram_need`] over
+    /// `available` bytes; `None`: not known, not checked), with one line saying how much it
+    /// needs and how much there is, rather than abort on a failed allocation mid-run.
+    pub fn check_ram(&self, available: Option<u64>) -> Result<()> {
+        let (Some(need), Some(avail)) = (self.ram_need(), available) else {
+            return Ok(());
+        };
+        if need > avail {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            bail!(
+                "{} needs about {:.2} GiB of RAM (its contents are kept in memory), but only \
+                 {:.2} GiB is available (MemAvailable); use a smaller --device SIZE, or \
+                 --image FILE",
+                self.describe(),
+                gib(need),
+                gib(avail)
+            );
+        }
+        Ok(())
     }
 
     /// Logical size in bytes (block devices: opened to ask).
@@ -415,6 +463,16 @@ impl BlockDevice for Counted {
     fn resend_migrations(&self) -> DevResult<()> {
         self.inner.resend_migrations()
     }
+}
+
+/// MemAvailable from /proc/meminfo in bytes (None where it cannot be read).
+pub fn mem_available() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
 }
 
 /// Raw sequential write bandwidth of a fresh device: `threads` writers, 1 MiB requests, each

@@ -338,6 +338,7 @@ impl Ctx {
             &args.ssd_set,
             &args.clock,
         )?;
+        device.check_ram(device::mem_available())?;
         let segs_per_sec = resolve_segs_per_sec(&args.segs_per_sec, &device)?;
         let policies = policy::resolve(args.policies.as_deref())?;
         if policies.is_empty() {

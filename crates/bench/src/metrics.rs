@@ -111,25 +111,49 @@ pub struct Rate {
     pub gc_active: bool,
 }
 
-/// Rates between consecutive samples.
+/// Rates between consecutive samples. A sample less than half the series' typical interval
+/// (the median gap) after the last one used is skipped, and the next window starts from that
+/// last one: a window of microseconds (the final sample `Sampler::finish` takes at once, or
+/// two samples after a late tick) would turn one request into a bandwidth of GiB/s.
 pub fn rates(s: &[Sample]) -> Vec<Rate> {
-    s.windows(2)
-        .filter(|w| w[1].t_s > w[0].t_s)
-        .map(|w| {
-            let dt = w[1].t_s - w[0].t_s;
-            let r = |a: u64, b: u64| b.saturating_sub(a) as f64 / MIB / dt;
-            Rate {
-                t_s: w[1].t_s,
-                app_write_mib_s: r(w[0].app_write_bytes, w[1].app_write_bytes),
-                app_read_mib_s: r(w[0].app_read_bytes, w[1].app_read_bytes),
-                dev_read_mib_s: r(w[0].dev_read_bytes, w[1].dev_read_bytes),
-                dev_write_mib_s: r(w[0].dev_write_bytes, w[1].dev_write_bytes),
-                ops_s: w[1].ops.saturating_sub(w[0].ops) as f64 / dt,
-                gc_active: w[1].gc_runs > w[0].gc_runs
-                    || w[1].gc_sections_freed > w[0].gc_sections_freed,
-            }
-        })
-        .collect()
+    let min_dt = min_window_s(s);
+    let mut out = Vec::with_capacity(s.len());
+    let Some(mut a) = s.first() else {
+        return out;
+    };
+    for b in &s[1..] {
+        let dt = b.t_s - a.t_s;
+        if dt <= 0.0 || dt < min_dt {
+            continue;
+        }
+        let r = |x: u64, y: u64| y.saturating_sub(x) as f64 / MIB / dt;
+        out.push(Rate {
+            t_s: b.t_s,
+            app_write_mib_s: r(a.app_write_bytes, b.app_write_bytes),
+            app_read_mib_s: r(a.app_read_bytes, b.app_read_bytes),
+            dev_read_mib_s: r(a.dev_read_bytes, b.dev_read_bytes),
+            dev_write_mib_s: r(a.dev_write_bytes, b.dev_write_bytes),
+            ops_s: b.ops.saturating_sub(a.ops) as f64 / dt,
+            gc_active: b.gc_runs > a.gc_runs || b.gc_sections_freed > a.gc_sections_freed,
+        });
+        a = b;
+    }
+    out
+}
+
+/// Half the median gap between consecutive samples (0 for fewer than two positive gaps):
+/// the shortest window [`rates`] turns into a point.
+fn min_window_s(s: &[Sample]) -> f64 {
+    let mut gaps: Vec<f64> = s
+        .windows(2)
+        .map(|w| w[1].t_s - w[0].t_s)
+        .filter(|&d| d > 0.0)
+        .collect();
+    if gaps.len() < 2 {
+        return 0.0;
+    }
+    gaps.sort_by(f64::total_cmp);
+    gaps[gaps.len() / 2] / 2.0
 }
 
 /// Throughput before and after cleaning first ran.
@@ -156,14 +180,34 @@ pub struct Phases {
     pub die_gc_util_during_gc: f64,
 }
 
+/// The split at the first sample that saw a cleaning run (foreground, background, or an
+/// applied upcall) since the first sample.
 pub fn phases(s: &[Sample]) -> Phases {
+    let gc_idx = s.first().and_then(|first| {
+        s.iter().position(|x| {
+            x.gc_runs > first.gc_runs || x.gc_sections_freed > first.gc_sections_freed
+        })
+    });
+    phases_split(s, gc_idx)
+}
+
+/// The split with cleaning taken to have started at sample `start` whatever the counters
+/// say: every "during cleaning" field (bandwidths, ops/s, WAF, die utilisation) covers
+/// `s[start]` to the last sample, the "before" fields the samples up to `s[start]`.
+/// `sustained --aged` passes the measured phase with `start` 0: all of it is during
+/// cleaning, none of it before.
+pub fn phases_from(s: &[Sample], start: usize) -> Phases {
+    if s.is_empty() {
+        return Phases::default();
+    }
+    phases_split(s, Some(start.min(s.len() - 1)))
+}
+
+fn phases_split(s: &[Sample], gc_idx: Option<usize>) -> Phases {
     let mut p = Phases::default();
     let (Some(first), Some(last)) = (s.first(), s.last()) else {
         return p;
     };
-    let gc_idx = s
-        .iter()
-        .position(|x| x.gc_runs > first.gc_runs || x.gc_sections_freed > first.gc_sections_freed);
     let rate = |a: &Sample, b: &Sample| {
         let dt = b.t_s - a.t_s;
         if dt <= 0.0 {
@@ -262,7 +306,10 @@ impl<S: Send + 'static> Sampler<S> {
                         let s = take();
                         tick(&s);
                         sm.lock().push(s);
-                        next += interval;
+                        // The next tick, but at least half an interval from now: after a
+                        // late sample the missed ticks are skipped, not taken back to back
+                        // (a window of microseconds reads one request as GiB/s).
+                        next = (next + interval).max(Instant::now() + interval / 2);
                     }
                     if stopping {
                         break;
@@ -375,7 +422,8 @@ pub struct Timeline {
 /// One bucket of a [`Timeline`].
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct TimePoint {
-    /// End of the bucket, seconds since the timeline's start.
+    /// End of the bucket (or of the window read, if that is earlier), seconds since the
+    /// timeline's start.
     pub t_s: f64,
     pub ops: u64,
     pub ops_s: f64,
@@ -423,19 +471,27 @@ impl Timeline {
             }
         }
     }
-    /// One point per bucket from `from_s` on (empty buckets give 0 operations).
-    pub fn points(&self, from_s: f64) -> Vec<TimePoint> {
+    /// One point per bucket that overlaps the window [`from_s`, `to_s`] (seconds since the
+    /// timeline's start: a workload's start and end); empty buckets give 0 operations. A
+    /// bucket's rate is its operations over the part of it inside the window, so the
+    /// workload's first and last buckets, which it covered only in part, are not diluted by
+    /// the time it was not running.
+    pub fn points(&self, from_s: f64, to_s: f64) -> Vec<TimePoint> {
         let secs = self.bucket_ns as f64 / 1e9;
         self.buckets
             .iter()
             .enumerate()
-            .filter(|(i, _)| (*i as f64 + 1.0) * secs > from_s)
-            .map(|(i, h)| {
+            .filter_map(|(i, h)| {
+                let (a, b) = (i as f64 * secs, (i as f64 + 1.0) * secs);
+                let overlap = b.min(to_s) - a.max(from_s);
+                (overlap > 0.0).then_some((i, h, overlap))
+            })
+            .map(|(i, h, overlap)| {
                 let ops: u64 = h.iter().map(|&c| u64::from(c)).sum();
                 let mut p = TimePoint {
-                    t_s: (i as f64 + 1.0) * secs,
+                    t_s: ((i as f64 + 1.0) * secs).min(to_s),
                     ops,
-                    ops_s: ops as f64 / secs,
+                    ops_s: ops as f64 / overlap,
                     ..TimePoint::default()
                 };
                 if ops > 0 {
@@ -531,7 +587,7 @@ mod tests {
         t.record(Instant::now() - Duration::from_millis(50));
         let mut u = Timeline::new(t0, Duration::from_millis(100));
         u.merge(&t);
-        let p = u.points(0.0);
+        let p = u.points(0.0, 0.4);
         assert_eq!(p.len(), 4);
         assert_eq!(p[0].ops, 0);
         assert_eq!(p[3].ops, 100);
@@ -542,7 +598,7 @@ mod tests {
             p[3]
         );
         assert!(p[3].p99_us < 1_000.0, "{:?}", p[3]);
-        assert_eq!(u.points(0.25).len(), 2);
+        assert_eq!(u.points(0.25, 0.4).len(), 2);
     }
 
     #[test]

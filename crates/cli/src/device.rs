@@ -129,6 +129,13 @@ pub fn open_with(path: &Path, read_only: bool, direct: bool) -> Result<Arc<FileD
 /// Explain a core error from reading or mounting a volume.
 pub fn explain(path: &Path, e: flashlog_core::Error) -> anyhow::Error {
     match e {
+        // A valid superblock of a larger volume: the image was shrunk (or a partition is
+        // smaller than the volume on it). mkfs would destroy it; restoring the size may not.
+        flashlog_core::Error::Corrupt(why) if why.contains("blocks on a device of") => anyhow!(
+            "{} holds a Flashlog volume larger than the device ({why}); if the image file was truncated, restore its size (e.g. `truncate -s SIZE {}`) before anything else",
+            path.display(),
+            path.display()
+        ),
         flashlog_core::Error::Corrupt(why) if why.contains("superblock") => anyhow!(
             "{} does not hold a Flashlog volume ({why}); make one with `flashlog mkfs {}`",
             path.display(),

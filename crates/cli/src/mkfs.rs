@@ -41,12 +41,32 @@ pub fn run(a: Args) -> Result<ExitCode> {
             flashlog_format::sb::LABEL_LEN
         );
     }
+    let mlogs_of = |blocks: u64| -> Result<u32> {
+        match a.mlogs.as_str() {
+            "auto" => Ok(flashlog_core::config::auto_mlogs(
+                blocks,
+                a.segs_per_sec,
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            )),
+            n => n
+                .parse::<u32>()
+                .map_err(|_| anyhow::anyhow!("--mlogs {n:?}: expected a number or auto")),
+        }
+    };
     let exists = a.target.exists();
+    let mut created = None;
     if let Some(size) = &a.size {
         let bytes = flashlog_fuse::parse_size(size).map_err(anyhow::Error::msg)?;
         if bytes < flashlog_format::sb::MIN_VOLUME_BYTES {
             bail!("--size {size} is too small: a volume needs at least 64M");
         }
+        // Every option is checked before the file is created or resized: a typo must not
+        // truncate an existing file or leave a new one behind. An image file is a
+        // conventional device: its layout is `Geometry::compute`'s, as `Fs::mkfs` will
+        // find it.
+        let blocks = bytes / flashlog_format::BLOCK_SIZE as u64;
+        flashlog_format::sb::Geometry::compute(blocks, a.segs_per_sec, mlogs_of(blocks)?)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", a.target.display()))?;
         if exists {
             device::check_target(&a.target)?;
             let md = std::fs::metadata(&a.target)?;
@@ -73,6 +93,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             f.set_len(bytes)
                 .with_context(|| format!("cannot resize {}", a.target.display()))?;
         } else {
+            created = Some(RemoveOnError(&a.target));
             flashlog_dev::FileDevice::create(&a.target, bytes)
                 .with_context(|| format!("cannot create {}", a.target.display()))?;
         }
@@ -84,16 +105,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let _lock = device::lock(&a.target, Access::Exclusive)?;
     let dev = device::open(&a.target, false)?;
-    let mlogs = match a.mlogs.as_str() {
-        "auto" => flashlog_core::config::auto_mlogs(
-            flashlog_dev::BlockDevice::capabilities(&*dev).block_count,
-            a.segs_per_sec,
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-        ),
-        n => n
-            .parse::<u32>()
-            .map_err(|_| anyhow::anyhow!("--mlogs {n:?}: expected a number or auto"))?,
-    };
+    let mlogs = mlogs_of(flashlog_dev::BlockDevice::capabilities(&*dev).block_count)?;
     let opts = MkfsOptions {
         label: a.label,
         segs_per_sec: a.segs_per_sec,
@@ -106,5 +118,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
         e => device::explain(&a.target, e),
     })?;
     println!("{report}");
+    if let Some(c) = created {
+        std::mem::forget(c);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Armed while mkfs works on an image file it created: any error return removes the file,
+/// so a refused mkfs leaves nothing behind. Forgotten once the volume is made.
+struct RemoveOnError<'a>(&'a std::path::Path);
+
+impl Drop for RemoveOnError<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
 }

@@ -185,12 +185,20 @@ impl Completion {
     }
 }
 
+impl From<std::io::Error> for DevError {
+    fn from(e: std::io::Error) -> Self {
+        DevError::Io(e)
+    }
+}
+
 /// Device errors. Every error is final for that request; callers poison the mount on a
 /// failed write or flush.
 #[derive(Debug, thiserror::Error)]
 pub enum DevError {
+    /// The message includes the OS error's; it is not also the `source` (an error chain
+    /// printed with `{:#}` would say it twice).
     #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error(
         "request at block {addr} (+{count}) is past the end of the device ({block_count} blocks)"
     )]

@@ -11,7 +11,7 @@ pub mod sustained;
 pub mod vop;
 pub mod ycsb;
 
-use crate::device::BenchDevice;
+use crate::device::{BenchDevice, DeviceSpec};
 use crate::metrics::{peak_rss_mib, reset_peak_rss, Lat, ProcUsage, Sample, Sampler};
 use crate::policy::PolicySpec;
 use crate::Ctx;
@@ -48,6 +48,9 @@ pub struct Volume {
     pub policy: PolicySpec,
     pub usage0: ProcUsage,
     pub t0: Instant,
+    /// The device's size as the user gave it (`--device PRESET:SIZE`; a block device's
+    /// size): what per-GiB figures divide by.
+    pub device_bytes: u64,
 }
 
 /// Mount options of every bench run: the defaults (background cleaning every 30 s after
@@ -62,6 +65,12 @@ impl Volume {
         reset_peak_rss();
         let usage0 = ProcUsage::now();
         let bd = ctx.device.for_policy_spec(policy).open()?;
+        let device_bytes = match &ctx.device {
+            DeviceSpec::Dev { .. } => {
+                flashlog_dev::BlockDevice::capabilities(&*bd.dev).block_count * 4096
+            }
+            spec => spec.bytes()?,
+        };
         Fs::mkfs(
             bd.dev.clone(),
             &MkfsOptions {
@@ -83,6 +92,7 @@ impl Volume {
             policy: policy.clone(),
             usage0,
             t0: Instant::now(),
+            device_bytes,
         })
     }
 
@@ -193,11 +203,9 @@ impl Volume {
                 write_buffer_stall_s: s.write_buffer_stall_ns as f64 / 1e9,
                 migration_records_peak: s.ftl.records_peak,
                 migration_record_peak_kib_per_gib: {
-                    let gib = flashlog_dev::BlockDevice::capabilities(&*self.bd.dev)
-                        .gc_region_blocks
-                        .max(1) as f64
-                        * flashlog_dev::BLOCK_SIZE as f64
-                        / (1u64 << 30) as f64;
+                    // Per GiB of the device size given with --device, as the FTL-memory
+                    // table's `KiB/GiB` (gauges.rs).
+                    let gib = self.device_bytes.max(1) as f64 / (1u64 << 30) as f64;
                     (s.ftl.records_peak * flashlog_ssd::ftl::coupled::RECORD_BYTES) as f64
                         / 1024.0
                         / gib
@@ -233,8 +241,8 @@ pub struct SsdSummary {
     pub wall_lateness_p50_us: f64,
     pub write_buffer_stall_s: f64,
     /// D2FS coupled FTL: most migration records outstanding at once (buffered or sent and
-    /// not acknowledged), and their modelled device DRAM per GiB of device capacity (the
-    /// GC region); 0 on other FTLs.
+    /// not acknowledged), and their modelled device DRAM per GiB of the device size given
+    /// with `--device`; 0 on other FTLs.
     pub migration_records_peak: u64,
     pub migration_record_peak_kib_per_gib: f64,
     /// Waits on and holds of the emulator's own locks over the volume's life (mkfs to

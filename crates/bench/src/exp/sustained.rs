@@ -24,7 +24,7 @@
 use super::{pattern, Ops, Volume, VolumeEnd};
 use crate::device::raw_write_mib_s;
 use crate::gauges::{Gauge, GaugeSampler, MemorySummary};
-use crate::metrics::{phases, rates, Lat, LatSummary, Phases, Rate, Rng, Sample};
+use crate::metrics::{phases, phases_from, rates, Lat, LatSummary, Phases, Rate, Rng, Sample};
 use crate::plot::{bar_plot, line_plot, Bars, Lines};
 use crate::policy::PolicySpec;
 use crate::report::{num, Report, Table};
@@ -107,8 +107,8 @@ pub struct SustainedResult {
     /// The same for the emulated SSD's own locks (empty on other devices), over the volume's
     /// life (mkfs to unmount).
     pub device_lock_waits: Vec<LockWait>,
-    /// Lock waits as a share of thread time (threads × (fill + random seconds)): the file
-    /// system's points, and the emulator's.
+    /// Lock waits as a share of thread time (threads × (fill + aging + random seconds), the
+    /// window the waits are counted over): the file system's points, and the emulator's.
     pub core_lock_wait_share: f64,
     pub device_lock_wait_share: f64,
     /// Share of the volume's life the emulator's engine lock was held: near 100 % it would
@@ -287,25 +287,22 @@ pub fn run_policy(ctx: &Ctx, p: &PolicySpec) -> Result<SustainedResult> {
         fill_s,
         random_bytes,
         random_s,
+        aging_s,
     );
     if ctx.args.aged {
         // Cleaning started during the aging: the whole measured phase is "during cleaning",
         // whether or not the policy's own counters moved in it (`none` never cleans on the
-        // host; the device's GC ran underneath).
-        if let (Some(a), Some(b)) = (samples.first(), samples.last()) {
-            let dt = (b.t_s - a.t_s).max(1e-9);
-            r.gc_start_s = Some(measured_from_s);
-            r.app_mib_s_during_gc =
-                b.app_write_bytes.saturating_sub(a.app_write_bytes) as f64 / MIB / dt;
-            r.device_mib_s_during_gc = (b.dev_read_bytes + b.dev_write_bytes)
-                .saturating_sub(a.dev_read_bytes + a.dev_write_bytes)
-                as f64
-                / MIB
-                / dt;
-            r.phases.gc_start_s = r.gc_start_s;
-            r.phases.app_mib_s_during_gc = r.app_mib_s_during_gc;
-            r.phases.device_mib_s_during_gc = r.device_mib_s_during_gc;
-        }
+        // host; the device's GC ran underneath). Every window field (bandwidths, ops/s, WAF
+        // and die utilisation while cleaning) covers the measured phase's first to last
+        // sample; nothing of it is "before cleaning".
+        let mut ph = phases_from(&samples, 0);
+        ph.gc_start_s = Some(measured_from_s);
+        r.gc_start_s = ph.gc_start_s;
+        r.app_mib_s_before_gc = ph.app_mib_s_before_gc;
+        r.app_mib_s_during_gc = ph.app_mib_s_during_gc;
+        r.device_mib_s_during_gc = ph.device_mib_s_during_gc;
+        r.device_peak_mib_s = ph.device_peak_mib_s;
+        r.phases = ph;
     }
     r.series = rates(&all_samples);
     r.aging_bytes = aging_bytes;
@@ -485,6 +482,7 @@ fn summarize(
     fill_s: f64,
     random_bytes: u64,
     random_s: f64,
+    aging_s: f64,
 ) -> SustainedResult {
     let ph = phases(samples);
     let ls = lat.summary();
@@ -521,7 +519,10 @@ fn summarize(
             contended,
         })
         .collect();
-    let thread_s = (p_threads as f64 * (fill_s + random_s)).max(1e-9);
+    // The waits are counted over the whole run (the core's from `waits::reset()` at the top
+    // of `run_policy`, the emulator's from mkfs), `--aged`'s unmeasured aging included: so
+    // is the thread time they are a share of.
+    let thread_s = (p_threads as f64 * (fill_s + aging_s + random_s)).max(1e-9);
     r.core_lock_wait_share = r.lock_waits.iter().map(|w| w.wait_s).sum::<f64>() / thread_s;
     if let Some(ssd) = end.as_ref().ok().and_then(|e| e.ssd.as_ref()) {
         r.device_lock_waits = LockWait::from_points(super::device_lock_waits(&ssd.locks));
@@ -593,7 +594,12 @@ pub fn build_report(
     for r in &results {
         t.row(vec![
             r.policy.clone(),
-            num(r.app_mib_s_before_gc),
+            // --aged: the measured phase is all during cleaning; nothing of it is before.
+            if ctx.args.aged {
+                "-".into()
+            } else {
+                num(r.app_mib_s_before_gc)
+            },
             if r.gc_start_s.is_some() {
                 num(r.app_mib_s_during_gc)
             } else {
@@ -735,12 +741,12 @@ pub fn build_report(
             body += &format!("{} file-cell waits by holder: {}\n", r.policy, w.join(", "));
         }
     }
-    body +=
-        "WAF (cleaning): device blocks / data blocks written after cleaning started. die busy: \
-             the emulated dies' busy time after cleaning started (host requests and device GC), \
-             of which dev GC is the SSD's own GC. die-bound: the application bandwidth if the \
-             dies were busy all the time with the same work per application byte. \
-             % thr: lock wait as a share of thread time (threads x (fill + random) seconds), \
+    body += "WAF (cleaning): device blocks / data blocks written after cleaning started (--aged: \
+             in the measured phase). die busy: the emulated dies' busy time after cleaning \
+             started (host requests and device GC), of which dev GC is the SSD's own GC. \
+             die-bound: the application bandwidth if the dies were busy all the time with the \
+             same work per application byte. % thr: lock wait as a share of thread time \
+             (threads x (fill + aging + random) seconds, the run the waits are counted over), \
              for the file system's points and for the emulated SSD's own locks (ssd_engine: \
              the FTL and timing state; ssd_recorder: latency statistics; ssd_store: page \
              contents). dev lock busy: the share of the run the emulator's engine lock was \
@@ -891,14 +897,16 @@ pub fn build_report(
         .iter()
         .filter(|r| r.policy.starts_with("scale") && r.error.is_none())
         .map(|r| {
+            // A policy that never cleaned is compared by its random phase's MiB/s, as in
+            // `ftl_targets`; a WAF while cleaning it does not have (null).
             let vs = |base: Option<&SustainedResult>| {
                 base.map(|b| {
                     json!({
                         "policy": b.policy,
                         "throughput_during_gc_ratio":
-                            r.app_mib_s_during_gc / b.app_mib_s_during_gc.max(1e-9),
+                            ratio(during_gc_mib_s(r), during_gc_mib_s(b)),
                         "waf_during_gc_ratio":
-                            r.phases.waf_during_gc / b.phases.waf_during_gc.max(1e-9),
+                            ratio(r.phases.waf_during_gc, b.phases.waf_during_gc),
                     })
                 })
             };
@@ -1077,6 +1085,22 @@ fn memory_section(ctx: &Ctx, rep: &mut Report, results: &[SustainedResult]) -> R
     Ok(())
 }
 
+/// Application MiB/s while cleaning, or the random phase's for a policy that never cleaned
+/// (the throughput the ratios between policies compare).
+fn during_gc_mib_s(r: &SustainedResult) -> f64 {
+    if r.gc_start_s.is_some() {
+        r.app_mib_s_during_gc
+    } else {
+        r.random_mib_s
+    }
+}
+
+/// `a / b`, or None (null in the JSON) when `b` is not a positive number: a ratio to a
+/// quantity the run did not measure.
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (b > 0.0 && a.is_finite()).then(|| a / b)
+}
+
 /// The D2FS and IPLFS targets as ratios of this run (issues 14 and 15), where the policies
 /// they compare ran.
 fn ftl_targets(results: &[SustainedResult]) -> serde_json::Value {
@@ -1084,13 +1108,6 @@ fn ftl_targets(results: &[SustainedResult]) -> serde_json::Value {
         results
             .iter()
             .find(|r| r.policy == name && r.error.is_none())
-    };
-    let during = |r: &SustainedResult| {
-        if r.gc_start_s.is_some() {
-            r.app_mib_s_during_gc
-        } else {
-            r.random_mib_s
-        }
     };
     let total_waf = |r: &SustainedResult| {
         r.end
@@ -1102,7 +1119,7 @@ fn ftl_targets(results: &[SustainedResult]) -> serde_json::Value {
     if let (Some(d), Some(f)) = (ok("device"), ok("f2fs")) {
         v.insert(
             "device_vs_f2fs_throughput".into(),
-            json!(during(d) / during(f).max(1e-9)),
+            json!(ratio(during_gc_mib_s(d), during_gc_mib_s(f))),
         );
         v.insert(
             "device_total_waf_vs_f2fs".into(),
@@ -1112,7 +1129,7 @@ fn ftl_targets(results: &[SustainedResult]) -> serde_json::Value {
     if let (Some(d), Some(z)) = (ok("device"), ok("zf2fs")) {
         v.insert(
             "device_vs_zf2fs_throughput".into(),
-            json!(during(d) / during(z).max(1e-9)),
+            json!(ratio(during_gc_mib_s(d), during_gc_mib_s(z))),
         );
     }
     if let Some(d) = ok("device").and_then(|r| r.memory.as_ref()) {
@@ -1124,7 +1141,7 @@ fn ftl_targets(results: &[SustainedResult]) -> serde_json::Value {
     if let (Some(n), Some(f)) = (ok("none"), ok("f2fs")) {
         v.insert(
             "none_vs_f2fs_throughput".into(),
-            json!(during(n) / during(f).max(1e-9)),
+            json!(ratio(during_gc_mib_s(n), during_gc_mib_s(f))),
         );
     }
     for r in results.iter().filter(|r| r.ftl == "interval") {

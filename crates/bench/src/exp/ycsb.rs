@@ -235,6 +235,7 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
             timeline.lock().merge(&tl);
             Ok(n)
         });
+        let end_s = t_start.elapsed().as_secs_f64();
         let s1 = fs.stats();
         let dapp = s1.app_write_bytes.saturating_sub(s0.app_write_bytes);
         out.push(YcsbResult {
@@ -255,12 +256,12 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
             },
             fsync_every: group_commit,
             start_s,
-            timeline: timeline.into_inner().points(start_s),
+            timeline: timeline.into_inner().points(start_s, end_s),
             compactions_at_s: Vec::new(),
             device_gc_runs: 0,
             error: err,
         });
-        spans.push((start_s, t_start.elapsed().as_secs_f64()));
+        spans.push((start_s, end_s));
         bar.inc(1);
     }
     bar.finish_and_clear();

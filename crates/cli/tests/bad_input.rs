@@ -1,0 +1,204 @@
+//! The `flashlog` command line against bad input: a clear one-line error and a nonzero
+//! exit, never a panic or a hang, and the input file left as it was (found in review,
+//! 2026-11-28: mkfs resized its target before checking its options, a refused mkfs left
+//! its new image behind, and the bench took emulator settings on a RAM device).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn flashlog(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flashlog"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("run flashlog")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("flashlog-review-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A failed command: nonzero exit (1 or 2; fsck 8), no panic, a short message.
+fn assert_clear_error(o: &Output, what: &str) {
+    let e = stderr(o);
+    assert!(!o.status.success(), "{what}: succeeded\n{e}");
+    assert!(
+        matches!(o.status.code(), Some(1 | 2 | 8)),
+        "{what}: exit {:?}\n{e}",
+        o.status.code()
+    );
+    assert!(!e.contains("panicked"), "{what}: panic\n{e}");
+    assert!(!e.trim().is_empty(), "{what}: no message");
+}
+
+/// A file of known, non-zero contents (not a file system), and its checksum.
+fn user_file(path: &Path, bytes: usize) -> u64 {
+    let mut v = vec![0u8; bytes];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for c in v.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+    }
+    std::fs::write(path, &v).unwrap();
+    digest(path)
+}
+
+fn digest(path: &Path) -> u64 {
+    let v = std::fs::read(path).unwrap();
+    v.chunks(8).fold(v.len() as u64, |h, c| {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        (h ^ u64::from_le_bytes(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[test]
+fn bad_sizes_and_options_are_clear_errors() {
+    let d = scratch("sizes");
+    for args in [
+        &["mkfs", "--size", "0", "a.img"][..],
+        &["mkfs", "--size", "1XB", "a.img"],
+        &["mkfs", "--size", "1EiB", "a.img"],
+        &["mkfs", "--size", "99999999999999999999999", "a.img"],
+        &["mkfs", "--size", "-1", "a.img"],
+        &["mkfs", "a.img"],
+        &["--bogus"],
+        &["bench", "--threads", "0"],
+        &["bench", "--duration", "0"],
+        &["bench", "--duration", "nan"],
+        &["bench", "--device", "970pro-like:0"],
+        &["bench", "--device", "970pro-like:1XB"],
+        &["bench", "--device", "floppy:1GiB"],
+        &["bench", "--policies", "zfs"],
+        &["bench", "--policies", ","],
+        &["bench", "--fill", "2"],
+        &["bench", "--sample-ms", "0"],
+        &["ssd", "--preset", "floppy", "--no-plot"],
+        &["ssd", "--preset", "tiny", "--qd", "0", "--no-plot"],
+        &["ssd", "--preset", "tiny", "--bs", "1000", "--no-plot"],
+    ] {
+        let o = flashlog(args, &d);
+        assert_clear_error(&o, &args.join(" "));
+    }
+    assert!(
+        !d.join("a.img").exists(),
+        "a refused mkfs left a.img behind"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn fsck_and_inspect_refuse_what_is_not_a_volume_and_leave_it_alone() {
+    let d = scratch("notvol");
+    std::fs::write(d.join("empty.img"), b"").unwrap();
+    user_file(&d.join("random.img"), 8 << 20);
+    std::fs::create_dir(d.join("dir")).unwrap();
+    // A real volume, cut short.
+    let o = flashlog(&["mkfs", "--size", "64M", "vol.img"], &d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::copy(d.join("vol.img"), d.join("cut.img")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("cut.img"))
+        .unwrap();
+    f.set_len(40 << 20).unwrap();
+    drop(f);
+    for img in ["empty.img", "random.img", "dir", "cut.img", "missing.img"] {
+        let before = d.join(img).is_file().then(|| digest(&d.join(img)));
+        let o = flashlog(&["fsck", img], &d);
+        assert_eq!(o.status.code(), Some(8), "fsck {img}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+        let o = flashlog(&["inspect", img], &d);
+        assert_clear_error(&o, &format!("inspect {img}"));
+        let o = flashlog(&["inspect", "--json", img], &d);
+        assert_clear_error(&o, &format!("inspect --json {img}"));
+        let after = d.join(img).is_file().then(|| digest(&d.join(img)));
+        assert_eq!(before, after, "{img} changed");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// mkfs checks every option before it creates or resizes its target: a 128 MiB user file
+/// (no file system on it, so no --force is needed) given `--size 64M --mlogs x` keeps its
+/// size and bytes. Before the fix `set_len` ran first and the file lost its second half.
+#[test]
+fn mkfs_with_a_bad_option_leaves_the_target_as_it_was() {
+    let d = scratch("trunc");
+    let file = d.join("data.bin");
+    let sum = user_file(&file, 128 << 20);
+    let o = flashlog(&["mkfs", "--size", "64M", "--mlogs", "x", "data.bin"], &d);
+    assert_clear_error(&o, "mkfs --mlogs x");
+    let len = std::fs::metadata(&file).unwrap().len();
+    let same = len == 128 << 20 && digest(&file) == sum;
+    let _ = std::fs::remove_dir_all(&d);
+    assert!(
+        same,
+        "a refused mkfs (exit {:?}: {}) left data.bin at {len} bytes (was {})",
+        o.status.code(),
+        stderr(&o).trim(),
+        128u64 << 20
+    );
+}
+
+/// A refused `mkfs --size` leaves no image behind (before: a 64 MiB file with no volume for
+/// `--segs-per-sec 3`, an empty one when the size could not be allocated), and the OS error
+/// is said once.
+#[test]
+fn a_refused_mkfs_leaves_no_new_image_behind() {
+    let d = scratch("leftover");
+    let o = flashlog(
+        &["mkfs", "--size", "64M", "--segs-per-sec", "3", "a.img"],
+        &d,
+    );
+    assert_clear_error(&o, "mkfs --segs-per-sec 3");
+    let a = d.join("a.img").exists();
+    let o2 = flashlog(&["mkfs", "--size", "16384T", "b.img"], &d);
+    assert_clear_error(&o2, "mkfs --size 16384T");
+    let b = d.join("b.img").exists();
+    let e2 = stderr(&o2);
+    assert!(
+        e2.matches("os error").count() <= 1,
+        "the OS error said twice: {e2}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+    assert!(
+        !a && !b,
+        "left behind: a.img {a} ({}), b.img {b} ({})",
+        stderr(&o).trim(),
+        stderr(&o2).trim()
+    );
+}
+
+/// `bench --ssd-set` and `--clock` need an emulated SSD: with `--device ram:SIZE` they are
+/// refused, not accepted without effect and echoed into report.json's `command` as if they
+/// had applied (`mount` refuses `--ssd-set` off the emulator too).
+#[test]
+fn bench_refuses_emulator_settings_off_the_emulator() {
+    let d = scratch("ssdset");
+    let mut accepted = Vec::new();
+    for extra in [
+        &["--ssd-set", "op=0.2"][..],
+        &["--ssd-set", "nosuch=1"],
+        &["--clock", "sundial"],
+    ] {
+        let mut args = vec!["bench", "--device", "ram:64MiB", "--policies", "nosuch"];
+        args.extend_from_slice(extra);
+        let o = flashlog(&args, &d);
+        assert_clear_error(&o, &args.join(" "));
+        let e = stderr(&o);
+        if e.contains("unknown policy") {
+            accepted.push(format!("{}: not refused ({})", extra.join(" "), e.trim()));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+    assert!(accepted.is_empty(), "{}", accepted.join("\n"));
+}
