@@ -65,9 +65,13 @@ impl FsInner {
         let p = st.pages.get(&idx).expect("loaded");
         if !p.dirty {
             if addr_null && !p.reserved {
-                // Nodes first, as for file pages (file.rs `new_dirty_page`).
-                self.locate(st, idx, true)?;
+                // The block first, then the nodes, as for file pages (file.rs
+                // `new_dirty_page`): a refusal leaves no node made.
                 self.reserve_blocks(1)?;
+                if let Err(e) = self.locate(st, idx, true) {
+                    self.release_blocks(1);
+                    return Err(e);
+                }
                 st.pages.get_mut(&idx).expect("loaded").reserved = true;
                 st.hdr.blocks += 1;
             }

@@ -138,8 +138,13 @@ impl FsInner {
         // The nodes that will map the block exist from now on (F2FS allocates the dnode at
         // write_begin): their user space and checkpoint debt are taken here, by the write,
         // and writeback never has to create a node.
-        self.locate(st, idx, true)?;
+        // The data block first: `locate` makes the nodes only once their blocks are
+        // reserved too, so a refusal leaves nothing made.
         self.reserve_blocks(1)?;
+        if let Err(e) = self.locate(st, idx, true) {
+            self.release_blocks(1);
+            return Err(e);
+        }
         st.hdr.blocks += 1;
         st.pages.insert(idx, Page::new(data, true, true, false));
         st.dirty_pages += 1;
@@ -481,12 +486,23 @@ impl FsInner {
             if st.pages.contains_key(&idx) {
                 continue;
             }
-            let (nid, slot) = self.locate(st, idx, true)?.expect("create");
-            if self.dnode_get(st, nid, slot) == NULL_ADDR {
-                self.reserve_blocks(1)?;
-                st.hdr.blocks += 1;
-                self.dnode_set(st, nid, slot, NEW_ADDR);
+            // Only a hole takes a block: look without creating first. The data block is
+            // reserved before `locate` makes any node, as in `new_dirty_page`.
+            if let Some((nid, slot)) = self.locate(st, idx, false)? {
+                if self.dnode_get(st, nid, slot) != NULL_ADDR {
+                    continue;
+                }
             }
+            self.reserve_blocks(1)?;
+            let (nid, slot) = match self.locate(st, idx, true) {
+                Ok(found) => found.expect("create"),
+                Err(e) => {
+                    self.release_blocks(1);
+                    return Err(e);
+                }
+            };
+            st.hdr.blocks += 1;
+            self.dnode_set(st, nid, slot, NEW_ADDR);
         }
         Ok(())
     }

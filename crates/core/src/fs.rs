@@ -942,6 +942,21 @@ impl Fs {
         rdev: u32,
         who: Creator,
     ) -> Result<Attr> {
+        self.make_node_with(parent, name, mode, rdev, who, &[])
+    }
+
+    /// [`Fs::make_node`] that also writes `content` (a symlink's target) before the name
+    /// appears, in the same operation: a refusal (ENOSPC for the target's block) undoes the
+    /// inode, and no one sees the link empty.
+    fn make_node_with(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        who: Creator,
+        content: &[u8],
+    ) -> Result<Attr> {
         let Creator { uid, gid, umask } = who;
         check_name(name)?;
         let kind = mode & S_IFMT;
@@ -951,7 +966,9 @@ impl Fs {
         ) {
             return Err(Error::Invalid("unknown file type in mode"));
         }
-        self.write_op(|fs| {
+        let debt = crate::space::OP_META_BLOCKS
+            + (content.len() as u64).div_ceil(BLOCK_SIZE as u64) * crate::inner::PAGE_DEBT;
+        self.write_op_sized(debt, |fs| {
             let pc = fs.cell(parent)?;
             let mut pst = pc.lock();
             if !pst.is_dir() {
@@ -1040,6 +1057,12 @@ impl Fs {
                     return Err(e);
                 }
             }
+            if !content.is_empty() {
+                if let Err(e) = fs.file_write(&mut st, 0, content) {
+                    fs.free_inode(&mut st)?;
+                    return Err(e);
+                }
+            }
             if let Err(e) = fs.dir_insert(&mut pst, name, ino, ftype_of(mode)) {
                 fs.free_inode(&mut st)?;
                 return Err(e);
@@ -1076,15 +1099,8 @@ impl Fs {
         if target.len() > 4095 {
             return Err(Error::NameTooLong);
         }
-        let a = self.mknod(parent, name, S_IFLNK | 0o777, 0, uid, gid)?;
-        self.write_op(|fs| {
-            let c = fs.cell(a.ino)?;
-            let mut st = c.lock();
-            // Unlinked (and freed) between the two operations.
-            st.ensure_live()?;
-            fs.file_write(&mut st, 0, target)?;
-            Ok(attr_of(&st))
-        })
+        let who = Creator { uid, gid, umask: 0 };
+        self.make_node_with(parent, name, S_IFLNK | 0o777, 0, who, target)
     }
 
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {

@@ -131,6 +131,13 @@ pub trait Collector: Send + Sync {
     fn upcalls_due(&self) -> bool {
         false
     }
+    /// `gc=device`: dead blocks not yet checkpointed past which every writer waits for the
+    /// discard checkpoint (`FsInner::device_discard_due`) instead of writing on: the device
+    /// counts them valid until their discards, and only its slack over the host's live
+    /// limit holds them (`gc_device::urgent_discard_blocks`). No limit by default.
+    fn dead_limit(&self) -> u64 {
+        u64::MAX
+    }
     /// `ensure_space`, before it decides whether the caller waits: a policy that can make
     /// room without waiting does it here (`gc=none`: issue the discards a durable checkpoint
     /// made safe, wake its dispatcher to checkpoint early). Cheap when nothing is low.
@@ -718,16 +725,30 @@ impl FsInner {
         // One thread checkpoints; the others go on writing (they stop for its exclusive
         // section only). With every writer that found it due waiting for it, 16 writers
         // waited 61 s per 10 s run, first for its pre-pass, then for the cleaning lock.
-        let Some(_one) = fs.discard_checkpoint.try_lock() else {
-            return Ok(());
+        // But past the dead limit the device may not hold what they would kill next
+        // (8 writers overwriting a full volume filled it while one checkpointed: found in
+        // review, 2026-11-28): then every writer waits for that checkpoint.
+        let over = fs.seg.dead_pending() >= fs.collector.dead_limit();
+        let _one = if over {
+            let one = crate::waits::lock(crate::waits::Point::DeadLimit, &fs.discard_checkpoint);
+            if !due() {
+                return Ok(()); // the checkpoint it waited for took them
+            }
+            fs.writeback_before_checkpoint()?;
+            one
+        } else {
+            let Some(one) = fs.discard_checkpoint.try_lock() else {
+                return Ok(());
+            };
+            // A pre-pass under way means a checkpoint follows it (the upcall handler's, a
+            // cleaning round's, a sync's): it applies the upcalls and issues the discards,
+            // so go on writing instead of waiting for that pass to checkpoint again
+            // (`device_discard_checkpoint_does_not_wait_for_a_running_prepass`).
+            if !fs.writeback_before_checkpoint_unless_running()? {
+                return Ok(());
+            }
+            one
         };
-        // A pre-pass under way means a checkpoint follows it (the upcall handler's, a
-        // cleaning round's, a sync's): it applies the upcalls and issues the discards, so
-        // go on writing instead of waiting for that pass to checkpoint again
-        // (`device_discard_checkpoint_does_not_wait_for_a_running_prepass`).
-        if !fs.writeback_before_checkpoint_unless_running()? {
-            return Ok(());
-        }
         let _gc = fs.gc_lock.lock();
         if due() {
             fs.check_writable()?;

@@ -67,7 +67,7 @@
 //! lock; the discard thread takes `issuing`, then `SegManager::discards`, and never the op
 //! lock, so a checkpoint waiting for `issuing` waits for one request at most.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -103,6 +103,24 @@ pub fn live_limit(caps: &flashlog_dev::Capabilities, mlogs: u32) -> u64 {
     let cap = caps.gc_region_blocks;
     let raw = cap.saturating_sub(caps.conventional_blocks + (logs + 8) * z);
     raw / 100 * 95
+}
+
+/// Queued discard blocks past which writers issue the queue themselves: half the device's
+/// slack over `live_limit` (its 5 %), at least one section. The device holds the host's
+/// live blocks plus every dead block whose discard it has not received; the host's budget
+/// counts only the first, so the second must stay within that slack. Before, a file
+/// truncated on a full volume and written back filled the device with the truncated
+/// blocks (their discards queued by a checkpoint and issued only by the next, which the
+/// rewrite, killing nothing, never made due): "no reclaimable space", a failed log write,
+/// the mount poisoned (found in review, 2026-11-28).
+pub fn urgent_discard_blocks(caps: &flashlog_dev::Capabilities, mlogs: u32, per_sec: u64) -> u64 {
+    let z = caps.zone_blocks;
+    let logs = ((flashlog_format::sb::DEFAULT_LOG_HEADS + 3) * mlogs) as u64;
+    let raw = caps
+        .gc_region_blocks
+        .saturating_sub(caps.conventional_blocks + (logs + 8) * z);
+    let slack = raw.saturating_sub(live_limit(caps, mlogs));
+    (slack / 2).max(per_sec)
 }
 
 /// Mount, before the pack's upcalls are acknowledged (`ack_loaded`): issue the pack's
@@ -203,6 +221,12 @@ pub struct DeviceCollector {
     issuing: Arc<Mutex<()>>,
     kick: Arc<(Mutex<Kick>, parking_lot::Condvar)>,
     discarder: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Blocks in the discard queue after the last checkpoint queued its pack's log: dead
+    /// blocks the device still counts as valid until their discards are issued.
+    queued_blocks: AtomicU64,
+    /// Queued blocks past which a writer issues the queue itself (`space_low`): half the
+    /// device's slack over the host's live limit (`urgent_discard_blocks`).
+    urgent_blocks: AtomicU64,
 }
 
 impl DeviceCollector {
@@ -217,6 +241,8 @@ impl DeviceCollector {
             issuing: Arc::new(Mutex::new(())),
             kick: Arc::new((Mutex::new(Kick::default()), parking_lot::Condvar::new())),
             discarder: Mutex::new(None),
+            queued_blocks: AtomicU64::new(0),
+            urgent_blocks: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -560,6 +586,11 @@ impl crate::gc::Collector for DeviceCollector {
         }
         let batch = ack_batch_upcalls(fs.dev.capabilities());
         self.batch.store(batch, Ordering::Relaxed);
+        let per_sec = flashlog_format::BLOCKS_PER_SEG * u64::from(fs.sb.geo.segs_per_sec);
+        self.urgent_blocks.store(
+            urgent_discard_blocks(fs.dev.capabilities(), fs.sb.geo.mlogs, per_sec),
+            Ordering::Relaxed,
+        );
         if fs.opts.gc_interval.is_none() {
             // No background threads on this mount (deterministic runs): full batches are
             // checkpointed from `ensure_space` instead (`upcalls_due`).
@@ -617,6 +648,38 @@ impl crate::gc::Collector for DeviceCollector {
     fn upcalls_due(&self) -> bool {
         self.inline.load(Ordering::Acquire)
             && self.tap.pending() >= self.batch.load(Ordering::Relaxed)
+    }
+
+    fn dead_limit(&self) -> u64 {
+        self.urgent_blocks.load(Ordering::Relaxed)
+    }
+
+    /// Every write: when the dead blocks queued for discard reach `urgent_blocks`, issue the
+    /// queue now, in this thread, without the op lock (as the discard thread does, one
+    /// request under `issuing` at a time), so the device never holds more dead blocks than
+    /// its slack; a mount without background threads has no one else to do it before the
+    /// next checkpoint, and with them, writers could outrun the discard thread.
+    fn space_low(&self, fs: &FsInner) -> Result<()> {
+        if fs.seg.discards.count() == 0
+            || self.queued_blocks.load(Ordering::Relaxed)
+                < self.urgent_blocks.load(Ordering::Relaxed)
+            || fs.opts.read_only
+        {
+            return Ok(());
+        }
+        loop {
+            let _issuing = self.issuing.lock();
+            if crate::gc_none::dispatch_some(fs, flashlog_dev::MAX_DISCARD_RANGES)? == 0 {
+                break;
+            }
+            fs.stats
+                .device_discards_by_writers
+                .fetch_add(1, Ordering::Relaxed);
+            // A request of the previous pack's discards, as the checkpoint's (step 1).
+            fs.test_point("discards:batch");
+        }
+        self.queued_blocks.store(0, Ordering::Relaxed);
+        Ok(())
     }
 
     fn before_checkpoint(&self, fs: &FsInner) -> Result<()> {
@@ -686,6 +749,8 @@ impl crate::gc::Collector for DeviceCollector {
         //    thread issue this pack's discards beside the writers (without the thread, the
         //    next checkpoint issues them first).
         fs.seg.hold_sections(emptied);
+        self.queued_blocks
+            .store(fs.seg.discards.lock().blocks(), Ordering::Relaxed);
         if !self.inline.load(Ordering::Acquire) {
             self.kick.0.lock().pending = true;
             self.kick.1.notify_one();

@@ -386,7 +386,11 @@ impl FsInner {
     }
 
     /// The direct node (nid, or the inode's own nid for blocks held by the inode) and slot
-    /// that map file block `index`. With `create`, missing nodes are allocated.
+    /// that map file block `index`. With `create`, missing nodes are allocated: the user
+    /// blocks of all of them are reserved at once, at the first missing level (every level
+    /// below it is missing too), so a refusal (ENOSPC) leaves no node made for a write that
+    /// then fails (found in review, 2026-11-28: a write refused for its data block kept
+    /// the direct and indirect nodes it had made, their blocks taken until a truncate).
     pub fn locate(
         &self,
         st: &mut InodeState,
@@ -397,17 +401,23 @@ impl FsInner {
         if p.depth == 0 {
             return Ok(Some((st.ino, p.slots[0])));
         }
+        let kind_at = |level: usize| {
+            if level == p.depth {
+                NodeKind::Direct
+            } else {
+                NodeKind::Indirect
+            }
+        };
+        // Blocks reserved for the nodes still to be made.
+        let mut prepaid = 0u64;
         let mut nid = node::inode_nid(&st.node, p.slots[0]);
         if nid == 0 {
             if !create {
                 return Ok(None);
             }
-            let kind = if p.depth == 1 {
-                NodeKind::Direct
-            } else {
-                NodeKind::Indirect
-            };
-            nid = self.new_node(st, kind, p.node_ofs[1])?;
+            prepaid = p.depth as u64;
+            self.reserve_blocks(prepaid)?;
+            nid = self.new_node_prepaid(st, kind_at(1), p.node_ofs[1], &mut prepaid)?;
             node::set_inode_nid(&mut st.node, p.slots[0], nid);
             self.dirty_inode(st);
         }
@@ -415,6 +425,7 @@ impl FsInner {
             let parent = nid;
             let child = node::indirect_nid(&self.load_node(st, parent)?.blk, p.slots[d]);
             if child != 0 && !self.nat.valid(child) {
+                self.release_blocks(prepaid);
                 return Err(Error::Corrupt(format!(
                     "node {parent} of inode {} points at nid {child}",
                     st.ino
@@ -426,31 +437,41 @@ impl FsInner {
                 if !create {
                     return Ok(None);
                 }
-                let kind = if d + 1 == p.depth {
-                    NodeKind::Direct
-                } else {
-                    NodeKind::Indirect
-                };
-                let c = self.new_node(st, kind, p.node_ofs[d + 1])?;
+                if prepaid == 0 {
+                    prepaid = (p.depth - d) as u64;
+                    self.reserve_blocks(prepaid)?;
+                }
+                let c =
+                    self.new_node_prepaid(st, kind_at(d + 1), p.node_ofs[d + 1], &mut prepaid)?;
                 let mut pn = st.nodes.lock(parent).expect("loaded");
                 node::set_indirect_nid(&mut pn.blk, p.slots[d], c);
                 self.dirty_node(&mut pn);
                 c
             };
         }
+        debug_assert_eq!(prepaid, 0, "every reserved node block used");
+        self.release_blocks(prepaid);
         self.ensure_node(st, nid)?;
         Ok(Some((nid, p.slots[p.depth])))
     }
 
-    fn new_node(&self, st: &mut InodeState, kind: NodeKind, ofs: u32) -> Result<Nid> {
-        self.reserve_blocks(1)?;
+    /// `new_node` for a block `locate` reserved: takes one of `prepaid`; on failure gives
+    /// back all that are left.
+    fn new_node_prepaid(
+        &self,
+        st: &mut InodeState,
+        kind: NodeKind,
+        ofs: u32,
+        prepaid: &mut u64,
+    ) -> Result<Nid> {
         let nid = match self.nat.alloc() {
             Ok(n) => n,
             Err(e) => {
-                self.release_blocks(1);
+                self.release_blocks(std::mem::take(prepaid));
                 return Err(e);
             }
         };
+        *prepaid -= 1;
         self.nat.set(nid, st.ino, NULL_ADDR);
         self.valid_nodes.fetch_add(1, Ordering::Relaxed);
         st.nodes

@@ -280,6 +280,7 @@ pub struct Stats {
     pub upcall_discards_withdrawn: AtomicU64,
     pub device_discards_off_lock: AtomicU64,
     pub device_discards_in_checkpoint: AtomicU64,
+    pub device_discards_by_writers: AtomicU64,
     pub device_sections_held_back: AtomicU64,
     pub cp_apply_ns: AtomicU64,
     pub cp_writeback_ns: AtomicU64,
@@ -346,6 +347,9 @@ pub struct Counters {
     /// (it must issue them before it acknowledges and frees: gc_device.rs).
     pub device_discards_off_lock: u64,
     pub device_discards_in_checkpoint: u64,
+    /// gc=device: such requests a writer issued because the queue's dead blocks reached
+    /// half the device's slack (`gc_device::urgent_discard_blocks`).
+    pub device_discards_by_writers: u64,
     /// gc=device: times a held section waited one more checkpoint because a queued,
     /// unapplied upcall had a pair whose old address lies in it.
     pub device_sections_held_back: u64,
@@ -456,6 +460,7 @@ impl Stats {
             upcall_discards_withdrawn: g(&self.upcall_discards_withdrawn),
             device_discards_off_lock: g(&self.device_discards_off_lock),
             device_discards_in_checkpoint: g(&self.device_discards_in_checkpoint),
+            device_discards_by_writers: g(&self.device_discards_by_writers),
             device_sections_held_back: g(&self.device_sections_held_back),
             cp_apply_s: g(&self.cp_apply_ns) as f64 / 1e9,
             cp_writeback_s: g(&self.cp_writeback_ns) as f64 / 1e9,

@@ -64,9 +64,12 @@ pub enum Point {
     /// A node's own lock (`cell::NodeLock`): a `scale` collector checking or remapping a
     /// direct node's blocks without the file's cell, and the cell holder, meet on it.
     Node,
+    /// `gc=device`: a writer past the dead limit waiting for the discard checkpoint
+    /// (`FsInner::device_discard_due`), since the device may not hold more dead blocks.
+    DeadLimit,
 }
 
-pub const POINTS: [(Point, &str); 18] = [
+pub const POINTS: [(Point, &str); 19] = [
     (Point::OpShared, "op_lock_shared"),
     (Point::OpExclusive, "op_lock_checkpoint"),
     (Point::Cell, "file_cell"),
@@ -85,6 +88,7 @@ pub const POINTS: [(Point, &str); 18] = [
     (Point::WritebackInFlight, "writeback_in_flight"),
     (Point::CheckpointTail, "checkpoint_tail"),
     (Point::Node, "node_lock"),
+    (Point::DeadLimit, "device_dead_limit"),
 ];
 
 struct Counter {

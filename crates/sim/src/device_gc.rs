@@ -17,7 +17,8 @@
 //! after each step of the protocol (docs/DESIGN.md "D2FS host side", its case table):
 //! `checkpoint:before-apply` with upcalls sent past the last applied id (received or in
 //! transit, not applied); `discards:batch`, after each request by which a checkpoint
-//! finishes the previous pack's discards; `checkpoint:discarded`, all of them issued;
+//! finishes the previous pack's discards (or a writer issues them, once the queue holds
+//! half the device's slack: `gc_device::urgent_discard_blocks`); `checkpoint:discarded`, all of them issued;
 //! `checkpoint:applied` with upcalls this checkpoint applied (in memory only); and, while the
 //! device has upcalls outstanding, `checkpoint:durable` (pack durable, the previous one not
 //! yet acknowledged), `checkpoint:acked` (acknowledged, the sections emptied before the
