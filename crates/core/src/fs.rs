@@ -502,11 +502,8 @@ impl Fs {
     /// Run a read-only operation.
     fn read_op<T>(&self, f: impl FnOnce(&FsInner) -> Result<T>) -> Result<T> {
         let _g = self.inner.oplock.op();
-        // fsync's attempt runs here too, and writes nodes: an unwind poisons (`OpUnwind`).
-        let dies = OpUnwind(&self.inner);
-        let r = f(&self.inner);
-        std::mem::forget(dies);
-        r
+        // fsync's attempt runs here too, and writes nodes: an unwind poisons.
+        OpUnwind::run(&self.inner, f)
     }
 
     /// Run a mutating operation, then any writeback or checkpoint the limits ask for.
@@ -536,9 +533,7 @@ impl Fs {
         let r = {
             let _g = self.inner.oplock.op();
             self.inner.check_writable()?;
-            let dies = OpUnwind(&self.inner);
-            let r = f(&self.inner);
-            std::mem::forget(dies);
+            let r = OpUnwind::run(&self.inner, f);
             let r = self.inner.guard(r);
             self.inner.free_deferred()?;
             r
@@ -2126,6 +2121,16 @@ impl Fs {
 /// poisons the mount so that no checkpoint writes them. Under FUSE the other request
 /// threads go on, and the unmount's final checkpoint would otherwise persist them.
 struct OpUnwind<'a>(&'a FsInner);
+
+impl OpUnwind<'_> {
+    /// Run `f` with the guard armed.
+    fn run<T>(inner: &FsInner, f: impl FnOnce(&FsInner) -> Result<T>) -> Result<T> {
+        let dies = OpUnwind(inner);
+        let r = f(inner);
+        std::mem::forget(dies);
+        r
+    }
+}
 
 impl Drop for OpUnwind<'_> {
     fn drop(&mut self) {

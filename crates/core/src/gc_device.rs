@@ -98,11 +98,16 @@ pub const ONLY_DEVICE: &str = "this device cleans itself (D2FS coupled GC: the e
 /// the conventional region, one zone per open log, the device's GC reserve, and 5 % slack so
 /// that its GC never copies a nearly full victim.
 pub fn live_limit(caps: &flashlog_dev::Capabilities, mlogs: u32) -> u64 {
+    room(caps, mlogs) / 100 * 95
+}
+
+/// What `live_limit` takes 95 % of: the capacity less the conventional region, one zone
+/// per open log and the device's GC reserve.
+fn room(caps: &flashlog_dev::Capabilities, mlogs: u32) -> u64 {
     let z = caps.zone_blocks;
     let logs = ((flashlog_format::sb::DEFAULT_LOG_HEADS + 3) * mlogs) as u64;
-    let cap = caps.gc_region_blocks;
-    let raw = cap.saturating_sub(caps.conventional_blocks + (logs + 8) * z);
-    raw / 100 * 95
+    caps.gc_region_blocks
+        .saturating_sub(caps.conventional_blocks + (logs + 8) * z)
 }
 
 /// Queued discard blocks past which writers issue the queue themselves: half the device's
@@ -114,12 +119,7 @@ pub fn live_limit(caps: &flashlog_dev::Capabilities, mlogs: u32) -> u64 {
 /// rewrite, killing nothing, never made due): "no reclaimable space", a failed log write,
 /// the mount poisoned (found in review, 2026-11-28).
 pub fn urgent_discard_blocks(caps: &flashlog_dev::Capabilities, mlogs: u32, per_sec: u64) -> u64 {
-    let z = caps.zone_blocks;
-    let logs = ((flashlog_format::sb::DEFAULT_LOG_HEADS + 3) * mlogs) as u64;
-    let raw = caps
-        .gc_region_blocks
-        .saturating_sub(caps.conventional_blocks + (logs + 8) * z);
-    let slack = raw.saturating_sub(live_limit(caps, mlogs));
+    let slack = room(caps, mlogs) - live_limit(caps, mlogs);
     (slack / 2).max(per_sec)
 }
 
@@ -259,14 +259,18 @@ impl DeviceCollector {
     /// first, under the exclusive op lock, so that the acknowledgement and the release
     /// that follow never come before a discard the previous pack logged.
     fn finish_discards(&self, fs: &FsInner) -> Result<()> {
+        self.issue_queue(fs, &fs.stats.device_discards_in_checkpoint)
+    }
+
+    /// Issue the whole queue, one request under `issuing` at a time, counting each in
+    /// `requests`: a checkpoint's step 1, or a writer whose queue grew past `urgent_blocks`.
+    fn issue_queue(&self, fs: &FsInner, requests: &AtomicU64) -> Result<()> {
         loop {
             let _issuing = self.issuing.lock();
             if crate::gc_none::dispatch_some(fs, flashlog_dev::MAX_DISCARD_RANGES)? == 0 {
                 return Ok(());
             }
-            fs.stats
-                .device_discards_in_checkpoint
-                .fetch_add(1, Ordering::Relaxed);
+            requests.fetch_add(1, Ordering::Relaxed);
             fs.test_point("discards:batch");
         }
     }
@@ -667,17 +671,7 @@ impl crate::gc::Collector for DeviceCollector {
         {
             return Ok(());
         }
-        loop {
-            let _issuing = self.issuing.lock();
-            if crate::gc_none::dispatch_some(fs, flashlog_dev::MAX_DISCARD_RANGES)? == 0 {
-                break;
-            }
-            fs.stats
-                .device_discards_by_writers
-                .fetch_add(1, Ordering::Relaxed);
-            // A request of the previous pack's discards, as the checkpoint's (step 1).
-            fs.test_point("discards:batch");
-        }
+        self.issue_queue(fs, &fs.stats.device_discards_by_writers)?;
         self.queued_blocks.store(0, Ordering::Relaxed);
         Ok(())
     }

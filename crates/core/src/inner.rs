@@ -450,7 +450,6 @@ impl FsInner {
             };
         }
         debug_assert_eq!(prepaid, 0, "every reserved node block used");
-        self.release_blocks(prepaid);
         self.ensure_node(st, nid)?;
         Ok(Some((nid, p.slots[p.depth])))
     }

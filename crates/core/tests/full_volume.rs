@@ -134,22 +134,8 @@ fn read_all(fs: &Fs, ino: Ino) -> Vec<u8> {
 fn symlink_refused_at_full_leaves_no_name() {
     for p in [P::F2fs, P::Scale] {
         let what = format!("{p:?}");
-        let (dev, o) = make(p, 64);
-        let fs = Fs::mount(dev.clone(), o.clone()).unwrap();
-        let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
-        // Fill the user space block by block.
-        let mut n = 0u64;
-        while fs.write(a, n * BS, &[1u8; BS as usize]).is_ok() {
-            n += 1;
-        }
-        // Free exactly enough for inodes but not a data block: give back 2 blocks, make
-        // a file (takes one inode block), leaving one block: the symlink's inode takes it.
-        let set = SetAttr {
-            size: Some((n - 1) * BS),
-            ..Default::default()
-        };
-        fs.setattr(a, &set).unwrap();
-        fs.sync().unwrap();
+        // One block left: the symlink's inode takes it, its target finds none.
+        let (dev, fs, _) = with_free(p, 1);
         assert_eq!(fs.statfs().blocks_free, 1, "{what}");
         let target = vec![b'x'; 4000];
         let r = fs.symlink(ROOT_INO, b"link", &target, 0, 0);
