@@ -166,7 +166,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "auto")]
     pub segs_per_sec: String,
     /// Max log partitions (mlogs) at mkfs: each has its own log heads and free sections.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=32))]
     pub mlogs: u32,
     /// fxmark: the tests to run, comma-separated, in their fixed order (MWUL unlinks what
     /// MWCL created, so it needs MWCL): e.g. `DWAL` alone to profile appends.

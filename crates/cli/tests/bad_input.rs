@@ -202,3 +202,29 @@ fn bench_refuses_emulator_settings_off_the_emulator() {
     let _ = std::fs::remove_dir_all(&d);
     assert!(accepted.is_empty(), "{}", accepted.join("\n"));
 }
+
+/// `--mlogs` outside what mkfs accepts (1-32) is refused by the argument parser, before a
+/// warm-up or a fill spends minutes (it was refused only at the first mkfs).
+#[test]
+fn bench_refuses_an_mlog_count_mkfs_would_refuse_before_it_starts() {
+    let d = scratch("mlogs");
+    for n in ["0", "33"] {
+        let args = [
+            "bench",
+            "--device",
+            "ram:64MiB",
+            "--duration",
+            "1",
+            "--mlogs",
+            n,
+        ];
+        let o = flashlog(&args, &d);
+        assert_clear_error(&o, &args.join(" "));
+        assert!(stderr(&o).contains("--mlogs"), "{}", stderr(&o));
+        assert!(
+            !d.join("bench-out").exists(),
+            "--mlogs {n}: the bench started"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -1927,6 +1927,11 @@ impl Fs {
                 Error::Range
             });
         }
+        if name.contains(&0) {
+            // A listxattr reply separates names with NULs: such a name would come back as
+            // two. The kernel cannot send one; the library API refuses it.
+            return Err(Error::Invalid("attribute name contains a NUL byte"));
+        }
         if value.len() > u16::MAX as usize {
             return Err(Error::TooBig);
         }

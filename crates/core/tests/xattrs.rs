@@ -137,6 +137,12 @@ fn limits_flags_and_empty_values() {
     ));
     assert_eq!(fs.getxattr(f, &long).unwrap(), b"v");
     fs.removexattr(f, &long).unwrap();
+    // A NUL inside a name would split it in two in a listxattr reply.
+    assert!(matches!(
+        fs.setxattr(f, b"user.a\0user.b", b"v", XattrMode::Any),
+        Err(Error::Invalid(_))
+    ));
+    assert!(fs.listxattr(f).unwrap().is_empty());
     // Empty values are values.
     fs.setxattr(f, b"user.empty", b"", XattrMode::Create)
         .unwrap();

@@ -185,7 +185,8 @@ fn run_one(ctx: &Ctx, p: &crate::policy::PolicySpec, pers: &str) -> Result<FbRes
                         gone_ok(read_whole(&fs, ino, &mut rbuf).map(|_| ()))?;
                     }
                     let _ = lookup(any(&mut rng));
-                    n += 5;
+                    // delete, create, write whole, append, read whole, stat.
+                    n += 6;
                 }
                 "varmail" => {
                     let i = mine(&mut rng);

@@ -301,7 +301,7 @@ fn build_report(ctx: &Ctx, results: Vec<YcsbResult>) -> Result<Report> {
         "GC runs",
         "stall s",
         "WAF",
-        "worst 1/5 s: p99 us",
+        "worst bucket: p99 us",
         "max us",
         "compactions",
         "dev GC runs",
@@ -340,7 +340,7 @@ fn build_report(ctx: &Ctx, results: Vec<YcsbResult>) -> Result<Report> {
     }
     let mut body = t.render();
     body += &format!(
-        "fsync of the thread's log every {} update(s). worst 1/5 s: the highest update p99 over \
+        "fsync of the thread's log every {} update(s). worst bucket: the highest update p99 over \
          one --sample-ms bucket ({} ms; coarse bins, within 25 %); compactions: interval-FTL \
          map compaction runs during the workload (the device delays I/O meanwhile).\n",
         ctx.args.fsync_every, ctx.args.sample_ms
