@@ -238,18 +238,23 @@ impl FsInner {
         Ok(st.pages.get_mut(&idx).expect("inserted"))
     }
 
-    /// Buffered write. Returns bytes written (short only if space ran out part way).
+    /// Buffered write. Returns bytes written: short if space ran out part way, or where the
+    /// write passes the largest file size (`MAX_FILE_BYTES`).
     pub fn file_write(&self, st: &mut InodeState, off: u64, data: &[u8]) -> Result<usize> {
         if st.is_dir() {
             return Err(Error::IsDir);
         }
-        let end = off.checked_add(data.len() as u64).ok_or(Error::TooBig)?;
-        if end > MAX_FILE_BYTES {
-            return Err(Error::TooBig);
-        }
+        off.checked_add(data.len() as u64).ok_or(Error::TooBig)?;
         if data.is_empty() {
             return Ok(0);
         }
+        // As Linux's `generic_write_check_limits`: EFBIG only at or past the limit; a
+        // write that straddles it is short.
+        if off >= MAX_FILE_BYTES {
+            return Err(Error::TooBig);
+        }
+        let data = &data[..data.len().min((MAX_FILE_BYTES - off) as usize)];
+        let end = off + data.len() as u64;
         if Self::is_inline(st) {
             if self.opts.inline && end <= MAX_INLINE_DATA as u64 {
                 node::inode_area_mut(&mut st.node)[off as usize..end as usize]

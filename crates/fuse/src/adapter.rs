@@ -617,7 +617,15 @@ impl FlashlogFuse {
             match self.fs.write(ino, offset + done as u64, &data[done..]) {
                 Ok(0) => break,
                 Ok(n) => done += n,
-                // A short write is reported as such; the error comes with the next write.
+                // The kernel's write-back ignores a short count (the pages past it would
+                // be marked clean, and fsync succeed): the error is its only report.
+                // The part before it is written.
+                Err(e) if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) => {
+                    reply.error(errno_of(&e));
+                    return;
+                }
+                // Otherwise a short write is reported as such; the error comes with the
+                // next write.
                 Err(_) if done > 0 => break,
                 Err(e) => {
                     reply.error(errno_of(&e));
