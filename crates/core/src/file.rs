@@ -158,11 +158,18 @@ impl FsInner {
         if !Self::is_inline(st) {
             return Ok(());
         }
+        if st.hdr.size > MAX_INLINE_DATA as u64 {
+            // Reads refuse it too; fsck reports it.
+            return Err(Error::Corrupt(format!(
+                "inode {}: inline data of size {}",
+                st.ino, st.hdr.size
+            )));
+        }
         let size = st.hdr.size as usize;
         if size > 0 {
             let mut data = zero_block();
             let area = node::inode_area(&st.node);
-            data[..size.min(BLOCK_SIZE)].copy_from_slice(&area[..size.min(MAX_INLINE_DATA)]);
+            data[..size].copy_from_slice(&area[..size]);
             self.new_dirty_page(st, 0, PageData::copy_of(&data))?;
         }
         node::inode_area_mut(&mut st.node).fill(0);
