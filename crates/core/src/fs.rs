@@ -2228,8 +2228,12 @@ impl Fs {
     /// Read a whole file at `path`.
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let ino = self.resolve(path)?;
-        let size = self.getattr(ino)?.size;
-        let mut v = vec![0u8; size as usize];
+        let size = usize::try_from(self.getattr(ino)?.size).map_err(|_| Error::TooBig)?;
+        // A size the memory cannot hold (up to 1.95 TiB, or a corrupt one) is an error,
+        // not an abort of the process.
+        let mut v = Vec::new();
+        v.try_reserve_exact(size).map_err(|_| Error::TooBig)?;
+        v.resize(size, 0);
         let mut off = 0;
         while off < v.len() {
             let n = self.read(ino, off as u64, &mut v[off..])?;
