@@ -154,6 +154,42 @@ impl SegManager {
         Ok(self)
     }
 
+    /// Every node the checkpoint's NAT names lies behind the head of the region it is in:
+    /// a head appends in its region and never goes back, so a node at or ahead of it means
+    /// a head wound back by damage, which would write new blocks over live nodes: refused
+    /// (no SIT to check against here; fsck checks every reachable block the same way). The
+    /// NAT is the checkpoint's, read before roll-forward adopts the nodes fsync wrote
+    /// ahead of the heads after it.
+    pub fn inf_check_nat(&self, nat: &crate::nat::NatTable) -> Result<()> {
+        let at: Vec<(SegNo, u32, BlkAddr)> = self
+            .heads
+            .iter()
+            .map(|h| {
+                let h = h.lock();
+                (h.seg, h.blkoff, self.geo.seg_start(h.seg) + h.blkoff as u64)
+            })
+            .collect();
+        for nid in 1..nat.max_nid() {
+            let a = nat.addr(nid);
+            if a == flashlog_format::NULL_ADDR {
+                continue;
+            }
+            let Some(seg) = self.geo.seg_of(a) else {
+                continue; // not the heads' concern (the node reads refuse it)
+            };
+            let hi = self.geo.region_of_seg(seg);
+            if let Some(&(hseg, hoff, head)) = at.get(hi) {
+                if a >= head {
+                    return Err(Error::Corrupt(format!(
+                        "log head {hi} at segment {hseg:#x} offset {hoff}: node {nid} lies \
+                         at or ahead of it ({a:#x})"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Set the live count (from the checkpoint) and rebuild the pool and the space budget
     /// from it. `after_cut`: the checkpoint was not written by a clean unmount, so record
     /// what roll-forward adopts until the recovery checkpoint.

@@ -545,6 +545,8 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         opts.io_threads,
     )?;
     if geo.infinite {
+        // No node of the checkpoint's NAT at or ahead of its head (before roll-forward).
+        seg.inf_check_nat(&nat)?;
         // IPLFS hook: the pool from the live count; after a cut, record adoptions.
         seg.inf_start(cpk.live_blocks, cpk.flags & cp::flags::UMOUNT == 0);
     }

@@ -14,7 +14,8 @@
 //!   the SIT, and owned by the right node in the SSA;
 //! - SIT bitmaps and counts against reachability (no leaked valid blocks), and each
 //!   segment's log class against its blocks (node and data never share a segment);
-//! - checkpoint counters and free-space accounting; log heads point at unused space;
+//! - checkpoint counters and free-space accounting; log heads point at unused space and
+//!   share no segment; no inode's size is past the largest file size;
 //! - orphan inodes;
 //! - infinite (IPLFS, `gc=none`) volumes have no SIT and no SSA: instead, the live count
 //!   against reachability, every reachable block in the region of a log head and behind it
@@ -34,7 +35,9 @@ use flashlog_format::node::{
     self, iflag, InodeHdr, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, NIDS_PER_BLOCK,
 };
 use flashlog_format::sb::{Geometry, Superblock};
-use flashlog_format::{BlkAddr, Ino, Nid, BLOCKS_PER_SEG, NEW_ADDR, NULL_ADDR, ROOT_INO};
+use flashlog_format::{
+    BlkAddr, Ino, Nid, BLOCKS_PER_SEG, BLOCK_SIZE, NEW_ADDR, NULL_ADDR, ROOT_INO,
+};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -394,6 +397,16 @@ impl<'a> Checker<'a> {
         let mut data = BTreeMap::new();
         let mut count = 0u64;
         let inline = hdr.flags & (iflag::INLINE_DATA | iflag::INLINE_DENTRY) != 0;
+        if hdr.size > node::MAX_FILE_BLOCKS * BLOCK_SIZE as u64 {
+            self.err(
+                "inode",
+                format!(
+                    "inode {ino}: size {} is past the largest file size ({} bytes)",
+                    hdr.size,
+                    node::MAX_FILE_BLOCKS * BLOCK_SIZE as u64
+                ),
+            );
+        }
         if hdr.flags & iflag::INLINE_DATA != 0 && hdr.size > node::MAX_INLINE_DATA as u64 {
             self.err(
                 "inode",
@@ -950,6 +963,22 @@ impl<'a> Checker<'a> {
                     g.user_blocks
                 ),
             );
+        }
+        // Every head's segment and reserved next segment are its own: two heads in one
+        // segment write the same blocks.
+        let mut owner: HashMap<u64, usize> = HashMap::new();
+        for (i, h) in cp.heads.iter().enumerate() {
+            for s in [h.seg, h.next_seg] {
+                if s == u64::MAX {
+                    continue;
+                }
+                if let Some(j) = owner.insert(s, i) {
+                    self.err(
+                        "checkpoint",
+                        format!("log heads {j} and {i} share segment {s}"),
+                    );
+                }
+            }
         }
         if g.infinite {
             return; // heads checked by `check_infinite`; no sections to count

@@ -14,6 +14,9 @@
 //!   that moved their live blocks are acknowledged; counted free in the pack);
 //! - each log head writes its segment strictly in order; node heads know their next segment
 //!   in advance so that a node footer can name the next block of the roll-forward chain;
+//!   no two heads share a segment (current or next), and nothing valid lies ahead of a node
+//!   head: `load` refuses a checkpoint's head table that breaks either (data heads with
+//!   valid blocks ahead are loaded as thread-logging);
 //! - every device write says what it carries ([`head_hint`]): a node head's buffers go with
 //!   `WriteHint::Node`, a data head's (collector streams included) with `Data`, SIT and SSA
 //!   blocks with `Meta` (D2FS §6: the coupled FTL's GC keeps node and data pages apart).
@@ -62,6 +65,29 @@ use flashlog_format::sb::REGION_SEGS;
 const WORDS: usize = SEG_BITMAP_BYTES / 8;
 /// No segment.
 pub const NO_SEG: SegNo = u64::MAX;
+
+/// Every log head of a checkpoint's table owns segments of its own: its current segment
+/// and, for a node head, its reserved next segment are no other head's (each head claims
+/// sections of its own, and threaded logging skips the sections heads own). Two heads in
+/// one segment would write the same blocks (a directory's inode and a file's at one
+/// address): such a table is refused, naming both heads and the segment.
+pub fn check_heads_apart(heads: &[LogHeadRecord]) -> Result<()> {
+    let mut owner: HashMap<SegNo, (usize, &'static str)> = HashMap::new();
+    for (i, h) in heads.iter().enumerate() {
+        for (s, what) in [(h.seg, "segment"), (h.next_seg, "next segment")] {
+            if s == NO_SEG {
+                continue;
+            }
+            if let Some((j, other)) = owner.insert(s, (i, what)) {
+                return Err(Error::Corrupt(format!(
+                    "log heads {j} and {i} share segment {s} (the {other} of head {j}, the \
+                     {what} of head {i})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// In-memory SIT entry of one segment.
 pub struct SegEntry {
@@ -501,6 +527,7 @@ impl SegManager {
             held: Mutex::new(Vec::new()),
             inf: geo.infinite.then(Infinite::new),
         };
+        check_heads_apart(heads)?;
         if geo.infinite {
             return m.inf_load(heads); // IPLFS hook
         }
@@ -549,6 +576,32 @@ impl SegManager {
                 if s != NO_SEG {
                     m.used.set(m.sec_of(s));
                     m.current.set(m.sec_of(s));
+                }
+            }
+            // A node head never thread-logs: it writes its segment, then its reserved next
+            // segment, in order, so nothing valid lies at or after its offset (fsck: "valid
+            // but ahead of the head"). A table saying otherwise (a head wound back by
+            // damage) would make the head write new nodes over live ones: refused. The SIT
+            // here is the checkpoint's: the nodes fsync wrote after it, ahead of the warm
+            // node heads, are marked valid only later, by roll-forward.
+            if h.kind == LogKind::Node {
+                let se = &m.segs[h.seg as usize];
+                if let Some(off) =
+                    (h.blkoff as usize..BLOCKS_PER_SEG as usize).find(|&o| se.is_valid(o))
+                {
+                    return Err(Error::Corrupt(format!(
+                        "node log head {i} at segment {} offset {}: block {off} of its \
+                         segment is valid, ahead of the head",
+                        h.seg, h.blkoff
+                    )));
+                }
+                if h.next_seg != NO_SEG
+                    && m.segs[h.next_seg as usize].valid.load(Ordering::Relaxed) > 0
+                {
+                    return Err(Error::Corrupt(format!(
+                        "node log head {i}: its next segment {} already holds valid blocks",
+                        h.next_seg
+                    )));
                 }
             }
             let ssa = m.read_ssa(h.seg)?;
@@ -1801,6 +1854,54 @@ mod tests {
             ofs: 0,
             version: 0,
         }
+    }
+
+    /// A damaged head table (checksums fine) is refused at load where its heads would
+    /// write over live blocks: a node head wound back over its valid nodes, two heads in
+    /// one segment. A data head wound back the same way is loaded as thread-logging, as
+    /// before (it skips the valid blocks).
+    #[test]
+    fn load_refuses_a_node_head_behind_valid_nodes_and_heads_sharing_a_segment() {
+        let m = fresh_sps(64 << 10, 4);
+        let wn = head_index(0, LogKind::Node, Temp::Warm);
+        let wd = head_index(0, LogKind::Data, Temp::Warm);
+        let fill = |_: BlkAddr, _: BlkAddr, blk: &mut Block| blk.fill(0x5a);
+        for k in 0..10 {
+            m.append(wn, sum(100 + k), fill).unwrap();
+            m.append(wd, sum(200 + k), fill).unwrap();
+        }
+        let mut sit = vec![0u8; m.geo.sit_blocks.div_ceil(8) as usize];
+        let mut ssa = vec![0u8; m.geo.ssa_blocks.div_ceil(8) as usize];
+        m.submit_all().unwrap();
+        m.wait_io().unwrap();
+        m.flush_meta(&mut sit, &mut ssa).unwrap();
+        let recs = m.head_records();
+        let (dev, geo) = (m.dev.clone(), m.geo.clone());
+        drop(m);
+        let load = |r: &[LogHeadRecord]| SegManager::load(dev.clone(), &geo, &sit, &ssa, r, 0, 0);
+        assert!(load(&recs).is_ok());
+        let mut r = recs.clone();
+        r[wn].blkoff = 3;
+        match load(&r) {
+            Err(Error::Corrupt(e)) => assert!(e.contains("ahead of the head"), "{e}"),
+            other => panic!("node head wound back: {:?}", other.err()),
+        }
+        let mut r = recs.clone();
+        r[wd].blkoff = 0;
+        assert!(load(&r).unwrap().heads[wd].lock().ssr);
+        let hot = head_index(0, LogKind::Node, Temp::Hot);
+        let mut r = recs.clone();
+        r[wn].seg = recs[hot].seg;
+        r[wn].next_seg = recs[hot].next_seg;
+        r[wn].blkoff = recs[hot].blkoff;
+        match load(&r) {
+            Err(Error::Corrupt(e)) => assert!(e.contains("share segment"), "{e}"),
+            other => panic!("two heads in one segment: {:?}", other.err()),
+        }
+        // A head's next segment is another head's current one.
+        let mut r = recs.clone();
+        r[wn].next_seg = recs[wd].seg;
+        assert!(matches!(load(&r), Err(Error::Corrupt(_))));
     }
 
     /// Regression test for issue 12 (fixed in e31f28b: `append` marks the block valid
