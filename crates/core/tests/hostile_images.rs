@@ -588,7 +588,6 @@ fn inline_file_sized_past_its_area_does_not_panic_on_write() {
 /// A file whose size is past the largest file the node tree can map: fsck should report
 /// it (FORMAT.md: largest file about 2 TiB); reads, writes and a truncate answer cleanly.
 #[test]
-#[ignore = "PENDING-FIX"]
 fn size_past_the_largest_file_is_reported_and_handled() {
     let img = image();
     let a = img.ino["a"];
@@ -1055,7 +1054,6 @@ fn dentry_naming_an_ancestor_does_not_deadlock_concurrent_lookups() {
 /// past the valid blocks (as it does for data heads, loaded as threaded logging), never
 /// write new nodes over live inodes.
 #[test]
-#[ignore = "PENDING-FIX"]
 fn node_head_wound_back_over_valid_nodes_does_not_overwrite_them() {
     let img = image();
     cp_edit(&*img.dev, |cp| {
@@ -1114,7 +1112,6 @@ fn node_head_wound_back_over_valid_nodes_does_not_overwrite_them() {
 /// heads from writing the same blocks (a directory's inode and a file's inode at one
 /// address: one of them lost).
 #[test]
-#[ignore = "PENDING-FIX"]
 fn two_log_heads_at_one_position_do_not_write_the_same_blocks() {
     let img = image();
     cp_edit(&*img.dev, |cp| {
@@ -1182,7 +1179,6 @@ fn two_log_heads_at_one_position_do_not_write_the_same_blocks() {
 /// The same wound-back node head on an infinite (IPLFS, `gc=none`) volume, where no SIT
 /// tells which blocks are live: the mount must refuse or not append over live nodes.
 #[test]
-#[ignore = "PENDING-FIX"]
 fn iplfs_node_head_wound_back_does_not_overwrite_live_nodes() {
     let ssd = common::emulated_ssd("interval", 256 << 20);
     let dev: Arc<dyn BlockDevice> = ssd.clone();
