@@ -12,6 +12,11 @@ pub const DEFAULT_DIRTY_NODES_MAX: u64 = 16_384;
 pub const DEFAULT_INODE_CACHE_MAX: usize = 16_384;
 /// Clean node buffers one file may keep cached (its dirty ones are never dropped).
 pub const NODE_CACHE_PER_FILE: usize = 4096;
+/// Clean dentry pages one directory may keep cached (16 MiB; its dirty ones are never
+/// dropped): past it, a load or a write-back of the directory drops the clean ones. A
+/// directory of 300,000 short names spans about 3,100 dentry blocks, so directories up to
+/// about that size stay wholly cached while their cell lives.
+pub const DENTRY_CACHE_PER_DIR: usize = 4096;
 /// Blocks a log head gathers before one device write: 64 blocks = 256 KiB, a request as
 /// large as the block layer commonly issues to an NVMe SSD (`max_sectors_kb`). Larger is
 /// not better: a request must fit the device's write buffer, and on the emulated

@@ -1005,7 +1005,8 @@ impl FsInner {
                 page.gc = false;
             } else {
                 // File data is not cached once written: the kernel (FUSE) or the
-                // application caches it; directories keep their dentry blocks.
+                // application caches it; directories keep their dentry blocks (up to
+                // `DENTRY_CACHE_PER_DIR`, below).
                 st.pages.remove(&idx);
             }
             st.dirty_pages -= 1;
@@ -1020,6 +1021,12 @@ impl FsInner {
             // Clean file pages written elsewhere (none are kept for long): dropped too. The
             // written ones went one by one above; a sweep of the whole map per visit cost
             // O(dirty pages) per 64 written (issue 15: 3 % of `none`'s CPU).
+            st.pages.retain(|_, p| p.dirty);
+        }
+        if is_dir && st.pages.len() > crate::config::DENTRY_CACHE_PER_DIR {
+            // A directory's clean dentry pages past the limit go, as a file's clean nodes
+            // past `NODE_CACHE_PER_FILE` do (`write_nodes`): they are on disk, and `dir.rs`
+            // loads them again when needed.
             st.pages.retain(|_, p| p.dirty);
         }
         self.stats

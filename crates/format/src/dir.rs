@@ -283,6 +283,14 @@ impl Layout {
         (0..self.nslots).all(|s| !self.used(a, s))
     }
 
+    /// Whether the entry starting at `slot` is the only one in `a`: removing it leaves the
+    /// area empty (`remove` then `is_empty`, without changing `a`).
+    pub fn only_entry(&self, a: &[u8], slot: usize) -> bool {
+        let r = self.recs + slot * REC;
+        let n = slots_for(get_u16(a, r + 8) as usize).min(self.nslots - slot);
+        (0..self.nslots).all(|s| (slot..slot + n).contains(&s) || !self.used(a, s))
+    }
+
     /// Copy every entry of inline area `from` (laid out as `self`) into block layout `to`, at
     /// the same slot numbers.
     pub fn copy_into_block(&self, from: &[u8], to: &mut [u8]) -> FormatResult<()> {
@@ -341,8 +349,13 @@ mod tests {
         l.insert(&mut b, s2, b"a", name_hash(1, b"a"), 43, ftype::DIR);
         assert_eq!(l.find(&b, &long, h).unwrap().unwrap().ino, 42);
         assert_eq!(l.entries(&b).unwrap().len(), 2);
+        assert!(!l.only_entry(&b, s) && !l.only_entry(&b, s2));
         l.remove(&mut b, s);
         assert!(l.find(&b, &long, h).unwrap().is_none());
+        assert!(l.only_entry(&b, s2) && !l.is_empty(&b));
+        l.remove(&mut b, s2);
+        assert!(l.is_empty(&b));
+        l.insert(&mut b, s2, b"a", name_hash(1, b"a"), 43, ftype::DIR);
         assert_eq!(l.find_space(&b, 32), Some(0));
         seal_dentry_block(&mut b);
         check_dentry_block(&b).unwrap();
