@@ -445,7 +445,6 @@ fn colliding_name(seed: u32, prefix: &[u8], target: u32) -> Option<Vec<u8>> {
 /// one value) take a directory to depth 40 with 480 dentry blocks; then each miss with
 /// a random hash adds ~60 zero pages (240 KiB).
 #[test]
-#[ignore = "PENDING-FIX"]
 fn missed_lookups_cache_no_pages_for_directory_holes() {
     let (ram, fs) = fresh_with(256, opts());
     let root = fs.root();
@@ -503,7 +502,6 @@ fn missed_lookups_cache_no_pages_for_directory_holes() {
 /// 300,000 entries keeps its 3,134 blocks (12 MiB) allocated and cached in its cell for
 /// as long as it exists, and every readdir and rmdir of it, empty, reads them all.
 #[test]
-#[ignore = "PENDING-FIX"]
 fn an_emptied_directory_gives_back_its_dentry_blocks() {
     let (ram, fs) = fresh_with(256, opts());
     let root = fs.root();
