@@ -140,8 +140,12 @@ pub fn open_or_create(fs: &Fs, name: &str) -> Ino {
 
 /// Write `len` bytes of `byte` at `off` into file `ino` and into its model `m`.
 pub fn write_both(fs: &Fs, ino: Ino, m: &mut Vec<u8>, off: u64, len: usize, byte: u8) {
-    fs.write(ino, off, &vec![byte; len])
-        .unwrap_or_else(|e| panic!("write of {len} bytes at {off} into {ino}: {e}"));
+    fs.write(ino, off, &vec![byte; len]).unwrap_or_else(|e| {
+        panic!(
+            "write of {len} bytes at {off} into {ino}: {e}; {:?}",
+            fs.statfs()
+        )
+    });
     let end = off as usize + len;
     if m.len() < end {
         m.resize(end, 0);
