@@ -252,16 +252,9 @@ impl FsInner {
     /// step (`locate`, which may read a node the cache dropped) comes before any change.
     fn dir_punch_block(&self, st: &mut InodeState, idx: u64) -> Result<()> {
         let at = self.locate(st, idx, false)?;
-        let p = st.pages.remove(&idx).expect("loaded");
-        if p.dirty {
-            st.dirty_pages -= 1;
-            self.drop_dirty_page(p.wb);
-        }
-        if p.reserved {
-            // Dirtied over a hole and never written: the slot is still NULL_ADDR.
-            self.release_blocks(1);
-            st.hdr.blocks = st.hdr.blocks.saturating_sub(1);
-        }
+        // A page dirtied over a hole and never written gives back its reservation (its
+        // slot is still NULL_ADDR).
+        self.drop_pages(st, idx, idx + 1);
         if let Some((nid, slot)) = at {
             if self.dnode_get(st, nid, slot) != NULL_ADDR {
                 // Read and cleared under one hold of the node's lock (a `scale` collector

@@ -326,7 +326,7 @@ impl FsInner {
     }
 
     /// Drop cached pages with index >= `first` (and < `end`), releasing reservations.
-    fn drop_pages(&self, st: &mut InodeState, first: u64, end: u64) {
+    pub(crate) fn drop_pages(&self, st: &mut InodeState, first: u64, end: u64) {
         let idxs: Vec<u64> = st.pages.range(first..end).map(|(&i, _)| i).collect();
         for i in idxs {
             let p = st.pages.remove(&i).expect("present");
