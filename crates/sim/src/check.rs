@@ -9,15 +9,17 @@
 //! 3. every durable entry renamed since is under the names of its rename chain exactly as
 //!    the inode held them at one moment since the checkpoint (rename atomicity: exactly one
 //!    of them for a file with one name);
-//! 4. every file found has as many names as its link count, and the contents, size and xattrs of one version the model allows
-//!    (the durable one or a later one; after fsync only the fsync'd one or later);
+//! 4. every file found has as many names as its link count, and the contents, size, xattrs
+//!    and attributes (mode, uid, gid, atime, mtime, ctime) of one version the model allows
+//!    (the durable one or a later one; after fsync only the fsync'd one or later); every
+//!    directory found has a link count of 2 plus the directories found in it;
 //! 5. every file the model says must survive ([`Model::must_survive`]: durable, and never
 //!    without a name since) is found under some name.
 //!
 //! Also [`check_live`]: the same comparison, strict, against a volume that did not crash
 //! (the model's own sanity check, run before any crash case of a seed).
 
-use crate::model::{Entry, Model, Version, Xattrs};
+use crate::model::{Attrs, Data, Entry, Model, Version, Xattrs, BLOCK};
 use flashlog_core::{Fs, Ino, ROOT_INO};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,8 +27,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// recovered tree beyond these is wrong anyway, and the bound keeps a broken one finite.
 const MAX_DEPTH: usize = 4;
 const MAX_ENTRIES: usize = 4096;
-/// Largest file the checker reads (the workload stays far below).
-const MAX_READ_BYTES: u64 = 1 << 20;
+/// Largest file the checker reads (the workload's far writes stay below 8 MiB).
+const MAX_READ_BYTES: u64 = 64 << 20;
+/// Bytes per read call of the checker.
+const READ_CHUNK: usize = 16 * BLOCK as usize;
 
 /// What the walk found: entries and, per inode, whether it is a directory.
 pub struct Found {
@@ -100,28 +104,44 @@ pub fn walk(fs: &Fs) -> Result<Found, String> {
 }
 
 fn read_version(fs: &Fs, ino: Ino) -> Result<Version, String> {
-    let size = fs
+    let a = fs
         .getattr(ino)
-        .map_err(|e| format!("getattr ino {ino}: {e}"))?
-        .size;
+        .map_err(|e| format!("getattr ino {ino}: {e}"))?;
+    let size = a.size;
     if size > MAX_READ_BYTES {
         return Err(format!(
             "ino {ino} has size {size}, more than any write made"
         ));
     }
-    let mut data = vec![0u8; size as usize];
-    let mut off = 0usize;
-    while off < data.len() {
-        let n = fs
-            .read(ino, off as u64, &mut data[off..])
-            .map_err(|e| format!("read ino {ino} at {off}: {e}"))?;
-        if n == 0 {
-            return Err(format!(
-                "ino {ino}: read returned 0 at {off} below the size {size}"
-            ));
+    // Read in chunks of whole blocks, keeping the blocks that are not all zeros.
+    let mut blocks = Vec::new();
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut off = 0u64;
+    while off < size {
+        let want = (size - off).min(READ_CHUNK as u64) as usize;
+        let mut got = 0usize;
+        while got < want {
+            let at = off + got as u64;
+            let n = fs
+                .read(ino, at, &mut buf[got..want])
+                .map_err(|e| format!("read ino {ino} at {at}: {e}"))?;
+            if n == 0 {
+                return Err(format!(
+                    "ino {ino}: read returned 0 at {at} below the size {size}"
+                ));
+            }
+            got += n;
         }
-        off += n;
+        for (k, b) in buf[..want].chunks(BLOCK as usize).enumerate() {
+            if b.iter().any(|&x| x != 0) {
+                let mut blk = b.to_vec();
+                blk.resize(BLOCK as usize, 0);
+                blocks.push((off / BLOCK + k as u64, blk));
+            }
+        }
+        off += want as u64;
     }
+    let data = Data::from_blocks(size, blocks);
     let mut xattrs = Xattrs::new();
     for name in fs
         .listxattr(ino)
@@ -132,7 +152,18 @@ fn read_version(fs: &Fs, ino: Ino) -> Result<Version, String> {
             .map_err(|e| format!("getxattr ino {ino}: {e}"))?;
         xattrs.insert(name, v);
     }
-    Ok(Version { data, xattrs })
+    Ok(Version {
+        data,
+        xattrs,
+        attrs: Attrs {
+            mode: a.mode & 0o7777,
+            uid: a.uid,
+            gid: a.gid,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+        },
+    })
 }
 
 fn show(e: &Entry) -> String {
@@ -142,14 +173,15 @@ fn show(e: &Entry) -> String {
 /// Describe how a found version differs from the nearest allowed one.
 fn diff(found: &Version, allowed: &[Version]) -> String {
     let mut out = format!(
-        "found size {} xattrs {:?}; allowed:",
+        "found size {} xattrs {:?} {}; allowed:",
         found.data.len(),
-        found.xattrs.keys().collect::<Vec<_>>()
+        found.xattrs.keys().collect::<Vec<_>>(),
+        show_attrs(&found.attrs)
     );
     for (i, v) in allowed.iter().enumerate() {
-        let first = found.data.iter().zip(&v.data).position(|(a, b)| a != b);
+        let first = found.data.first_difference(&v.data);
         out.push_str(&format!(
-            "\n    v{i}: size {}{}{}",
+            "\n    v{i}: size {}{}{}{}",
             v.data.len(),
             first
                 .map(|p| format!(", first differing byte at {p}"))
@@ -158,10 +190,28 @@ fn diff(found: &Version, allowed: &[Version]) -> String {
                 ", xattrs differ"
             } else {
                 ""
+            },
+            if v.attrs != found.attrs {
+                format!(", attributes {}", show_attrs(&v.attrs))
+            } else {
+                String::new()
             }
         ));
     }
     out
+}
+
+fn show_attrs(a: &Attrs) -> String {
+    let t = |t: &flashlog_core::Timespec| format!("{}.{:09}", t.sec, t.nsec);
+    format!(
+        "mode {:#o} uid {} gid {} atime {} mtime {} ctime {}",
+        a.mode,
+        a.uid,
+        a.gid,
+        t(&a.atime),
+        t(&a.mtime),
+        t(&a.ctime)
+    )
 }
 
 /// [`walk`], leaving out the root's entries named in `skip` (files a driver keeps outside
@@ -304,7 +354,28 @@ pub fn check_recovered_except(fs: &Fs, m: &Model, skip: &[&[u8]]) -> Vec<String>
             Err(e) => bad.push(e),
         }
     }
+    for &dir in &found.dirs {
+        check_dir_links(fs, &found, dir, &mut bad);
+    }
     bad
+}
+
+/// A directory's link count must be 2 plus the directories found in it (the walk reached
+/// all of them: it lists every directory it finds).
+fn check_dir_links(fs: &Fs, found: &Found, dir: Ino, bad: &mut Vec<String>) {
+    let subdirs = found
+        .entries
+        .iter()
+        .filter(|e| e.0 == dir && found.dirs.contains(&e.2))
+        .count();
+    match fs.getattr(dir) {
+        Ok(a) if a.nlink as usize == 2 + subdirs => {}
+        Ok(a) => bad.push(format!(
+            "directory ino {dir}: link count {} but {subdirs} directories found in it",
+            a.nlink
+        )),
+        Err(e) => bad.push(format!("getattr ino {dir}: {e}")),
+    }
 }
 
 /// Strict comparison of a live (not crashed) volume with the model's current state.
@@ -344,6 +415,9 @@ pub fn check_live_except(fs: &Fs, m: &Model, skip: &[&[u8]]) -> Vec<String> {
             )),
             Err(e) => bad.push(e),
         }
+    }
+    for &dir in &found.dirs {
+        check_dir_links(fs, &found, dir, &mut bad);
     }
     bad
 }

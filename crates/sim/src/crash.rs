@@ -250,7 +250,10 @@ fn map_inos(op: &Op, f: impl Fn(Ino) -> Ino) -> Op {
         | Op::Fsync { ino, .. }
         | Op::FsyncDir { ino }
         | Op::SetXattr { ino, .. }
-        | Op::RemoveXattr { ino, .. } => *ino = f(*ino),
+        | Op::RemoveXattr { ino, .. }
+        | Op::Chmod { ino, .. }
+        | Op::Chown { ino, .. }
+        | Op::SetTimes { ino, .. } => *ino = f(*ino),
         Op::Rename {
             parent, new_parent, ..
         } => {

@@ -14,16 +14,27 @@
 //!
 //! Invariants: `history` is never empty and its last element equals `cur`; `must ⊆ may`;
 //! every group's names are in `may`; the last element of an inode's `name_sets` is its live
-//! set of names (the first, its set at the last completed checkpoint, or at its creation). Durable points only shrink allowances (they forget the
-//! versions before them), never obligations.
+//! set of names (the first, its set at the last completed checkpoint, or at its creation).
+//! Durable points only shrink allowances (they forget the versions before them), never
+//! obligations.
+//!
+//! A file's version ([`Version`]) is its contents (sparse, [`Data`]), xattrs and inode
+//! attributes ([`Attrs`]: mode, uid, gid, atime, mtime, ctime). Mode, owner and explicit
+//! times follow from the operations; the times the core takes from its clock (a wall
+//! clock, `FsInner::now`, so not reproducible between runs) are read back from the live
+//! volume right after the operation that set them ([`Model::stamp`]): the model trusts the
+//! live volume for *which* instant it stamped, and checks that a crash keeps the stamp of
+//! an allowed version.
 //!
 //! The model is sound only for what Flashlog promises (docs/DESIGN.md, durability
-//! contract): fsync of a file makes its contents, size and xattrs durable, and its name if
-//! the file is new since the checkpoint; a checkpoint (sync, fsync of a directory, unmount,
-//! or an fsync the core turned into one) makes everything durable.
+//! contract): fsync (and fdatasync) of a file makes its contents, size, xattrs and inode
+//! attributes durable, and its name if the file is new since the checkpoint; a checkpoint
+//! (sync, fsync of a directory, unmount, or an fsync the core turned into one) makes
+//! everything durable.
 
-use flashlog_core::{Ino, ROOT_INO};
+use flashlog_core::{Ino, Timespec, ROOT_INO};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A directory entry: (parent, name) -> child.
 pub type Entry = (Ino, Vec<u8>, Ino);
@@ -31,12 +42,152 @@ pub type Entry = (Ino, Vec<u8>, Ino);
 pub type Key = (Ino, Vec<u8>);
 pub type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// Block size of [`Data`]'s pieces (the file system's block size).
+pub const BLOCK: u64 = flashlog_core::BLOCK_SIZE as u64;
+
+/// A file's contents, sparse: its size and the blocks that hold a nonzero byte. Canonical
+/// (so that `==` compares contents): no stored block is all zeros, none starts at or past
+/// `size`, and the bytes of the last one at and past `size` are zero. Blocks are shared
+/// between versions (`Arc`), so a version costs a few pointers however large the file.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Data {
+    size: u64,
+    blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+}
+
+impl Data {
+    pub fn len(&self) -> u64 {
+        self.size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Block `idx` (zeros where none is stored).
+    pub fn block(&self, idx: u64) -> &[u8] {
+        static ZERO: [u8; BLOCK as usize] = [0; BLOCK as usize];
+        self.blocks.get(&idx).map_or(&ZERO[..], |b| &b[..])
+    }
+
+    /// Store block `idx` (dropped if all zeros).
+    fn put(&mut self, idx: u64, b: Vec<u8>) {
+        if b.iter().all(|&x| x == 0) {
+            self.blocks.remove(&idx);
+        } else {
+            self.blocks.insert(idx, Arc::new(b));
+        }
+    }
+
+    /// Apply `f` to bytes [from, to) of block `idx`, given as a range within the block.
+    fn edit(&mut self, idx: u64, from: usize, to: usize, f: impl FnOnce(&mut [u8])) {
+        let mut b = self.block(idx).to_vec();
+        f(&mut b[from..to]);
+        self.put(idx, b);
+    }
+
+    pub fn write(&mut self, off: u64, data: &[u8]) {
+        let end = off + data.len() as u64;
+        let mut p = off;
+        while p < end {
+            let idx = p / BLOCK;
+            let from = (p % BLOCK) as usize;
+            let to = (end - idx * BLOCK).min(BLOCK) as usize;
+            let src = &data[(p - off) as usize..(p - off) as usize + (to - from)];
+            self.edit(idx, from, to, |d| d.copy_from_slice(src));
+            p = idx * BLOCK + to as u64;
+        }
+        self.size = self.size.max(end);
+    }
+
+    /// Zero [off, off + len) (within the size).
+    pub fn zero(&mut self, off: u64, len: u64) {
+        let end = off.saturating_add(len).min(self.size);
+        let mut p = off.min(end);
+        while p < end {
+            let idx = p / BLOCK;
+            let from = (p % BLOCK) as usize;
+            let to = (end - idx * BLOCK).min(BLOCK) as usize;
+            if self.blocks.contains_key(&idx) {
+                self.edit(idx, from, to, |d| d.fill(0));
+            }
+            p = idx * BLOCK + to as u64;
+        }
+    }
+
+    pub fn truncate(&mut self, size: u64) {
+        if size < self.size {
+            let old = self.size;
+            self.zero(size, old - size);
+            self.blocks.retain(|&i, _| i * BLOCK < size);
+        }
+        self.size = size;
+    }
+
+    /// Built from a file read block by block: `size` and its blocks (`put` drops zeros).
+    pub fn from_blocks(size: u64, blocks: impl IntoIterator<Item = (u64, Vec<u8>)>) -> Self {
+        let mut d = Data {
+            size,
+            blocks: BTreeMap::new(),
+        };
+        for (i, b) in blocks {
+            d.put(i, b);
+        }
+        d
+    }
+
+    /// The first byte offset where `self` and `other` differ (below the smaller size).
+    pub fn first_difference(&self, other: &Data) -> Option<u64> {
+        let idx: BTreeSet<u64> = self
+            .blocks
+            .keys()
+            .chain(other.blocks.keys())
+            .copied()
+            .collect();
+        let limit = self.size.min(other.size);
+        idx.into_iter()
+            .filter(|&i| i * BLOCK < limit)
+            .find_map(|i| {
+                let (a, b) = (self.block(i), other.block(i));
+                a.iter()
+                    .zip(b)
+                    .position(|(x, y)| x != y)
+                    .map(|p| i * BLOCK + p as u64)
+            })
+            .filter(|&p| p < limit)
+    }
+}
+
+/// A file's inode attributes as the model compares them: permission bits (mode without
+/// the type), owner and the three times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Attrs {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+}
+
+/// The times the core stamped on an inode (read back from the live volume).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+}
+
 /// One state a file passed through.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Version {
-    pub data: Vec<u8>,
+    pub data: Data,
     pub xattrs: Xattrs,
+    pub attrs: Attrs,
 }
+
+/// Permission bits of a file the workload creates (`Fs::create(.., 0o644, 0, 0)`).
+pub const CREATE_MODE: u32 = 0o644;
 
 #[derive(Clone, Debug)]
 pub struct Inode {
@@ -66,6 +217,9 @@ pub struct Model {
     /// durable through roll-forward): with the checkpointed ones, the files a crash must
     /// not lose while they still have a name ([`crate::check`] rule 5).
     pub fsynced_new: BTreeSet<Ino>,
+    /// Inodes whose `history` got a version pushed by the operation in progress (since
+    /// [`Model::begin_op`]): [`Model::stamp`] completes that version instead of adding one.
+    touched: BTreeSet<Ino>,
 }
 
 impl Default for Model {
@@ -96,6 +250,7 @@ impl Model {
             name_sets: BTreeMap::new(),
             new_since_cp: BTreeMap::new(),
             fsynced_new: BTreeSet::new(),
+            touched: BTreeSet::new(),
         }
     }
 
@@ -171,9 +326,46 @@ impl Model {
         if let Some(i) = self.inodes.get_mut(&ino) {
             if i.history.last() != Some(&v) {
                 i.history.push(v.clone());
+                self.touched.insert(ino);
             }
             i.cur = v;
         }
+    }
+
+    /// An operation starts: versions pushed from now on are its own (see [`Model::stamp`]).
+    pub fn begin_op(&mut self) {
+        self.touched.clear();
+    }
+
+    /// The operation in progress left `ino` with the times `t` (read back from the live
+    /// volume: the core takes them from its wall clock). Completes the version the
+    /// operation pushed, if it pushed one (a version with the operation's contents and the
+    /// times before it never existed), or adds one (a link, unlink or rename changed only
+    /// the ctime).
+    pub fn stamp(&mut self, ino: Ino, t: Stamp) {
+        let touched = self.touched.remove(&ino);
+        let Some(i) = self.inodes.get_mut(&ino) else {
+            return;
+        };
+        let mut v = i.cur.clone();
+        v.attrs.atime = t.atime;
+        v.attrs.mtime = t.mtime;
+        v.attrs.ctime = t.ctime;
+        if v == i.cur {
+            return;
+        }
+        if touched && i.history.len() > 1 {
+            i.history.pop();
+        } else if touched {
+            // The version the operation created the inode with.
+            i.history[0] = v.clone();
+            i.cur = v;
+            return;
+        }
+        if i.history.last() != Some(&v) {
+            i.history.push(v.clone());
+        }
+        i.cur = v;
     }
 
     // ---- operations (called after the file system accepted them, or for the operation
@@ -185,15 +377,23 @@ impl Model {
         self.entries.insert(key.clone(), ino);
         // A reused inode number starts a new history: the old file was freed before a
         // completed checkpoint, or the number would not have been handed out again.
+        let v = Version {
+            attrs: Attrs {
+                mode: if is_dir { 0o755 } else { CREATE_MODE },
+                ..Attrs::default()
+            },
+            ..Version::default()
+        };
         self.inodes.insert(
             ino,
             Inode {
                 is_dir,
                 nlink: if is_dir { 2 } else { 1 },
-                cur: Version::default(),
-                history: vec![Version::default()],
+                cur: v.clone(),
+                history: vec![v],
             },
         );
+        self.touched.insert(ino);
         self.groups.remove(&ino);
         self.name_sets.remove(&ino);
         self.note_names(ino);
@@ -212,11 +412,7 @@ impl Model {
             return;
         };
         let mut v = i.cur.clone();
-        let end = off as usize + data.len();
-        if v.data.len() < end {
-            v.data.resize(end, 0);
-        }
-        v.data[off as usize..end].copy_from_slice(data);
+        v.data.write(off, data);
         self.set_version(ino, v);
     }
 
@@ -225,7 +421,7 @@ impl Model {
             return;
         };
         let mut v = i.cur.clone();
-        v.data.resize(size as usize, 0);
+        v.data.truncate(size);
         self.set_version(ino, v);
     }
 
@@ -234,12 +430,7 @@ impl Model {
             return;
         };
         let mut v = i.cur.clone();
-        let size = v.data.len() as u64;
-        let (a, b) = (
-            off.min(size) as usize,
-            off.saturating_add(len).min(size) as usize,
-        );
-        v.data[a..b].fill(0);
+        v.data.zero(off, len);
         self.set_version(ino, v);
     }
 
@@ -252,6 +443,30 @@ impl Model {
             Some(val) => v.xattrs.insert(name.to_vec(), val.to_vec()),
             None => v.xattrs.remove(name),
         };
+        self.set_version(ino, v);
+    }
+
+    /// chmod, chown, utimens (explicit times; a time set to "now" comes from
+    /// [`Model::stamp`]).
+    pub fn setattr(
+        &mut self,
+        ino: Ino,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        atime: Option<Timespec>,
+        mtime: Option<Timespec>,
+    ) {
+        let Some(i) = self.inodes.get(&ino) else {
+            return;
+        };
+        let mut v = i.cur.clone();
+        let a = &mut v.attrs;
+        a.mode = mode.map_or(a.mode, |m| m & 0o7777);
+        a.uid = uid.unwrap_or(a.uid);
+        a.gid = gid.unwrap_or(a.gid);
+        a.atime = atime.unwrap_or(a.atime);
+        a.mtime = mtime.unwrap_or(a.mtime);
         self.set_version(ino, v);
     }
 
@@ -379,6 +594,56 @@ impl Model {
             // and no file that lives on can hold `key` here.
             if self.entries.get(&key) == Some(&ino) {
                 self.must.insert((key.0, key.1, ino));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Data, BLOCK};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// [`Data`] against a dense byte vector, over random writes (near and far), truncates
+    /// and punches.
+    #[test]
+    fn sparse_data_matches_dense() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..100 {
+            let (mut d, mut v) = (Data::default(), Vec::<u8>::new());
+            for _ in 0..20 {
+                let far = if rng.random_bool(0.2) { 40 * BLOCK } else { 0 };
+                let off = far + rng.random_range(0..6 * BLOCK);
+                let len = rng.random_range(0..3 * BLOCK);
+                match rng.random_range(0..3u32) {
+                    0 => {
+                        let bytes: Vec<u8> = (0..len).map(|_| rng.random_range(0..3u8)).collect();
+                        d.write(off, &bytes);
+                        let end = (off + len) as usize;
+                        if v.len() < end {
+                            v.resize(end, 0);
+                        }
+                        v[off as usize..end].copy_from_slice(&bytes);
+                    }
+                    1 => {
+                        d.truncate(off);
+                        v.resize(off as usize, 0);
+                    }
+                    _ => {
+                        d.zero(off, len);
+                        let size = v.len() as u64;
+                        v[off.min(size) as usize..(off + len).min(size) as usize].fill(0);
+                    }
+                }
+                let blocks = v.chunks(BLOCK as usize).enumerate().map(|(i, b)| {
+                    let mut b = b.to_vec();
+                    b.resize(BLOCK as usize, 0);
+                    (i as u64, b)
+                });
+                let dense = Data::from_blocks(v.len() as u64, blocks);
+                assert_eq!(d, dense);
+                assert_eq!(d.first_difference(&dense), None);
             }
         }
     }

@@ -4,14 +4,23 @@
 //! Owns: the operation vocabulary ([`Op`]), the generator ([`Workload`]) and [`apply`], the
 //! one place that runs an operation on both the file system and the model.
 //!
+//! Files stay small (a few blocks past the inline limit), except for a rare write of one
+//! block past the inode's own block slots (`FAR_WRITE`), which makes the file's first or
+//! second direct node. Attribute changes (chmod, chown, utimens) go through `Fs::setattr`;
+//! after every operation [`apply`] reads back the times the core stamped from its clock on
+//! the inodes the operation changed ([`Model::stamp`]).
+//!
 //! Invariants: the generator only draws operations the model says are valid, so any error
 //! the file system returns is a failure, except the power cut (or the poisoning it causes)
 //! that ends a crash case. Names come from small pools so that operations collide (renames
 //! over existing names, re-creates, links into the same directory); directories live only
 //! in the root, so a walk of depth two sees the whole tree.
 
-use crate::model::Model;
-use flashlog_core::{Error, FallocMode, Fs, Ino, RenameFlags, SetAttr, XattrMode, ROOT_INO};
+use crate::model::{Model, Stamp, CREATE_MODE};
+use flashlog_core::{
+    Error, FallocMode, Fs, Ino, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode, ROOT_INO,
+};
+use flashlog_format::node::{ADDRS_PER_BLOCK, ADDRS_PER_INODE};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -24,6 +33,15 @@ const XATTR_NAMES: &[&str] = &["user.x", "user.y"];
 const MAX_FILE_BYTES: u64 = 6 * 4096;
 /// Largest single write.
 const MAX_WRITE_BYTES: u64 = 9000;
+/// A far write: up to one block, in a block the inode's own slots do not cover (the first
+/// [`ADDRS_PER_INODE`]), within the two direct nodes.
+const FAR_FIRST_BLOCK: u64 = ADDRS_PER_INODE as u64;
+const FAR_BLOCKS: u64 = 2 * ADDRS_PER_BLOCK as u64;
+/// Owners chown draws from.
+const OWNERS: &[u32] = &[0, 1000, 65534];
+/// Range of `try_op`'s roll: the first 100 are the original operations, then chmod,
+/// chown, utimens and the far write.
+const ROLL: u32 = 110;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -84,6 +102,23 @@ pub enum Op {
         ino: Ino,
         name: Vec<u8>,
     },
+    /// chmod (permission bits, setuid, setgid and sticky included).
+    Chmod {
+        ino: Ino,
+        mode: u32,
+    },
+    /// chown (one or both ids).
+    Chown {
+        ino: Ino,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    },
+    /// utimens: each time left alone, set to an explicit value, or to now.
+    SetTimes {
+        ino: Ino,
+        atime: Option<TimeSet>,
+        mtime: Option<TimeSet>,
+    },
     /// Move every file to another mlog from now on (`mlog = (ino + shift) mod mlogs`): the
     /// nodes a file writes next go to another chain, as when a per-CPU mapping moves its
     /// writer. Not drawn by [`Workload`] (so a seed's operations stay what they were); the
@@ -134,6 +169,16 @@ impl std::fmt::Display for Op {
                 write!(f, "setxattr ino {ino} {} ({} bytes)", s(name), value.len())
             }
             Op::RemoveXattr { ino, name } => write!(f, "removexattr ino {ino} {}", s(name)),
+            Op::Chmod { ino, mode } => write!(f, "chmod ino {ino} {mode:#o}"),
+            Op::Chown { ino, uid, gid } => write!(f, "chown ino {ino} uid {uid:?} gid {gid:?}"),
+            Op::SetTimes { ino, atime, mtime } => {
+                let t = |t: &Option<TimeSet>| match t {
+                    None => "omit".to_string(),
+                    Some(TimeSet::Now) => "now".to_string(),
+                    Some(TimeSet::At(ts)) => format!("{}.{:09}", ts.sec, ts.nsec),
+                };
+                write!(f, "utimens ino {ino} atime {} mtime {}", t(atime), t(mtime))
+            }
             Op::Remap { shift } => write!(f, "remap: files go to mlog (ino + {shift}) mod mlogs"),
         }
     }
@@ -255,10 +300,31 @@ impl Workload {
         }
     }
 
+    /// A time for utimens: left alone, now, or an explicit instant (any second of 32 bits,
+    /// any nanosecond).
+    fn time(&mut self) -> Option<TimeSet> {
+        match self.rng.random_range(0..5u32) {
+            0 => None,
+            1 => Some(TimeSet::Now),
+            _ => Some(TimeSet::At(Timespec {
+                sec: self.rng.random_range(0..1i64 << 32),
+                nsec: self.rng.random_range(0..1_000_000_000),
+            })),
+        }
+    }
+
+    fn owner(&mut self) -> Option<u32> {
+        if self.rng.random_bool(0.6) {
+            self.pick(OWNERS)
+        } else {
+            None
+        }
+    }
+
     fn try_op(&mut self, m: &Model) -> Option<Op> {
         let files = m.files();
         let dirs = m.dirs();
-        let roll = self.rng.random_range(0..100u32);
+        let roll = self.rng.random_range(0..ROLL);
         Some(match roll {
             0..=11 => {
                 let parent = self.pick(&dirs)?;
@@ -373,13 +439,44 @@ impl Workload {
                     value: vec![fill; len],
                 }
             }
-            _ => {
+            97..=99 => {
                 let ino = self.pick(&files)?;
                 let name = self.name(XATTR_NAMES);
                 if !m.inode(ino)?.cur.xattrs.contains_key(&name) {
                     return None;
                 }
                 Op::RemoveXattr { ino, name }
+            }
+            100..=102 => Op::Chmod {
+                ino: self.pick(&files)?,
+                mode: self.rng.random_range(0..=0o7777),
+            },
+            103..=104 => {
+                let ino = self.pick(&files)?;
+                let (uid, gid) = (self.owner(), self.owner());
+                if uid.is_none() && gid.is_none() {
+                    return None;
+                }
+                Op::Chown { ino, uid, gid }
+            }
+            105..=107 => {
+                let ino = self.pick(&files)?;
+                let (atime, mtime) = (self.time(), self.time());
+                if atime.is_none() && mtime.is_none() {
+                    return None;
+                }
+                Op::SetTimes { ino, atime, mtime }
+            }
+            _ => {
+                let ino = self.pick(&files)?;
+                let block = FAR_FIRST_BLOCK + self.rng.random_range(0..FAR_BLOCKS);
+                let off = block * 4096 + self.rng.random_range(0..4096);
+                Op::Write {
+                    ino,
+                    off,
+                    len: self.rng.random_range(1..=4096),
+                    fill: self.rng.random(),
+                }
             }
         })
     }
@@ -401,14 +498,82 @@ fn is_cut(e: &Error) -> bool {
     matches!(e, Error::Device(_) | Error::Poisoned(_))
 }
 
+/// The files whose inode `op` changes (contents, attributes, or only the ctime: a link,
+/// unlink or rename), looked up before it runs; a create's new file is added after it.
+fn changes(m: &Model, op: &Op) -> Vec<Ino> {
+    let file = |ino: Option<Ino>| {
+        ino.filter(|i| m.inode(*i).is_some_and(|x| !x.is_dir))
+            .into_iter()
+            .collect()
+    };
+    match op {
+        Op::Write { ino, .. }
+        | Op::Truncate { ino, .. }
+        | Op::PunchHole { ino, .. }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. }
+        | Op::Chmod { ino, .. }
+        | Op::Chown { ino, .. }
+        | Op::SetTimes { ino, .. }
+        | Op::Link { ino, .. } => file(Some(*ino)),
+        Op::Unlink { parent, name } => file(m.lookup(*parent, name)),
+        Op::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+        } => {
+            let mut v: Vec<Ino> = file(m.lookup(*parent, name));
+            v.extend(file(m.lookup(*new_parent, new_name)));
+            v
+        }
+        Op::Create { .. }
+        | Op::Mkdir { .. }
+        | Op::Fsync { .. }
+        | Op::FsyncDir { .. }
+        | Op::Sync
+        | Op::Rmdir { .. }
+        | Op::Remap { .. } => Vec::new(),
+    }
+}
+
 /// Run `op` on `fs` and on `m`. Durable points (fsync, sync) update the model only when the
 /// file system returned Ok; the model learns whether an fsync became a checkpoint from the
-/// core's `fsync_checkpoints` counter.
+/// core's `fsync_checkpoints` counter. Then the times the core stamped on the files `op`
+/// changed are read back into the model ([`Model::stamp`]), also after a cut (the
+/// operation in flight may have reached the disk).
 pub fn apply(fs: &Fs, m: &mut Model, op: &Op) -> Outcome {
-    let r: Result<(), Error> = match op {
-        Op::Create { parent, name } => match fs.create(*parent, name, 0o644, 0, 0) {
+    m.begin_op();
+    let mut stamp = changes(m, op);
+    let r = run_op(fs, m, op, &mut stamp);
+    for ino in stamp {
+        // A file unlinked to its last name may be gone: nothing to stamp then.
+        if let Ok(a) = fs.getattr(ino) {
+            m.stamp(
+                ino,
+                Stamp {
+                    atime: a.atime,
+                    mtime: a.mtime,
+                    ctime: a.ctime,
+                },
+            );
+        }
+    }
+    match r {
+        Ok(()) => Outcome::Done,
+        Err(e) if is_cut(&e) => Outcome::Cut(e),
+        Err(e) => Outcome::Mismatch(format!(
+            "{op}: the file system refused a valid operation: {e}"
+        )),
+    }
+}
+
+fn run_op(fs: &Fs, m: &mut Model, op: &Op, stamp: &mut Vec<Ino>) -> Result<(), Error> {
+    match op {
+        Op::Create { parent, name } => match fs.create(*parent, name, CREATE_MODE, 0, 0) {
             Ok(a) => {
                 m.create(*parent, name, a.ino, false);
+                stamp.push(a.ino);
                 Ok(())
             }
             Err(e) => Err(e),
@@ -488,20 +653,72 @@ pub fn apply(fs: &Fs, m: &mut Model, op: &Op) -> Outcome {
             m.setxattr(*ino, name, None);
             fs.removexattr(*ino, name)
         }
+        Op::Chmod { ino, mode } => {
+            m.setattr(*ino, Some(*mode), None, None, None, None);
+            setattr(
+                fs,
+                *ino,
+                SetAttr {
+                    mode: Some(*mode),
+                    ..Default::default()
+                },
+            )
+        }
+        Op::Chown { ino, uid, gid } => {
+            m.setattr(*ino, None, *uid, *gid, None, None);
+            setattr(
+                fs,
+                *ino,
+                SetAttr {
+                    uid: *uid,
+                    gid: *gid,
+                    ..Default::default()
+                },
+            )
+        }
+        Op::SetTimes { ino, atime, mtime } => {
+            let at = |t: &Option<TimeSet>| match t {
+                Some(TimeSet::At(ts)) => Some(*ts),
+                _ => None,
+            };
+            m.setattr(*ino, None, None, None, at(atime), at(mtime));
+            let r = setattr(
+                fs,
+                *ino,
+                SetAttr {
+                    atime: *atime,
+                    mtime: *mtime,
+                    ..Default::default()
+                },
+            );
+            // Explicit times are the model's, not the clock's: the volume must show them.
+            match (&r, fs.getattr(*ino)) {
+                (Ok(()), Ok(a))
+                    if at(atime).is_some_and(|t| t != a.atime)
+                        || at(mtime).is_some_and(|t| t != a.mtime) =>
+                {
+                    Err(Error::Corrupt(format!(
+                        "utimens set atime {:?} mtime {:?}, getattr shows {:?} {:?}",
+                        at(atime),
+                        at(mtime),
+                        a.atime,
+                        a.mtime
+                    )))
+                }
+                _ => r,
+            }
+        }
         Op::Remap { shift } => {
             fs.inner()
                 .mlog_shift
                 .store(*shift, std::sync::atomic::Ordering::Relaxed);
             Ok(())
         }
-    };
-    match r {
-        Ok(()) => Outcome::Done,
-        Err(e) if is_cut(&e) => Outcome::Cut(e),
-        Err(e) => Outcome::Mismatch(format!(
-            "{op}: the file system refused a valid operation: {e}"
-        )),
     }
+}
+
+fn setattr(fs: &Fs, ino: Ino, a: SetAttr) -> Result<(), Error> {
+    fs.setattr(ino, &a).map(|_| ())
 }
 
 fn write_all(fs: &Fs, ino: Ino, off: u64, data: &[u8]) -> Result<(), Error> {
