@@ -326,6 +326,19 @@ fn lock_entry<'a>(
     Ok(child.lock())
 }
 
+/// The cell of the inode a directory entry names, found while the directory is held: an
+/// entry outlives its inode only on a corrupt volume (the inode is freed under the same
+/// directory lock that removes its last name), so a missing inode is corruption, as
+/// ext4's EFSCORRUPTED, not a name that does not exist while readdir lists it.
+fn entry_cell(fs: &FsInner, dir: Ino, ino: Ino) -> Result<Arc<InodeCell>> {
+    fs.cell(ino).map_err(|e| match e {
+        Error::NotFound => Error::Corrupt(format!(
+            "directory {dir} has an entry for inode {ino}, which does not exist"
+        )),
+        e => e,
+    })
+}
+
 /// `lock_entry` for rename's source and victim (`lock_pair`'s order between them), with
 /// both directories `dirs` held.
 fn lock_entries<'a>(
@@ -1014,7 +1027,7 @@ impl Fs {
                         // 2026-11-27; core API only: the kernel excludes lookups from a
                         // rename of their directory).
                         let ino = fs.dir_find(&mut pst, name)?.ok_or(Error::NotFound)?.ino;
-                        let c = fs.cell(ino)?;
+                        let c = entry_cell(fs, parent, ino)?;
                         let st = lock_entry(fs, parent, &c)?;
                         return Ok(attr_of(&st));
                     }
@@ -1282,7 +1295,7 @@ impl Fs {
                 return Err(Error::NotDir);
             }
             let f = fs.dir_find(&mut pst, name)?.ok_or(Error::NotFound)?;
-            let cc = fs.cell(f.ino)?;
+            let cc = entry_cell(fs, parent, f.ino)?;
             let mut cst = lock_entry(fs, parent, &cc)?;
             match (want_dir, cst.is_dir()) {
                 (true, false) => return Err(Error::NotDir),
@@ -1430,7 +1443,7 @@ impl Fs {
             } else if flags.exchange {
                 return Err(Error::NotFound);
             }
-            let sc = fs.cell(src.ino)?;
+            let sc = entry_cell(fs, parent, src.ino)?;
             let src_dir = src.ftype == ftype::DIR;
             // A directory may not move below itself.
             if src_dir && parent != new_parent && Self::is_under(fs, new_parent, src.ino)? {
@@ -1438,7 +1451,7 @@ impl Fs {
             }
             if flags.exchange {
                 let d = dst.expect("checked");
-                let dc = fs.cell(d.ino)?;
+                let dc = entry_cell(fs, new_parent, d.ino)?;
                 let dst_dir = d.ftype == ftype::DIR;
                 if dst_dir && parent != new_parent && Self::is_under(fs, parent, d.ino)? {
                     return Err(Error::Invalid("cannot move a directory below itself"));
@@ -1498,7 +1511,7 @@ impl Fs {
             let now = fs.now();
             let victim = match &dst {
                 Some(d) => {
-                    let dc = fs.cell(d.ino)?;
+                    let dc = entry_cell(fs, new_parent, d.ino)?;
                     let dst_dir = d.ftype == ftype::DIR;
                     if src_dir && !dst_dir {
                         return Err(Error::NotDir);
