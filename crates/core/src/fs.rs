@@ -309,21 +309,7 @@ fn lock_entry<'a>(
     dir: Ino,
     child: &'a InodeCell,
 ) -> Result<parking_lot::MutexGuard<'a, InodeState>> {
-    if child.ino == dir {
-        return Err(Error::Corrupt(format!(
-            "directory {dir} has an entry naming itself"
-        )));
-    }
-    if let Some(g) = child.try_lock() {
-        return Ok(g);
-    }
-    if Fs::is_under(fs, dir, child.ino)? {
-        return Err(Error::Corrupt(format!(
-            "directory {dir} has an entry naming its ancestor {}",
-            child.ino
-        )));
-    }
-    Ok(child.lock())
+    lock_entries(fs, &[dir], child, None).map(|(g, _)| g)
 }
 
 /// The cell of the inode a directory entry names, found while the directory is held: an
@@ -339,11 +325,11 @@ fn entry_cell(fs: &FsInner, dir: Ino, ino: Ino) -> Result<Arc<InodeCell>> {
     })
 }
 
-/// `lock_entry` for rename's source and victim (`lock_pair`'s order between them), with
-/// both directories `dirs` held.
+/// `lock_entry` for one or two entries (rename's source and victim, in `lock_pair`'s
+/// order), with the directories `dirs` held.
 fn lock_entries<'a>(
     fs: &FsInner,
-    dirs: [Ino; 2],
+    dirs: &[Ino],
     a: &'a InodeCell,
     b: Option<&'a InodeCell>,
 ) -> Result<(
@@ -354,8 +340,8 @@ fn lock_entries<'a>(
     for c in cells.clone() {
         if dirs.contains(&c.ino) {
             return Err(Error::Corrupt(format!(
-                "directory {}: an entry names inode {}, a directory this rename holds",
-                dirs[0], c.ino
+                "an entry names inode {}, its own directory or one this operation holds",
+                c.ino
             )));
         }
     }
@@ -367,7 +353,7 @@ fn lock_entries<'a>(
         }
     }
     for c in cells {
-        for d in dirs {
+        for &d in dirs {
             if Fs::is_under(fs, d, c.ino)? {
                 return Err(Error::Corrupt(format!(
                     "directory {d}: an entry names its ancestor {}",
@@ -380,6 +366,15 @@ fn lock_entries<'a>(
         Some(b) => lock_pair(a, b),
         None => (a.lock(), None),
     })
+}
+
+/// Evict clean, closed cells down to half the inode cache's cap (the cap relief's step,
+/// under the shared op lock and the `cap_relief` lock); returns how many went.
+fn evict_to_half_cap(inner: &FsInner) -> usize {
+    let epoch = inner.cp_version.load(Ordering::Acquire);
+    let n = inner.cells.evict(inner.opts.inode_cache_max / 2, epoch);
+    inner.stats.cap_reliefs.fetch_add(1, Ordering::Relaxed);
+    n
 }
 
 /// An entry's file type against its inode's mode: rename decides from the entry which
@@ -628,9 +623,7 @@ impl Fs {
             return;
         };
         let _g = inner.oplock.op();
-        let epoch = inner.cp_version.load(Ordering::Acquire);
-        inner.cells.evict(inner.opts.inode_cache_max / 2, epoch);
-        inner.stats.cap_reliefs.fetch_add(1, Ordering::Relaxed);
+        evict_to_half_cap(inner);
     }
 
     /// Run a mutating operation, then any writeback or checkpoint the limits ask for.
@@ -822,10 +815,8 @@ impl Fs {
         let evicted = {
             let _g = inner.oplock.op();
             inner.check_writable()?;
-            let epoch = inner.cp_version.load(Ordering::Acquire);
-            inner.cells.evict(inner.opts.inode_cache_max / 2, epoch)
+            evict_to_half_cap(inner)
         };
-        inner.stats.cap_reliefs.fetch_add(1, Ordering::Relaxed);
         let long = inner.cells.gone_len() as u64
             > INTERVAL_CAPS * inner.opts.inode_cache_max as u64
             || u64::from(inner.nodes_since_checkpoint())
@@ -1456,7 +1447,7 @@ impl Fs {
                 if dst_dir && parent != new_parent && Self::is_under(fs, parent, d.ino)? {
                     return Err(Error::Invalid("cannot move a directory below itself"));
                 }
-                let (mut cs, cd) = lock_entries(fs, [parent, new_parent], &sc, Some(&dc))?;
+                let (mut cs, cd) = lock_entries(fs, &[parent, new_parent], &sc, Some(&dc))?;
                 let mut cd = cd.expect("different inodes");
                 check_entry_type(&src, &cs)?;
                 check_entry_type(&d, &cd)?;
@@ -1532,7 +1523,7 @@ impl Fs {
             };
             let (mut cs, mut cv) = lock_entries(
                 fs,
-                [parent, new_parent],
+                &[parent, new_parent],
                 &sc,
                 victim.as_ref().map(|(dc, _)| &**dc),
             )?;
