@@ -966,19 +966,8 @@ impl<'a> Checker<'a> {
         }
         // Every head's segment and reserved next segment are its own: two heads in one
         // segment write the same blocks.
-        let mut owner: HashMap<u64, usize> = HashMap::new();
-        for (i, h) in cp.heads.iter().enumerate() {
-            for s in [h.seg, h.next_seg] {
-                if s == u64::MAX {
-                    continue;
-                }
-                if let Some(j) = owner.insert(s, i) {
-                    self.err(
-                        "checkpoint",
-                        format!("log heads {j} and {i} share segment {s}"),
-                    );
-                }
-            }
+        for e in crate::seg::heads_sharing_segments(&cp.heads) {
+            self.err("checkpoint", e);
         }
         if g.infinite {
             return; // heads checked by `check_infinite`; no sections to count

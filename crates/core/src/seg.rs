@@ -72,21 +72,31 @@ pub const NO_SEG: SegNo = u64::MAX;
 /// one segment would write the same blocks (a directory's inode and a file's at one
 /// address): such a table is refused, naming both heads and the segment.
 pub fn check_heads_apart(heads: &[LogHeadRecord]) -> Result<()> {
+    match heads_sharing_segments(heads).into_iter().next() {
+        Some(e) => Err(Error::Corrupt(e)),
+        None => Ok(()),
+    }
+}
+
+/// Every pair of heads of `heads` that share a segment, one message each (fsck reports
+/// them all; the mount refuses at the first).
+pub fn heads_sharing_segments(heads: &[LogHeadRecord]) -> Vec<String> {
     let mut owner: HashMap<SegNo, (usize, &'static str)> = HashMap::new();
+    let mut shared = Vec::new();
     for (i, h) in heads.iter().enumerate() {
         for (s, what) in [(h.seg, "segment"), (h.next_seg, "next segment")] {
             if s == NO_SEG {
                 continue;
             }
             if let Some((j, other)) = owner.insert(s, (i, what)) {
-                return Err(Error::Corrupt(format!(
+                shared.push(format!(
                     "log heads {j} and {i} share segment {s} (the {other} of head {j}, the \
                      {what} of head {i})"
-                )));
+                ));
             }
         }
     }
-    Ok(())
+    shared
 }
 
 /// In-memory SIT entry of one segment.
