@@ -21,8 +21,9 @@
 //! `fsync_window` is open (an fsync between its data barrier and its node write) no one
 //! remaps the file's slots without the cell.
 //!
-//! Lock order: op lock (shared) -> rename lock -> directory cells (a parent before its
-//! child, otherwise ascending ino) -> other cells (ascending ino) -> node locks (one at a time) -> log heads -> leaves. The table's
+//! Lock order: op lock (shared) -> rename lock -> directory cells (an ancestor before its
+//! descendants at any depth, otherwise ascending ino: `fs.rs` `lock_dirs`) -> the cells
+//! of entries in them (ascending ino) -> node locks (one at a time) -> log heads -> leaves. The table's
 //! shard locks and the node index are leaves: never held while taking a cell or node lock,
 //! but that `evict` try-locks cells under one and then locks the nodes of a cell it got
 //! and that no one else keeps (so no collector can hold them). A thread that holds a node

@@ -276,8 +276,10 @@ fn attr_of(st: &InodeState) -> Attr {
 
 /// Lock two cells (or one if they are the same): a directory before its child, as every
 /// other operation takes them (parent, then the entry's inode), otherwise in ascending
-/// inode order. Parent links (`pino`) change only under the rename lock, which the caller
-/// holds. (Ascending order alone took a child directory before its parent when the child
+/// inode order. For rename's entries, which are never above one another (rename refuses
+/// that before locking them); its parent directories go through `lock_dirs`, which
+/// orders ancestors at any depth. Parent links (`pino`) change only under the rename
+/// lock, which the caller holds. (Ascending order alone took a child directory before its parent when the child
 /// had the lower number, and deadlocked with an rmdir holding the parent: found in review,
 /// 2026-11-27.)
 fn lock_pair<'a>(
@@ -296,6 +298,41 @@ fn lock_pair<'a>(
         let gb = b.lock();
         (a.lock(), Some(gb))
     }
+}
+
+/// Lock rename's two parent directories: an ancestor before its descendant at any depth (as
+/// Linux's `lock_rename`), otherwise in ascending inode order. Every other operation takes
+/// a directory before the entries in it, so locks go down the tree; `lock_pair`'s "direct
+/// parent first" took a grandchild B before its grandparent A when B's number was lower,
+/// and deadlocked with `lookup(A, X)` holding A and `lookup(X, B)` holding X (found in
+/// review, 2026-11-28, third session). Two directories where neither is above the other
+/// cannot close a cycle: a chain of downward locks from one never reaches the other.
+/// Parent links change only under the rename lock, which the caller holds.
+fn lock_dirs<'a>(
+    fs: &FsInner,
+    a: &'a InodeCell,
+    b: &'a InodeCell,
+) -> Result<(
+    parking_lot::MutexGuard<'a, InodeState>,
+    Option<parking_lot::MutexGuard<'a, InodeState>>,
+)> {
+    if a.ino == b.ino {
+        return Ok((a.lock(), None));
+    }
+    let a_first = if Fs::is_under(fs, b.ino, a.ino)? {
+        true
+    } else if Fs::is_under(fs, a.ino, b.ino)? {
+        false
+    } else {
+        a.ino < b.ino
+    };
+    Ok(if a_first {
+        let ga = a.lock();
+        (ga, Some(b.lock()))
+    } else {
+        let gb = b.lock();
+        (a.lock(), Some(gb))
+    })
 }
 
 /// Lock `child`, the inode a directory entry names, while its directory `dir` is held (the
@@ -1405,7 +1442,7 @@ impl Fs {
             let _r = fs.rename_lock.lock();
             let pa = fs.cell(parent)?;
             let pb = fs.cell(new_parent)?;
-            let (mut sa, mut sb_opt) = lock_pair(&pa, &pb);
+            let (mut sa, mut sb_opt) = lock_dirs(fs, &pa, &pb)?;
             if !sa.is_dir() || sb_opt.as_ref().is_some_and(|s| !s.is_dir()) {
                 return Err(Error::NotDir);
             }

@@ -14,8 +14,11 @@
 //! MWCL made 20,000 more inodes meanwhile, for the checkpoint to write with everything
 //! stopped (issue 12).
 //!
-//! Lock order: this lock is taken before every other lock of the core (file cells, log heads,
-//! ...). The exclusive side takes the gate, then the shards in index order. Not reentrant:
+//! Lock order: this lock is taken before the core's locks of operations (the rename lock,
+//! file cells, node locks, log heads, ...); only the locks that serialise whole passes are
+//! taken before it, with no lock held: the cap relief, the `gc=device` discard
+//! checkpoint, the cleaning lock and the checkpoint pre-pass (docs/DESIGN.md,
+//! "Concurrency", level 0). The exclusive side takes the gate, then the shards in index order. Not reentrant:
 //! a thread that holds the shared side must not take it again, for a checkpoint that
 //! starts in between holds the gate and waits for the first hold, and the second take
 //! waits at the gate (`gc=scale`'s background pass did, until 2026-11-27:

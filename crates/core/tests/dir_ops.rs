@@ -92,6 +92,56 @@ fn rename_between_a_directory_and_its_parent_does_not_deadlock_with_rmdir() {
     }
 }
 
+/// Lock order between a directory and a descendant two levels down: `rename` used to lock
+/// its parents "a directory before its direct child, otherwise ascending inode number", so
+/// with B under X under A and B's number below A's, `rename(A/f -> B/f)` took B, then A,
+/// while `lookup(A, "X")` held A and waited for X and `lookup(X, "B")` held X and waited
+/// for B: a cycle of three (found in review of the docs' lock order, 2026-11-28, third
+/// session; 3 of 3 runs hung). Input: mkdir /B, /A, /A/X; rename /B -> /A/X/B; create
+/// A/f; then three threads for 3 s: f moves between A and B, lookups of A/X and of X/B.
+#[test]
+fn rename_between_a_directory_and_its_grandchild_does_not_deadlock_with_lookups() {
+    let (_dev, fs) = fresh();
+    let fs = Arc::new(fs);
+    let root = fs.root();
+    let b = fs.mkdir(root, b"B", 0o755, 0, 0).unwrap().ino;
+    let a = fs.mkdir(root, b"A", 0o755, 0, 0).unwrap().ino;
+    let x = fs.mkdir(a, b"X", 0o755, 0, 0).unwrap().ino;
+    assert!(b < a);
+    fs.rename(root, b"B", x, b"B", RenameFlags::default())
+        .unwrap();
+    fs.create(a, b"f", 0o644, 0, 0).unwrap();
+    let (tx, rx) = mpsc::channel();
+    for t in 0..3 {
+        let (f, tx) = (fs.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < Duration::from_secs(3) {
+                match t {
+                    0 => {
+                        f.rename(a, b"f", b, b"f", RenameFlags::default()).unwrap();
+                        f.rename(b, b"f", a, b"f", RenameFlags::default()).unwrap();
+                    }
+                    1 => assert_eq!(f.lookup(a, b"X").unwrap().ino, x),
+                    _ => assert_eq!(f.lookup(x, b"B").unwrap().ino, b),
+                }
+            }
+            let _ = tx.send(());
+        });
+    }
+    for _ in 0..3 {
+        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+            // The stuck threads hold the op lock: dropping `fs` would wait forever.
+            std::mem::forget(fs);
+            panic!(
+                "rename(A/f <-> A/X/B/f) and lookups of A/X and X/B did not finish within \
+                 30 s: rename holds B (lower ino) and waits for A, lookup(A, X) holds A and \
+                 waits for X, lookup(X, B) holds X and waits for B"
+            );
+        }
+    }
+}
+
 /// recovery.rs `recover_dentry`: the recovered entry's type maps every mode but directory
 /// and symlink to REG. Input: sync; mknod FIFO /p; fsync(p) (rolled forward with DENT);
 /// abandon; mount. The entry says REG for a FIFO inode, which fsck reports.
