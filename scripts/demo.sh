@@ -9,7 +9,7 @@
 # Needs root (or fusermount3) and the release binary (scripts/setup.sh builds it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-FL=$root/target/release/flashlog
+FL=${CARGO_TARGET_DIR:-$root/target}/release/flashlog
 size=1G
 files=3000
 keep=0

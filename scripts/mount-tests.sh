@@ -17,7 +17,7 @@
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/target/release
+bin=${CARGO_TARGET_DIR:-$root/target}/release
 FL=$bin/flashlog
 for b in flashlog flashlog-posix flashlog-fsx flashlog-stress; do
     if [[ ! -x $bin/$b ]]; then

@@ -17,7 +17,7 @@ dir=$1
 shift
 root=$(cd "$(dirname "$0")/.." && pwd)
 cargo build --release -q -p flashlog-fstest --manifest-path "$root/Cargo.toml"
-bin=$root/target/release
+bin=${CARGO_TARGET_DIR:-$root/target}/release
 
 status=0
 "$bin/flashlog-posix" "$dir" "$@" || status=1

@@ -57,11 +57,11 @@ say "building (cargo build --release)"
 cargo build --release --workspace --quiet
 
 if [[ ${FLASHLOG_NO_INSTALL:-0} != 1 ]]; then
-    bin=$root/target/release/flashlog
+    bin=${CARGO_TARGET_DIR:-$root/target}/release/flashlog
     as_root ln -sfn "$bin" /usr/local/bin/flashlog
     for helper in /sbin/mount.flashlog /sbin/mount.fuse.flashlog; do
         as_root ln -sfn "$bin" "$helper"
     done
     say "installed /usr/local/bin/flashlog and the mount helpers /sbin/mount.flashlog, /sbin/mount.fuse.flashlog"
 fi
-say "ready: $("$root/target/release/flashlog" --version)"
+say "ready: $("${CARGO_TARGET_DIR:-$root/target}/release/flashlog" --version)"

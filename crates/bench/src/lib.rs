@@ -111,8 +111,9 @@ pub struct BenchArgs {
     /// settings for its own device (e.g. device/vop_degree=1.2, none/compaction_period=0)
     /// or these file-system keys: io_threads=N, flushers=N, own_writeback=1,
     /// cp_tail=0 (none), dnode_lock=0 (scale: commit moves under the file's cell, not the
-    /// direct node's lock). Default: every policy the core implements (vop, gccost, memory:
-    /// their own lists).
+    /// direct node's lock). Default: f2fs, f2fs-lfs and scale, the policies every device
+    /// runs (device, none and zf2fs need the emulator's FTLs: name them; vop, gccost,
+    /// memory: their own lists).
     #[arg(long)]
     pub policies: Option<String>,
     /// Application threads (fxmark: the largest thread count).

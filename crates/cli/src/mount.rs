@@ -43,6 +43,9 @@ use std::sync::Arc;
 Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
   ro | rw                   read-only or read-write (default rw)
   gc=f2fs|scale|device|none garbage-collection policy (default f2fs)
+  gc_workers=N              gc=scale's dedicated collectors (default one per core, at
+                            most 64)
+  gc_interval=SECONDS       background cleaning period, 0 = off (default 30)
   mode=lfs|adaptive         allocation mode (default adaptive)
   mlog=ino|thread           on volumes with several mlogs (mkfs --mlogs), which log
                             partition a write goes to: the file's (ino mod mlogs, default)
@@ -67,6 +70,11 @@ Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
                             back the files whose inode number is k mod N
   image_io=buffered|direct  log writes to an image file through the host's page cache
                             (default) or with O_DIRECT
+  own_writeback|noown_writeback
+                            a writer over the hard dirty cap writes back the file it
+                            wrote before it waits for the flusher (default off)
+  cp_tail|nocp_tail         gc=none: a checkpoint lets operations run again while its
+                            I/O tail reaches the device (default cp_tail)
   cp_interval=SECONDS       checkpoint timer, 0 = off (default 30)
   dirty_cap=SIZE            dirty data cached before write-back (default 64M)
   dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync: as mount(8)
@@ -102,8 +110,9 @@ pub struct Args {
     /// Return as soon as the mount is live and keep serving in the background.
     #[arg(long)]
     daemon: bool,
-    /// Log file of the background process (default /run/flashlog/<mountpoint>.log, or
-    /// the temporary directory when /run/flashlog cannot be created).
+    /// Log file of the background process (default /run/flashlog/<mountpoint>.log, the
+    /// mount point's path with `/` as `_`, e.g. tmp_mnt.log; or the temporary directory
+    /// when /run/flashlog cannot be created).
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
     /// Write the id of the serving process to FILE (removed at unmount).

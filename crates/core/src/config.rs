@@ -30,6 +30,9 @@ pub const CELL_SHARDS: usize = 128;
 pub const DEFAULT_CP_INTERVAL: Duration = Duration::from_secs(30);
 /// Background cleaner period (F2FS sleeps 30 s between background passes).
 pub const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(30);
+/// Most dedicated collectors `gc=scale` runs; the default (one per core) is capped here, so
+/// a machine with more cores still mounts.
+pub const MAX_GC_WORKERS: usize = 64;
 /// Idle time before background cleaning (F2FS DEF_IDLE_INTERVAL is 5 s).
 pub const DEFAULT_GC_IDLE: Duration = Duration::from_secs(5);
 /// Asynchronous log-write threads, i.e. the log's queue depth to the device (each thread has
@@ -278,7 +281,8 @@ impl Default for MountOptions {
             gc_idle: DEFAULT_GC_IDLE,
             gc_workers: std::thread::available_parallelism()
                 .map(|n| n.get())
-                .unwrap_or(2),
+                .unwrap_or(2)
+                .min(MAX_GC_WORKERS),
             gc_victims_per_worker: None,
             scale: ScaleFeatures::ALL,
             io_threads: DEFAULT_IO_THREADS,

@@ -97,7 +97,7 @@ impl ScaleCollector {
     }
 
     pub fn new(opts: &MountOptions) -> Result<Self> {
-        if opts.gc_workers == 0 || opts.gc_workers > 64 {
+        if opts.gc_workers == 0 || opts.gc_workers > crate::config::MAX_GC_WORKERS {
             return Err(Error::Invalid("gc_workers must be between 1 and 64"));
         }
         Ok(ScaleCollector {

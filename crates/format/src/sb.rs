@@ -23,8 +23,9 @@ use crate::{tag, BlkAddr, Nid, SegNo, BLOCKS_PER_SEG, BLOCK_SIZE, BLOCK_SIZE_LOG
 pub const FORMAT_VERSION: u32 = 1;
 /// Smallest volume mkfs accepts (bytes).
 pub const MIN_VOLUME_BYTES: u64 = 64 << 20;
-/// Largest number of nids (inodes + other nodes). Bounds the in-memory NAT (8 B per nid) and
-/// the NAT area; 2^26 nids is 512 MiB of NAT in memory, reached only past ~128 GiB volumes.
+/// Largest number of nids (inodes + other nodes). Bounds the in-memory NAT (about 13 B per
+/// nid, docs/DESIGN.md) and the NAT area; 2^26 nids is ~850 MiB of NAT in memory, reached
+/// only from 256 GiB volumes (a volume has at most one nid per main-area block).
 pub const MAX_NIDS: u64 = 1 << 26;
 /// Most log heads a volume can record in its checkpoint (6 per mlog x mlogs + GC streams).
 pub const MAX_LOG_HEADS: u32 = 256;

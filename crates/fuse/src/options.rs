@@ -195,8 +195,12 @@ impl MountConfig {
             }
             "threads" => self.threads = count(key, need(val)?, MAX_THREADS, "")?,
             "gc_workers" => {
-                self.core.gc_workers =
-                    count(key, need(val)?, 64, " (dedicated collectors of gc=scale)")?
+                self.core.gc_workers = count(
+                    key,
+                    need(val)?,
+                    flashlog_core::config::MAX_GC_WORKERS,
+                    " (dedicated collectors of gc=scale)",
+                )?
             }
             "gc_interval" => {
                 let v = need(val)?;
@@ -294,7 +298,7 @@ impl MountConfig {
             return Ok(());
         }
         Err(format!(
-            "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, mode=lfs|adaptive, mlog=ino|thread, \
+            "unknown mount option {key:?}. Flashlog options: ro, rw, gc=f2fs|scale|device|none, gc_workers=N, gc_interval=SECONDS, mode=lfs|adaptive, mlog=ino|thread, \
              allow_other, noallow_other, default_permissions, nodefault_permissions, acl, noacl, inline, noinline, \
              writeback, nowriteback, own_writeback, noown_writeback, cp_tail, nocp_tail, killpriv, nokillpriv, bdi_max_ratio=PERCENT, nosubtype, image_io=direct|buffered, io_threads=N, flushers=N, threads=N, cp_interval=SECONDS, dirty_cap=SIZE; plus the generic dev, nodev, suid, nosuid, \
              exec, noexec, atime, noatime, relatime, sync, async, dirsync, defaults, auto, noauto, user, nouser, \
@@ -314,8 +318,14 @@ impl MountConfig {
         let gc = format!("{:?}", c.gc).to_lowercase();
         let mode = format!("{:?}", c.alloc_mode).to_lowercase();
         let cp = c.cp_interval.map(|d| d.as_secs()).unwrap_or(0);
+        let gc_interval = c.gc_interval.map(|d| d.as_secs()).unwrap_or(0);
+        let workers = if c.gc == flashlog_core::GcPolicy::Scale {
+            format!(",gc_workers={}", c.gc_workers)
+        } else {
+            String::new()
+        };
         format!(
-            "{},gc={gc},mode={mode},{}{}{}{}threads={},io_threads={},flushers={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}{}{}{}",
+            "{},gc={gc}{workers},gc_interval={gc_interval},mode={mode},{}{}{}{}threads={},io_threads={},flushers={},cp_interval={cp},dirty_cap={}M,{},bdi_max_ratio={}{}{}{}{}{}",
             if c.read_only { "ro" } else { "rw" },
             if self.allow_other { "allow_other," } else { "" },
             if self.checks_permissions() {
