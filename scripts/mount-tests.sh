@@ -328,7 +328,13 @@ t_git_in() {
 }
 
 t_umount_fsck() {
-    umount_fs && fsck_clean
+    umount_fs && fsck_clean || return 1
+    # docs/FORMAT.md against the bytes: every documented offset of the superblock,
+    # checkpoint, NAT, inodes, dentries, SIT and SSA the image holds now.
+    cargo build --release -q -p flashlog-format --example format_check --manifest-path "$root/Cargo.toml" || return 1
+    local out
+    out=$("$bin/examples/format_check" "$img") || { grep MISMATCH <<<"$out"; return 1; }
+    result "fsck clean; FORMAT.md: $(tail -1 <<<"$out")"
 }
 
 t_remount_check() {
@@ -644,7 +650,7 @@ step "POSIX ACLs (setfacl, enforcement)" t_acl
 step "tar round trip" t_tar_in
 step "sqlite3 write + integrity_check" t_sqlite_in
 step "git init/add/commit/log/fsck" t_git_in
-step "umount + fsck clean" t_umount_fsck
+step "umount + fsck clean, FORMAT.md offsets" t_umount_fsck
 step "remount: cp back, tar, sqlite3, git" t_remount_check
 step "remount: metadata still identical" t_meta_remount
 step "read-only mount" t_readonly
