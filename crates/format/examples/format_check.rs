@@ -354,7 +354,7 @@ fn main() {
         for (i, hd) in ck.heads.iter().enumerate() {
             let rec = &payload[32 * i..32 * i + 32];
             let want = (
-                rec[0] as u8,
+                rec[0],
                 rec[1],
                 u16_(rec, 2),
                 u16_(rec, 4),
