@@ -52,10 +52,15 @@ pub fn waf_greedy(rho: f64) -> f64 {
     a / (a + lambert_w0(-a * (-a).exp()))
 }
 
-/// Lines held back from the spare pool by the GC trigger "GC while free lines < θ": on
-/// average θ − 0.5 free lines plus half of each of the two open lines (host and GC).
-pub fn reserve_lines(threshold_lines: u32) -> f64 {
-    f64::from(threshold_lines) - 0.5 + 0.5 * 2.0
+/// Lines held back from the spare pool by the page FTL's GC trigger "GC while free lines
+/// ≤ θ" (NVMeVirt's `should_gc_high`), plus half of each of the two open lines (host and GC)
+/// on average. Paced (one victim per write-credit exhaustion, credits = the slots it freed),
+/// the spare slots are conserved from one victim to the next, so the free lines stay at θ on
+/// average: r = θ + 1. Unpaced (collect until more than θ are free), they oscillate between θ
+/// and θ + 1: r = θ + 1.5.
+pub fn reserve_lines(threshold_lines: u32, pacing: bool) -> f64 {
+    let free = f64::from(threshold_lines) + if pacing { 0.0 } else { 0.5 };
+    free + 0.5 * 2.0
 }
 
 /// Effective overprovisioning (T − r·b − U)/U with `user_blocks` logical blocks in use.
@@ -63,7 +68,7 @@ pub fn effective_op(cfg: &SsdConfig, user_blocks: u64) -> f64 {
     let t = cfg.geometry.physical_slots() as f64;
     let b = cfg.geometry.slots_per_line() as f64;
     let u = user_blocks as f64;
-    (t - reserve_lines(cfg.gc.threshold_lines) * b - u) / u
+    (t - reserve_lines(cfg.gc.threshold_lines, cfg.gc.pacing) * b - u) / u
 }
 
 /// Effective OP from a measured mean of spare units outside the valid/invalid cycle.

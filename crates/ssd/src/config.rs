@@ -10,7 +10,9 @@
 //!   program units;
 //! - the physical mapping units fit a 32-bit physical page number;
 //! - the spare space (physical − logical) is at least `gc.threshold_lines + 2` lines, so greedy
-//!   GC always finds a victim with an invalid page while the logical space is in use;
+//!   GC finds a victim with an invalid page while the logical space is in use (at the
+//!   emergency level, one free line, 3 spare lines suffice: the sealed lines cannot all be
+//!   valid; a paced GC above it that finds none waits for the host's overwrites);
 //! - a write buffer, when present, holds at least two program units.
 //!
 //! Lock order: no locks (plain data).
@@ -176,11 +178,15 @@ impl VictimKind {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GcConfig {
     pub policy: VictimKind,
-    /// Foreground GC runs while fewer than this many lines are free (≥ 2: one line is always
-    /// kept for GC destinations).
+    /// Foreground GC runs before a host page while at most this many lines are free
+    /// (NVMeVirt's `should_gc_high`: `free_line_cnt <= gc_thres_lines_high`, 2). At least 1;
+    /// independently of it the host never takes the last free line (kept for GC
+    /// destinations): at 1 free line a host that needs a new line collects first.
     pub threshold_lines: u32,
-    /// Write-credit pacing (NVMeVirt): after a GC that freed `ipc` slots, the host may write
-    /// `ipc` pages before GC is considered again.
+    /// Write-credit pacing (NVMeVirt): when the credits are used up and the trigger holds, ONE
+    /// victim is collected, and the host may write the `ipc` pages it freed before GC is
+    /// considered again. Without pacing, GC collects until more than `threshold_lines` lines
+    /// are free.
     pub pacing: bool,
 }
 
@@ -445,10 +451,12 @@ impl SsdConfig {
                 early_completion: false,
             },
             op: 0.25,
+            // The reference's small-line simulations (and their WAF targets): GC loops while
+            // fewer than 2 lines are free, no pacing.
             gc: GcConfig {
                 policy: VictimKind::Greedy,
-                threshold_lines: 2,
-                pacing: true,
+                threshold_lines: 1,
+                pacing: false,
             },
             store: StoreKind::None,
             clock: ClockKind::Virtual,
@@ -569,8 +577,8 @@ impl SsdConfig {
                 need_lines * g.slots_per_line()
             ));
         }
-        if self.gc.threshold_lines < 2 {
-            return bad("gc.threshold_lines must be at least 2".into());
+        if self.gc.threshold_lines < 1 {
+            return bad("gc.threshold_lines must be at least 1".into());
         }
         let t = &self.timing;
         if t.read_4k_ns.is_empty() || t.read_unit_ns.is_empty() {

@@ -154,6 +154,9 @@ pub struct FtlStats {
     /// Coupled GC: pages moved that the host wrote with the node hint (they went to the node
     /// stream's destinations; the rest of `Counters::gc_pages_moved` to the data stream's).
     pub gc_node_pages_moved: u64,
+    /// Page FTL: victims collected on the emergency path (the host about to take the last free
+    /// line), outside the write-credit pacing.
+    pub gc_emergency_runs: u64,
     /// Background work (e.g. IPLFS map compaction): runs and device time charged.
     pub background_runs: u64,
     pub background_ns: u64,

@@ -2,12 +2,21 @@
 //! [`Mapping`] trait, one host and one GC write pointer, foreground line GC with a victim
 //! policy, paced by write credits.
 //!
+//! GC (NVMeVirt `conv_ftl.c`: `check_and_refill_write_credit` → `foreground_gc` → one
+//! `do_gc`): before a host page, once the write credits are used up and at most `threshold`
+//! lines are free (`should_gc_high`: `free_line_cnt <= gc_thres_lines_high`), ONE victim is
+//! collected and the credits are set to the slots it freed, so GC is spread over the host
+//! writes. Without pacing (`gc.pacing = false`) GC collects until more than `threshold` lines
+//! are free. The emergency path (the host about to take the last free line: NVMeVirt has none
+//! and fails) collects until two lines are free; with pacing it should not run in steady state.
+//!
 //! Owns: the mapping, the victim policy, the two write pointers and the write credits.
 //!
 //! Invariants:
 //! - `map.lookup(lpn) == Some(ppn)` iff the flash reverse map says `ppn` holds `lpn`;
-//! - after each host page, fewer than `threshold` free lines only while write credits remain;
-//!   the host never takes the last free line (kept for GC destinations);
+//! - after the GC check of a host page, at most `threshold` free lines only while write credits
+//!   remain (or no line has an invalid page); the host never takes the last free line (kept
+//!   for GC destinations: one victim's moves fill at most one line before it is erased);
 //! - GC never picks a victim without an invalid page: it reports `NoReclaimableSpace` instead.
 //!
 //! [`Mapping`] is also the plug-in point for another L2P structure under the same algorithm
@@ -135,6 +144,7 @@ pub struct PageFtl {
     credits: u64,
     pacing: bool,
     threshold: u32,
+    emergency_runs: u64,
     background_runs: u64,
     background_ns: u64,
 }
@@ -159,6 +169,7 @@ impl PageFtl {
             credits: 0,
             pacing: cfg.gc.pacing,
             threshold: cfg.gc.threshold_lines,
+            emergency_runs: 0,
             background_runs: 0,
             background_ns: 0,
         }
@@ -180,9 +191,10 @@ impl PageFtl {
         };
         if full {
             if stream == Stream::Host {
-                // Keep one free line for GC destinations.
+                // Keep one free line for GC destinations (emergency path: the paced GC runs
+                // above this level, so it is rare).
                 if flash.lines.free_count() <= 1 {
-                    self.gc_until(flash, 2.max(self.threshold), t)?;
+                    self.emergency_runs += self.gc_until(flash, 2, t)?.1;
                 }
             }
             let seq = flash.seq;
@@ -224,28 +236,41 @@ impl PageFtl {
         Ok(flash.gc_end(run, t))
     }
 
-    /// GC until at least `want` lines are free; returns the invalid slots freed.
-    fn gc_until(&mut self, flash: &mut Flash, want: u32, t: u64) -> Result<u64, FtlError> {
-        let mut freed = 0;
+    /// GC until at least `want` lines are free; returns the invalid slots freed and the
+    /// victims collected.
+    fn gc_until(&mut self, flash: &mut Flash, want: u32, t: u64) -> Result<(u64, u64), FtlError> {
+        let (mut freed, mut runs) = (0, 0);
         while flash.lines.free_count() < want {
             freed += self.gc_one(flash, t)?;
+            runs += 1;
         }
-        Ok(freed)
+        Ok((freed, runs))
     }
 
-    /// Foreground GC check before one host page (write-credit pacing).
+    /// Foreground GC check before one host page (NVMeVirt's `should_gc_high` trigger, paced
+    /// by write credits: one victim per credit exhaustion).
     fn maybe_gc(&mut self, flash: &mut Flash, t: u64) -> Result<(), FtlError> {
         if self.credits > 0 {
             self.credits -= 1;
             return Ok(());
         }
-        if flash.lines.free_count() < self.threshold {
-            let freed = self.gc_until(flash, self.threshold, t)?;
-            if self.pacing {
-                self.credits = freed.saturating_sub(1);
-            }
+        if flash.lines.free_count() > self.threshold {
+            return Ok(());
         }
-        Ok(())
+        let r = if self.pacing {
+            // This page takes one of the freed slots.
+            self.gc_one(flash, t)
+                .map(|freed| self.credits = freed.saturating_sub(1))
+        } else {
+            self.gc_until(flash, self.threshold.saturating_add(1), t)
+                .map(|_| ())
+        };
+        match r {
+            // Nothing to collect yet but the host can still take a line: the emergency path
+            // decides when the device is really full.
+            Err(FtlError::NoReclaimableSpace { .. }) if flash.lines.free_count() >= 2 => Ok(()),
+            r => r,
+        }
     }
 }
 
@@ -329,6 +354,7 @@ impl Ftl for PageFtl {
 
     fn stats(&self) -> FtlStats {
         let mut s = FtlStats {
+            gc_emergency_runs: self.emergency_runs,
             background_runs: self.background_runs,
             background_ns: self.background_ns,
             ..FtlStats::default()
@@ -338,6 +364,7 @@ impl Ftl for PageFtl {
     }
 
     fn reset_stats(&mut self) {
+        self.emergency_runs = 0;
         self.background_runs = 0;
         self.background_ns = 0;
     }
