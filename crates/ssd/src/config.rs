@@ -25,7 +25,8 @@ use serde::Serialize;
 pub const MAP_UNIT: u64 = flashlog_dev::BLOCK_SIZE_U64;
 
 /// The capacity scaler keeps at least this many lines (superblocks), halving the block size
-/// if needed: with fewer lines the GC reserve (≈2.5 lines) eats most of the overprovisioning.
+/// if needed: with fewer lines the GC reserve (≈3 lines, `analytic::reserve_lines`) eats most of
+/// the overprovisioning.
 pub const MIN_LINES_WHEN_SCALED: u64 = 128;
 
 /// Largest number of physical mapping units: physical page numbers are 32-bit, and
