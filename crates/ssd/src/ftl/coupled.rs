@@ -99,7 +99,8 @@ pub struct CoupledConfig {
     pub conventional_bytes: u64,
     /// Pairs per upcall (1..=256).
     pub upcall_pairs: usize,
-    /// Device GC runs while fewer lines than this are free (artifact: 5).
+    /// Device GC runs while at most this many lines are free (the artifact's NVMeVirt fork:
+    /// `free_line_cnt <= 5`).
     pub gc_threshold_lines: u32,
     /// Regular-region watermark: while fewer regular zones than this have no line (are free
     /// for the host), each host write or flush collects one regular-region victim. Below
@@ -666,11 +667,12 @@ impl CoupledFtl {
         Ok(freed)
     }
 
-    /// Device GC before a host page: collect while fewer than the threshold lines are free,
+    /// Device GC before a host page: collect while at most the threshold lines are free (the
+    /// artifact's `<=`; until 2026-11-28 `<`, one line fewer held back),
     /// then send full batches of records.
     fn maybe_gc(&mut self, flash: &mut Flash, t: u64) -> Result<(), FtlError> {
         let mut ran = false;
-        while flash.lines.free_count() < self.threshold {
+        while flash.lines.free_count() <= self.threshold {
             self.gc_one(flash, t)?;
             ran = true;
         }
