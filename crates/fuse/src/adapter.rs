@@ -49,11 +49,13 @@
 //!   or the parent's default ACL; the ACL xattrs go to the core, which keeps the mode in step;
 //!   setting an access ACL as a non-member of the file's group clears setgid
 //!   (docs/DESIGN.md, "POSIX ACLs").
-//! - setuid/setgid on write, truncate and chown (unless `nokillpriv`): INIT negotiates
-//!   HANDLE_KILLPRIV_V2, so the kernel stops sending a GETXATTR of security.capability
-//!   before every write and leaves the clearing to us: WRITE flagged KILL_SUIDGID, SETATTR of
-//!   the owner or group of a non-directory, SETATTR of the size by a caller without
-//!   CAP_FSETID (read from /proc, as fuser 0.18 does not decode FATTR_KILL_SUIDGID).
+//! - setuid/setgid on write, truncate, fallocate and chown (unless `nokillpriv`): INIT
+//!   negotiates HANDLE_KILLPRIV_V2, so the kernel stops sending a GETXATTR of
+//!   security.capability before every write and leaves the clearing to us: WRITE flagged
+//!   KILL_SUIDGID, SETATTR of the owner or group of a non-directory, SETATTR of the size and
+//!   FALLOCATE by a caller without CAP_FSETID (read from /proc, as fuser 0.18 does not
+//!   decode FATTR_KILL_SUIDGID); setgid without group execute only for a caller outside
+//!   the file's group (Linux 6.2's rule).
 //!   Not atomic with a concurrent chmod of the same file (getattr, then setattr).
 //! - getlk / setlk / flock: never sent, since POSIX_LOCKS and FLOCK_LOCKS are not
 //!   negotiated: the kernel keeps locks itself, which is right for a local file system.
@@ -493,12 +495,15 @@ fn caller_in_group(req: &Request, gid: u32) -> bool {
         .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
 }
 
-/// The setuid/setgid bits that a write, truncate or chown clears (Linux's
-/// `should_remove_suid`): setuid always, setgid only together with group execute (setgid
-/// without it marks mandatory locking and stays).
-fn suidgid_to_kill(mode: u32) -> u32 {
+/// The setuid/setgid bits that a write, truncate, fallocate or chown clears (Linux's
+/// `setattr_should_drop_suidgid`, since 6.2): setuid always; setgid with group execute, or
+/// without it when the caller is not in the file's group (`in_group_or_capable`; before
+/// 6.2 setgid without group execute, once the mandatory-locking mark, always stayed, and
+/// so it did here until 2026-11-28: a writer outside the group kept it, where ext4 and
+/// tmpfs clear it). `caller_in_group` is asked only for setgid without group execute.
+fn suidgid_to_kill(mode: u32, caller_in_group: impl FnOnce() -> bool) -> u32 {
     let mut kill = mode & libc::S_ISUID;
-    if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+    if mode & libc::S_ISGID != 0 && (mode & libc::S_IXGRP != 0 || !caller_in_group()) {
         kill |= libc::S_ISGID;
     }
     kill
@@ -583,10 +588,11 @@ impl FlashlogFuse {
 
     /// Clear setuid/setgid before a write the kernel flagged FUSE_WRITE_KILL_SUIDGID (a
     /// write-through write by a caller without CAP_FSETID; only sent under
-    /// HANDLE_KILLPRIV_V2). Returns whether anything was cleared.
-    fn kill_suidgid(&self, ino: Ino) -> flashlog_core::Result<bool> {
+    /// HANDLE_KILLPRIV_V2), or before a fallocate by such a caller. Returns whether anything
+    /// was cleared.
+    fn kill_suidgid(&self, req: &Request, ino: Ino) -> flashlog_core::Result<bool> {
         let a = self.fs.getattr(ino)?;
-        let kill = suidgid_to_kill(a.mode);
+        let kill = suidgid_to_kill(a.mode, || caller_in_group(req, a.gid));
         if kill == 0 || a.is_dir() {
             return Ok(false);
         }
@@ -603,6 +609,7 @@ impl FlashlogFuse {
     /// data to the core; a short write is reported as such.
     fn serve_write(
         &self,
+        req: &Request,
         ino: Ino,
         offset: u64,
         data: &[u8],
@@ -610,7 +617,7 @@ impl FlashlogFuse {
         reply: ReplyWrite,
     ) {
         if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            tri!(reply, self.kill_suidgid(ino));
+            tri!(reply, self.kill_suidgid(req, ino));
         }
         let mut done = 0usize;
         while done < data.len() {
@@ -800,7 +807,7 @@ impl Filesystem for FlashlogFuse {
         // into the same core call as the change.
         if self.killpriv && mode.is_none() && (uid.is_some() || gid.is_some() || size.is_some()) {
             let cur = tri!(reply, self.fs.getattr(ino));
-            let kill = suidgid_to_kill(cur.mode);
+            let kill = suidgid_to_kill(cur.mode, || caller_in_group(req, cur.gid));
             if kill != 0
                 && !cur.is_dir()
                 && (uid.is_some() || gid.is_some() || !caller_has_fsetid(req))
@@ -1007,7 +1014,7 @@ impl Filesystem for FlashlogFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1023,7 +1030,7 @@ impl Filesystem for FlashlogFuse {
             .fetch_add(data.len() as u64, Relaxed);
         let ino = ino!(reply, ino);
         let t0 = std::time::Instant::now();
-        self.serve_write(ino, offset, data, write_flags, reply);
+        self.serve_write(req, ino, offset, data, write_flags, reply);
         self.counts
             .write_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
@@ -1291,7 +1298,7 @@ impl Filesystem for FlashlogFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1312,6 +1319,12 @@ impl Filesystem for FlashlogFuse {
                 return;
             }
         };
+        // Under HANDLE_KILLPRIV_V2 the kernel leaves the clearing of setuid/setgid that
+        // fallocate does (`file_modified`) to us, as for a write (until 2026-11-28 it was
+        // left undone: a punched hole kept a setuid file setuid).
+        if self.killpriv && !caller_has_fsetid(req) {
+            tri!(reply, self.kill_suidgid(req, ino));
+        }
         tri!(reply, self.fs.fallocate(ino, m, offset, length));
         reply.ok();
     }
@@ -1468,12 +1481,23 @@ mod tests {
 
     #[test]
     fn setid_bits_a_write_clears() {
-        assert_eq!(suidgid_to_kill(0o100644), 0);
-        assert_eq!(suidgid_to_kill(0o104755), libc::S_ISUID);
-        assert_eq!(suidgid_to_kill(0o106775), libc::S_ISUID | libc::S_ISGID);
-        // setgid without group execute is the mandatory-locking mark: kept.
-        assert_eq!(suidgid_to_kill(0o102644), 0);
-        assert_eq!(suidgid_to_kill(0o106745), libc::S_ISUID);
+        let member = || true;
+        let outsider = || false;
+        assert_eq!(suidgid_to_kill(0o100644, outsider), 0);
+        assert_eq!(suidgid_to_kill(0o104755, member), libc::S_ISUID);
+        assert_eq!(
+            suidgid_to_kill(0o106775, member),
+            libc::S_ISUID | libc::S_ISGID
+        );
+        // setgid without group execute stays for a member of the file's group ...
+        assert_eq!(suidgid_to_kill(0o102644, member), 0);
+        assert_eq!(suidgid_to_kill(0o106745, member), libc::S_ISUID);
+        // ... and goes for anyone else (Linux 6.2's setattr_should_drop_sgid).
+        assert_eq!(suidgid_to_kill(0o102644, outsider), libc::S_ISGID);
+        assert_eq!(
+            suidgid_to_kill(0o106745, outsider),
+            libc::S_ISUID | libc::S_ISGID
+        );
     }
 
     #[test]

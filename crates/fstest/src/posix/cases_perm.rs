@@ -19,6 +19,8 @@ pub fn cases() -> Vec<Case> {
         "perm/chmod_nonowner_eperm" => chmod_nonowner_eperm,
         "perm/write_clears_setid" => write_clears_setid,
         "perm/truncate_clears_setid" => truncate_clears_setid,
+        "perm/fallocate_clears_setid" => fallocate_clears_setid,
+        "perm/write_by_outsider_clears_setgid" => write_by_outsider_clears_setgid,
         "perm/access_read_denied" => access_read_denied,
         "perm/access_write_denied" => access_write_denied,
         "perm/owner_class_wins" => owner_class_wins,
@@ -297,6 +299,88 @@ fn truncate_clears_setid(ctx: &Ctx) -> Result<Outcome> {
         "size after truncate"
     );
     Ok(Outcome::Pass)
+}
+
+/// fallocate(2) (allocate, punch a hole) by a caller without CAP_FSETID clears setuid and
+/// setgid, as a write does (Linux's `file_modified`). Over FUSE with HANDLE_KILLPRIV_V2 the
+/// kernel leaves it to the file system (found by a differential run against tmpfs,
+/// 2026-11-28: Flashlog kept mode 6757 where tmpfs and ext4 gave 757).
+fn fallocate_clears_setid(ctx: &Ctx) -> Result<Outcome> {
+    need_unpriv!(ctx);
+    for (what, mode, off, len) in [
+        ("allocate", 0, 0, 8192),
+        (
+            "punch",
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            4096,
+        ),
+    ] {
+        let f = ctx.p(what);
+        make_file(&f, &[7u8; 8192])?;
+        ok(sys::chmod(&f, 0o6757), "chmod 6757")?;
+        let p = f.clone();
+        ctx.as_user(ctx.uid, ctx.gid, move || {
+            let fd = ok(sys::open(&p, libc::O_WRONLY, 0), "open for write")?;
+            ok(sys::fallocate(&fd, mode, off, len), "fallocate")?;
+            Ok(())
+        })?;
+        let m = mode_of(&f)?;
+        check!(
+            m == 0o757,
+            "unprivileged fallocate ({what}) left mode {m:o} (expected 757)"
+        );
+    }
+    Ok(Outcome::Pass)
+}
+
+/// A write by a caller outside the file's group clears setgid even without group execute
+/// (Linux 6.2's `setattr_should_drop_sgid`; before, that combination was the mandatory-
+/// locking mark and stayed); a member of the group keeps it. Found by a differential run
+/// against tmpfs and ext4, 2026-11-28.
+fn write_by_outsider_clears_setgid(ctx: &Ctx) -> Result<Outcome> {
+    need_unpriv!(ctx);
+    if !kernel_at_least(6, 2) {
+        return Ok(Outcome::Skip(
+            "kernel before 6.2 keeps setgid without group execute".into(),
+        ));
+    }
+    let outside = ctx.p("outside");
+    make_file(&outside, b"x")?;
+    ok(sys::chmod(&outside, 0o2666), "chmod 2666")?;
+    let member = ctx.p("member");
+    make_file(&member, b"x")?;
+    ok(sys::chown(&member, 0, ctx.gid), "chown to the test group")?;
+    ok(sys::chmod(&member, 0o2666), "chmod 2666")?;
+    let (po, pm) = (outside.clone(), member.clone());
+    ctx.as_user(ctx.uid, ctx.gid, move || {
+        for p in [&po, &pm] {
+            let fd = ok(sys::open(p, libc::O_WRONLY, 0), "open for write")?;
+            ok(sys::pwrite_all(&fd, b"changed", 0), "write")?;
+        }
+        Ok(())
+    })?;
+    let m = mode_of(&outside)?;
+    check!(
+        m == 0o666,
+        "write by a non-member left mode {m:o} (expected 666)"
+    );
+    let m = mode_of(&member)?;
+    check!(
+        m == 0o2666,
+        "write by a member of the group changed mode to {m:o} (expected 2666)"
+    );
+    Ok(Outcome::Pass)
+}
+
+/// Whether the running kernel's release is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = r
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|x| x.parse::<u32>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (major, minor)
 }
 
 fn access_read_denied(ctx: &Ctx) -> Result<Outcome> {
