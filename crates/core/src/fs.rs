@@ -1819,8 +1819,17 @@ impl Fs {
                         Error::Invalid("truncate of a special file")
                     });
                 }
+                let old = st.hdr.size;
                 fs.file_truncate(&mut st, size)?;
-                st.hdr.mtime = now;
+                // Times change with the size only when it changes (ext4, POSIX truncate):
+                // under the kernel's write-back cache, which owns a regular file's times,
+                // truncate(2) to the current size sends the size alone and keeps its times,
+                // so stamping here moved them across a remount (found by a differential run
+                // against tmpfs, 2026-11-28). An ftruncate's times come as mtime/ctime.
+                if size != old {
+                    st.hdr.mtime = now;
+                    st.hdr.ctime = now;
+                }
             }
             if let Some(m) = a.mode {
                 st.hdr.mode = (st.hdr.mode & S_IFMT) | (m & 0o7777);
@@ -1850,7 +1859,16 @@ impl Fs {
             if let Some(t) = a.mtime {
                 st.hdr.mtime = resolve(t);
             }
-            st.hdr.ctime = a.ctime.unwrap_or(now);
+            let attrs = a.mode.is_some()
+                || a.uid.is_some()
+                || a.gid.is_some()
+                || a.atime.is_some()
+                || a.mtime.is_some();
+            if let Some(t) = a.ctime {
+                st.hdr.ctime = t;
+            } else if attrs {
+                st.hdr.ctime = now;
+            }
             fs.dirty_inode(&mut st);
             Ok(attr_of(&st))
         })
@@ -2109,9 +2127,6 @@ impl Fs {
             // two. The kernel cannot send one; the library API refuses it.
             return Err(Error::Invalid("attribute name contains a NUL byte"));
         }
-        if value.len() > u16::MAX as usize {
-            return Err(Error::TooBig);
-        }
         if let Some(kind) = acl::kind_of(name) {
             return self.set_acl(ino, kind, name, value);
         }
@@ -2124,8 +2139,17 @@ impl Fs {
             match (mode, pos) {
                 (XattrMode::Create, Some(_)) => return Err(Error::Exists),
                 (XattrMode::Replace, None) => return Err(Error::NoAttr),
-                (_, Some(i)) => list[i].1 = value.to_vec(),
-                (_, None) => list.push((name.to_vec(), value.to_vec())),
+                _ => {}
+            }
+            // A value larger than the xattr node is ENOSPC, as ext4 answers one larger than
+            // its block, and only after the create/replace checks (until 2026-11-28 a value
+            // past 65,535 bytes, which the kernel sends, was EFBIG before them).
+            if value.len() > node::XATTR_SPACE {
+                return Err(Error::NoSpace);
+            }
+            match pos {
+                Some(i) => list[i].1 = value.to_vec(),
+                None => list.push((name.to_vec(), value.to_vec())),
             }
             if node::xattrs_size(&list) > node::XATTR_SPACE {
                 return Err(Error::NoSpace);

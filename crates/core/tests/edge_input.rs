@@ -243,3 +243,58 @@ fn rename_of_a_directory_over_its_own_parent_is_refused_not_deadlocked() {
     let rep = fsck(&*dev).unwrap();
     assert!(rep.is_clean(), "{rep}");
 }
+
+/// A truncate to the file's current size changes neither mtime nor ctime (ext4; POSIX
+/// truncate marks them only when the size changes); one that changes the size changes
+/// both. Under the kernel's write-back cache, which owns a regular file's times,
+/// truncate(2) to the current size sends the size alone and keeps its times: the core
+/// stamping "now" then moved mtime and ctime across a remount by what the user saw
+/// (found by a differential run against tmpfs, 2026-11-28). Checked after a remount too.
+#[test]
+fn truncate_to_the_same_size_keeps_the_times() {
+    let (dev, fs) = fresh();
+    let f = fs.create(fs.root(), b"t", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, b"xxxxx").unwrap();
+    let past = node_time(1_000_000_000);
+    fs.setattr(
+        f,
+        &SetAttr {
+            mtime: Some(TimeSet::At(past)),
+            ctime: Some(past),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let same = SetAttr {
+        size: Some(5),
+        ..Default::default()
+    };
+    let a = fs.setattr(f, &same).unwrap();
+    assert_eq!(
+        (a.mtime, a.ctime),
+        (past, past),
+        "truncate to the same size"
+    );
+    fs.unmount().unwrap();
+    let fs = Fs::mount(dev.clone(), opts()).unwrap();
+    let a = fs.getattr(f).unwrap();
+    assert_eq!((a.mtime, a.ctime), (past, past), "after a remount");
+    let a = fs
+        .setattr(
+            f,
+            &SetAttr {
+                size: Some(3),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(
+        a.mtime.sec > past.sec && a.ctime.sec > past.sec && a.size == 3,
+        "a truncate that changes the size changes both times: {a:?}"
+    );
+    fs.unmount().unwrap();
+}
+
+fn node_time(secs: i64) -> Timespec {
+    Timespec { sec: secs, nsec: 0 }
+}
