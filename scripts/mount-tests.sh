@@ -12,7 +12,7 @@
 # stress-ng and python3 (scripts/test.sh installs them) and the release binaries (cargo build --release). Each step prints one PASS/FAIL line; the exit
 # status is the number of failed steps (0 = all passed).
 # Environment: KEEP=1 keeps the work directory; STRESS_SECONDS (20), FSX_OPS (20000),
-# STRESSNG_SECONDS (2 per stress-ng stressor);
+# STRESSNG_SECONDS (2 per stress-ng stressor); POSIX_DIFF_SEEDS (1-20);
 # ONLY=t_emulated (comma separated) runs just the named self-contained steps.
 set -uo pipefail
 
@@ -576,6 +576,24 @@ PY
 # coupled-GC FTL, chosen automatically): fsync'd data and a cp -a tree read back, the
 # unmount logs the emulator's summary; gc=device on an image or a RAM device is refused
 # with the reason.
+# The same random operation lists on tmpfs and on a fresh Flashlog mount, compared after
+# every operation (errno, lstat, whether times changed, contents, listings, xattrs; as root
+# and as two other users), then a remount compared exactly (scripts/posix-diff.py).
+t_posix_diff() {
+    local pd=$work/pd rc=0
+    mkdir -p "$pd"
+    python3 "$root/scripts/posix-diff.py" --setup --teardown --bin "$FL" \
+        --tmpfs "$pd/tmpfs" --flashlog "$pd/mnt" --img "$pd/vol.img" --size 256M \
+        --seeds "${POSIX_DIFF_SEEDS:-1-20}" --ops 200 --shrink-seconds 60 >"$pd/out.txt" 2>&1 || rc=1
+    umount "$pd/mnt" 2>/dev/null
+    umount "$pd/tmpfs" 2>/dev/null
+    if ((rc)); then
+        tail -40 "$pd/out.txt"
+        return 1
+    fi
+    result "$(grep -E 'seeds, [0-9]+ kinds' "$pd/out.txt")"
+}
+
 t_emulated() {
     local emnt=$work/emu-mnt elog=$work/emu.log epid=$work/emu.pid eimg=$work/emu.img out pid rc=0
     mkdir -p "$emnt"
@@ -660,6 +678,7 @@ step "SIGTERM/SIGINT unmount cleanly" t_sigterm
 step "SIGKILL loses nothing fsync'd" t_sigkill
 step "FUSE knobs: bdi_max_ratio, killpriv" t_fuse_knobs
 step "requests per new file, times durable" t_requests_per_file
+step "POSIX differential against tmpfs (posix-diff.py)" t_posix_diff
 step "--device 970pro-like -o gc=device, gc=none" t_emulated
 step "final remount + umount + fsck" t_final
 echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"
