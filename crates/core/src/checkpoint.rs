@@ -607,6 +607,19 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
                 }
                 seg.lfs_mode.store(true, Ordering::Relaxed);
             }
+            // F2FS's discards of blocks that die in segments still in use. Not gc=device
+            // (its dead-block map discards every dead block), not gc=none (its discard
+            // log), not a zoned device (a section is discarded whole, as its zone's reset).
+            if !geo.infinite
+                && matches!(
+                    opts.gc,
+                    crate::config::GcPolicy::F2fs | crate::config::GcPolicy::Scale
+                )
+                && caps.discard
+                && caps.zone_blocks == 0
+            {
+                seg.enable_small_discards();
+            }
             crate::gc::collector_for(&opts)?
         }
     };
@@ -1054,6 +1067,7 @@ impl FsInner {
             self.nat.clear_dirty(i);
         }
         self.seg.flush_meta(&mut sit_bm, &mut ssa_bm)?;
+        let small_discards = self.seg.take_small_discards();
         let io_mark = self.seg.io_mark();
         // 3. The pack's contents.
         let version = self.cp_version.load(Ordering::Acquire) + 1;
@@ -1125,6 +1139,7 @@ impl FsInner {
             nids,
             prefree,
             last_upcall,
+            small_discards,
         })
     }
 
@@ -1191,6 +1206,10 @@ impl FsInner {
             .collector
             .after_checkpoint(self, t.last_upcall, t.prefree, t.umount)?;
         self.test_point("checkpoint:acked");
+        // Runs that died in sections still in use: durable now, and no operation runs
+        // before this tail ends (`gc=f2fs`/`gc=scale` run it with the op lock held), so no
+        // threaded-logging write to them can precede their discard.
+        self.seg.issue_small_discards(t.small_discards, &secs);
         self.seg.release_sections(secs);
         self.test_point("checkpoint:released");
         lap(&self.stats.cp_after_pack_ns);
@@ -1214,4 +1233,7 @@ pub struct CpTail {
     nids: Vec<flashlog_format::Nid>,
     prefree: Vec<u64>,
     last_upcall: u64,
+    /// Runs of blocks that died this interval in segments still in use
+    /// (`SegManager::take_small_discards`), discarded once the pack is durable.
+    small_discards: Vec<(u64, u64)>,
 }

@@ -23,6 +23,12 @@ pub const DENTRY_CACHE_PER_DIR: usize = 4096;
 /// 970pro-like SSD (1 MiB buffer) 1 MiB requests serialise on it (1121 MiB/s at any
 /// depth) while 256 KiB requests overlap (2227 MiB/s at 2 in flight).
 pub const WRITE_BATCH_BLOCKS: usize = 64;
+
+/// Shortest run of blocks that died in a segment still in use which a checkpoint discards
+/// (`gc=f2fs`, `gc=scale`): 16 blocks = 64 KiB, F2FS's default `discard_granularity`
+/// (Linux commit 969d1b180d98, "f2fs: introduce discard_granularity sysfs entry", 2017:
+/// shorter runs are left to be discarded with their section).
+pub const SMALL_DISCARD_MIN_BLOCKS: u64 = 16;
 /// Shards of the inode-cell table (Max's file cells): a power of two well above the core
 /// count so that unrelated files rarely share a shard lock.
 pub const CELL_SHARDS: usize = 128;

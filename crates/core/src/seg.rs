@@ -270,6 +270,13 @@ pub struct SegManager {
     /// IPLFS: an infinite volume's live count and capacity pool (`alloc_none.rs`); None on
     /// finite volumes.
     inf: Option<Infinite>,
+    /// `gc=f2fs`/`gc=scale` on a device that discards: each checkpoint also discards the
+    /// runs of blocks that died in segments still in use (`flush_meta` takes them,
+    /// `issue_small_discards` issues them once the pack is durable; F2FS
+    /// `add_discard_addrs`).
+    small_discards_on: AtomicBool,
+    /// The runs `flush_meta` found for its checkpoint, taken by `take_small_discards`.
+    small_discards: Mutex<Vec<(BlkAddr, u64)>>,
 }
 
 /// Summaries of segments no head writes any more, by segment (one map per part).
@@ -536,6 +543,8 @@ impl SegManager {
             discards: crate::discard::Counted::new(crate::discard::DiscardQueue::new()),
             held: Mutex::new(Vec::new()),
             inf: geo.infinite.then(Infinite::new),
+            small_discards_on: AtomicBool::new(false),
+            small_discards: Mutex::new(Vec::new()),
         };
         check_heads_apart(heads)?;
         if geo.infinite {
@@ -1701,6 +1710,8 @@ impl SegManager {
         }
         *self.ssa_copy.lock() = ssa_bm.to_vec();
         let mut sit_written = 0;
+        let small = self.small_discards_on.load(Ordering::Relaxed);
+        let mut runs = Vec::new();
         for i in self.dirty_sit.ones().collect::<Vec<_>>() {
             self.dirty_sit.clear(i);
             let mut sb = SitBlock::empty(i);
@@ -1709,6 +1720,11 @@ impl SegManager {
                 if seg < self.segs.len() {
                     let se = &self.segs[seg];
                     *e = se.to_disk();
+                    if small {
+                        // Before the ckpt map is reset: what it has and the current map
+                        // lacks died this interval (F2FS add_discard_addrs).
+                        self.dead_runs(seg as SegNo, &mut runs);
+                    }
                     for w in 0..WORDS {
                         se.ckpt[w].store(se.bitmap[w].load(Ordering::Acquire), Ordering::Release);
                     }
@@ -1719,7 +1735,108 @@ impl SegManager {
             set_bit(sit_bm, i as usize, copy);
             sit_written += 1;
         }
+        if small {
+            *self.small_discards.lock() = runs;
+        }
         Ok((sit_written, ssa_written))
+    }
+
+    /// Make each checkpoint discard the runs of blocks that died in segments still in use
+    /// (`gc=f2fs` and `gc=scale` on a device that discards; set at mount).
+    pub fn enable_small_discards(&self) {
+        self.small_discards_on.store(true, Ordering::Relaxed);
+    }
+
+    /// Runs of at least `SMALL_DISCARD_MIN_BLOCKS` blocks of `seg` set in the ckpt map and
+    /// clear in the current one: valid at the last checkpoint, or written since, and
+    /// invalid now. Called by `flush_meta` with every operation excluded.
+    fn dead_runs(&self, seg: SegNo, runs: &mut Vec<(BlkAddr, u64)>) {
+        let se = &self.segs[seg as usize];
+        let start = self.geo.seg_start(seg);
+        let min = crate::config::SMALL_DISCARD_MIN_BLOCKS;
+        let mut run: Option<(u64, u64)> = None;
+        let mut close = |run: &mut Option<(u64, u64)>| {
+            if let Some((a, n)) = run.take() {
+                if n >= min {
+                    runs.push((a, n));
+                }
+            }
+        };
+        for w in 0..WORDS {
+            let dead = se.ckpt[w].load(Ordering::Acquire) & !se.bitmap[w].load(Ordering::Acquire);
+            if dead == 0 {
+                close(&mut run);
+                continue;
+            }
+            for b in 0..64 {
+                let off = (w * 64 + b) as u64;
+                if off >= BLOCKS_PER_SEG {
+                    break;
+                }
+                if dead & (1 << b) != 0 {
+                    match &mut run {
+                        Some((_, n)) => *n += 1,
+                        None => run = Some((start + off, 1)),
+                    }
+                } else {
+                    close(&mut run);
+                }
+            }
+        }
+        close(&mut run);
+    }
+
+    /// The runs the last `flush_meta` found (empty unless `enable_small_discards`).
+    pub fn take_small_discards(&self) -> Vec<(BlkAddr, u64)> {
+        std::mem::take(&mut *self.small_discards.lock())
+    }
+
+    /// After the pack that made them dead is durable, and before any operation runs again
+    /// (so before threaded logging, which may reuse a block the ckpt map no longer holds,
+    /// can write one of them): discard `runs` (`take_small_discards`), except those in
+    /// `released` (sections discarded whole by `release_sections`) and any block that is
+    /// valid again (none is while operations are excluded; checked all the same). Advisory
+    /// like `release_sections`. Returns the blocks discarded.
+    pub fn issue_small_discards(&self, runs: Vec<(BlkAddr, u64)>, released: &[u64]) -> u64 {
+        if runs.is_empty() || !self.dev.capabilities().discard {
+            return 0;
+        }
+        let released: std::collections::HashSet<u64> = released.iter().copied().collect();
+        let min = crate::config::SMALL_DISCARD_MIN_BLOCKS;
+        let mut now = Vec::new();
+        for (addr, len) in runs {
+            let Some((seg, _)) = self.locate(addr) else {
+                continue;
+            };
+            if released.contains(&self.sec_of(seg)) {
+                continue;
+            }
+            let mut run: Option<(u64, u64)> = None;
+            for b in addr..addr + len {
+                if !self.is_valid(b) {
+                    match &mut run {
+                        Some((_, n)) => *n += 1,
+                        None => run = Some((b, 1)),
+                    }
+                } else if let Some(r) = run.take() {
+                    if r.1 >= min {
+                        now.push(r);
+                    }
+                }
+            }
+            if let Some(r) = run.filter(|r| r.1 >= min) {
+                now.push(r);
+            }
+        }
+        let mut n = 0;
+        for chunk in now.chunks(flashlog_dev::MAX_DISCARD_RANGES) {
+            match self.dev.discard_many(chunk) {
+                Ok(_) => n += chunk.iter().map(|r| r.1).sum::<u64>(),
+                Err(e) => tracing::debug!("discard of dead runs failed: {e}"),
+            }
+        }
+        self.discarded_blocks.fetch_add(n, Ordering::Relaxed);
+        n
     }
 
     /// Write a metadata block (SIT, SSA, NAT) for a checkpoint: queued on the log-write
