@@ -68,7 +68,12 @@ fn page_ftl(opts: MountOptions) {
         opts.gc,
         mapped - live
     );
-    assert!(discarded >= 1024, "discarded only {discarded} blocks");
+    // 1024 overwritten; a run that crosses a segment end is split there (runs are per
+    // segment, as in F2FS), and a piece under 16 blocks is left.
+    assert!(
+        discarded >= 1024 - 8 * 16,
+        "discarded only {discarded} blocks"
+    );
     assert!(common::files_differing(&fs, &model).is_empty());
     fs.unmount().unwrap();
     let r = fsck(&*dev).unwrap();
@@ -157,6 +162,8 @@ fn interval(fs: &Fs, m: &mut Model) -> bool {
             fs.fsync(ino, false)?;
             m.durable[f] = m.pending[f].clone();
         }
+        // And a checkpoint after them (what it discards lies outside those holes).
+        fs.sync()?;
         Ok(())
     };
     run(fs, m).is_ok()
