@@ -234,7 +234,8 @@ pub struct SegManager {
     /// Volume lifetime seconds, for segment ages.
     pub clock_secs: AtomicU64,
     pub blocks_written: AtomicU64,
-    /// Blocks discarded after their sections were freed.
+    /// Blocks discarded: freed sections, and (`gc=f2fs`/`gc=scale`) the runs that died in
+    /// sections still in use (`issue_small_discards`).
     pub discarded_blocks: AtomicU64,
     poisoned: AtomicBool,
     /// Sections being cleaned (claimed by a collector): not picked again, not used for SSR.
