@@ -1859,14 +1859,18 @@ impl Fs {
             if let Some(t) = a.mtime {
                 st.hdr.mtime = resolve(t);
             }
-            let attrs = a.mode.is_some()
-                || a.uid.is_some()
-                || a.gid.is_some()
-                || a.atime.is_some()
-                || a.mtime.is_some();
+            // ctime: as asked, else now, except for a size-only request that left the size
+            // (stamped above when it changed). An empty request (chown(f, -1, -1) without
+            // the write-back cache) still marks ctime, as Linux's chown does.
+            let size_only = a.size.is_some()
+                && a.mode.is_none()
+                && a.uid.is_none()
+                && a.gid.is_none()
+                && a.atime.is_none()
+                && a.mtime.is_none();
             if let Some(t) = a.ctime {
                 st.hdr.ctime = t;
-            } else if attrs {
+            } else if !size_only {
                 st.hdr.ctime = now;
             }
             fs.dirty_inode(&mut st);
