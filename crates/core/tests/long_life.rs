@@ -170,31 +170,6 @@ impl Vol {
     }
 }
 
-#[repr(C)]
-#[derive(Default)]
-struct MallInfo2 {
-    arena: usize,
-    ordblks: usize,
-    smblks: usize,
-    hblks: usize,
-    hblkhd: usize,
-    usmblks: usize,
-    fsmblks: usize,
-    uordblks: usize,
-    fordblks: usize,
-    keepcost: usize,
-}
-
-extern "C" {
-    fn mallinfo2() -> MallInfo2;
-}
-
-/// Heap bytes in use (small chunks and mmapped ones), of the whole process.
-fn heap() -> u64 {
-    let m = unsafe { mallinfo2() };
-    (m.uordblks + m.hblkhd) as u64
-}
-
 /// Open fds and threads of this process.
 fn fds_threads() -> (u64, u64) {
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
@@ -303,7 +278,7 @@ fn loose(vol: &Vol, fs: &Fs) -> Loose {
     let mut l = Loose {
         cells: fs.inner().cells.len(),
         gone_cells: fs.inner().cells.gone_len(),
-        heap: heap(),
+        heap: common::heap_in_use(),
         ram_bytes: vol.ram.as_ref().map_or(0, |r| r.resident_bytes()),
         fds,
         threads,
@@ -346,13 +321,7 @@ fn loose(vol: &Vol, fs: &Fs) -> Loose {
                         .entry((a - main) / flashlog_format::BLOCKS_PER_SEG)
                         .or_default() += 1;
                 }
-                let heads: Vec<u64> = fs
-                    .inner()
-                    .seg
-                    .heads
-                    .iter()
-                    .map(|h| h.lock().seg)
-                    .collect();
+                let heads: Vec<u64> = fs.inner().seg.heads.iter().map(|h| h.lock().seg).collect();
                 eprintln!("valid on device by segment {segs:?}; head segments {heads:?}");
             }
         } else {
@@ -903,7 +872,7 @@ fn measure_gone_records_between_checkpoints() {
     .unwrap();
     fs.sync().unwrap();
     let cp0 = fs.stats().checkpoints;
-    let h0 = heap();
+    let h0 = common::heap_in_use();
     let n: u64 = std::env::var("N")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -922,7 +891,7 @@ fn measure_gone_records_between_checkpoints() {
                 fs.inner().cells.len(),
                 fs.inner().cells.gone_len(),
                 fs.stats().checkpoints - cp0,
-                (heap() as i64 - h0 as i64) / 1024
+                (common::heap_in_use() as i64 - h0 as i64) / 1024
             );
         }
     }
@@ -985,10 +954,10 @@ fn measure_heap_kept_after_big_writes() {
     let dev: Arc<dyn BlockDevice> =
         Arc::new(flashlog_dev::FileDevice::create(&path, 512 << 20).unwrap());
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
-    let h0 = heap();
+    let h0 = common::heap_in_use();
     let fs = Fs::mount(dev.clone(), MountOptions::default()).unwrap();
     fs.sync().unwrap();
-    let h1 = heap();
+    let h1 = common::heap_in_use();
     let chunk = vec![3u8; 1 << 20];
     for i in 0..3 {
         let ino = fs
@@ -1000,14 +969,14 @@ fn measure_heap_kept_after_big_writes() {
         }
     }
     fs.sync().unwrap();
-    let h2 = heap();
+    let h2 = common::heap_in_use();
     for i in 0..3 {
         fs.unlink(ROOT_INO, format!("big{i}").as_bytes()).unwrap();
     }
     fs.sync().unwrap();
-    let h3 = heap();
+    let h3 = common::heap_in_use();
     fs.unmount().unwrap();
-    let h4 = heap();
+    let h4 = common::heap_in_use();
     let _ = std::fs::remove_file(&path);
     let m = |h: u64| h as f64 / (1 << 20) as f64;
     eprintln!(

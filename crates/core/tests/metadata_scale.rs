@@ -23,6 +23,8 @@ use flashlog_dev::{BlockDevice, RamDevice};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod common;
+
 const BS: u64 = BLOCK_SIZE as u64;
 
 fn opts() -> MountOptions {
@@ -48,28 +50,12 @@ fn remount(ram: &Arc<RamDevice>, fs: Fs, o: MountOptions) -> Fs {
 }
 
 #[repr(C)]
-#[derive(Default)]
-struct MallInfo2 {
-    arena: usize,
-    ordblks: usize,
-    smblks: usize,
-    hblks: usize,
-    hblkhd: usize,
-    usmblks: usize,
-    fsmblks: usize,
-    uordblks: usize,
-    fordblks: usize,
-    keepcost: usize,
-}
-
-#[repr(C)]
 struct TimeSpec {
     sec: i64,
     nsec: i64,
 }
 
 extern "C" {
-    fn mallinfo2() -> MallInfo2;
     fn clock_gettime(clk: i32, ts: *mut TimeSpec) -> i32;
 }
 
@@ -79,12 +65,6 @@ fn cpu_ms() -> f64 {
     let mut ts = TimeSpec { sec: 0, nsec: 0 };
     unsafe { clock_gettime(3, &mut ts) };
     ts.sec as f64 * 1e3 + ts.nsec as f64 / 1e6
-}
-
-/// Heap bytes in use (glibc: small/medium chunks plus mmapped ones).
-fn heap_in_use() -> u64 {
-    let m = unsafe { mallinfo2() };
-    (m.uordblks + m.hblkhd) as u64
 }
 
 fn rss_kib() -> u64 {
@@ -100,7 +80,7 @@ fn rss_kib() -> u64 {
 
 /// Heap in use by the file system: the heap less the RAM device's chunks.
 fn fs_heap_mib(ram: &RamDevice) -> f64 {
-    (heap_in_use() as f64 - ram.resident_bytes() as f64) / (1 << 20) as f64
+    (common::heap_in_use() as f64 - ram.resident_bytes() as f64) / (1 << 20) as f64
 }
 
 fn name(i: usize) -> Vec<u8> {

@@ -501,3 +501,28 @@ pub fn files_differing(fs: &Fs, model: &[Vec<u8>]) -> Vec<(usize, usize)> {
     }
     bad_files
 }
+
+/// glibc's `struct mallinfo2`.
+#[repr(C)]
+struct MallInfo2 {
+    arena: usize,
+    ordblks: usize,
+    smblks: usize,
+    hblks: usize,
+    hblkhd: usize,
+    usmblks: usize,
+    fsmblks: usize,
+    uordblks: usize,
+    fordblks: usize,
+    keepcost: usize,
+}
+
+extern "C" {
+    fn mallinfo2() -> MallInfo2;
+}
+
+/// Heap bytes in use by the whole process (glibc: small/medium chunks plus mmapped ones).
+pub fn heap_in_use() -> u64 {
+    let m = unsafe { mallinfo2() };
+    (m.uordblks + m.hblkhd) as u64
+}
