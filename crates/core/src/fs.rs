@@ -279,9 +279,9 @@ fn attr_of(st: &InodeState) -> Attr {
 /// inode order. For rename's entries, which are never above one another (rename refuses
 /// that before locking them); its parent directories go through `lock_dirs`, which
 /// orders ancestors at any depth. Parent links (`pino`) change only under the rename
-/// lock, which the caller holds. (Ascending order alone took a child directory before its parent when the child
-/// had the lower number, and deadlocked with an rmdir holding the parent: found in review,
-/// 2026-11-27.)
+/// lock, which the caller holds. (Ascending order alone took a child directory before its
+/// parent when the child had the lower number, and deadlocked with an rmdir holding the
+/// parent: found in review, 2026-11-27.)
 fn lock_pair<'a>(
     a: &'a InodeCell,
     b: &'a InodeCell,
@@ -290,8 +290,22 @@ fn lock_pair<'a>(
     Option<parking_lot::MutexGuard<'a, InodeState>>,
 ) {
     if a.ino == b.ino {
-        (a.lock(), None)
-    } else if b.pino() == a.ino || (a.pino() != b.ino && a.ino < b.ino) {
+        return (a.lock(), None);
+    }
+    let a_first = b.pino() == a.ino || (a.pino() != b.ino && a.ino < b.ino);
+    lock_in_order(a, b, a_first)
+}
+
+/// Lock two different cells, `a` first if `a_first`; the guards come back as (a, b).
+fn lock_in_order<'a>(
+    a: &'a InodeCell,
+    b: &'a InodeCell,
+    a_first: bool,
+) -> (
+    parking_lot::MutexGuard<'a, InodeState>,
+    Option<parking_lot::MutexGuard<'a, InodeState>>,
+) {
+    if a_first {
         let ga = a.lock();
         (ga, Some(b.lock()))
     } else {
@@ -326,13 +340,7 @@ fn lock_dirs<'a>(
     } else {
         a.ino < b.ino
     };
-    Ok(if a_first {
-        let ga = a.lock();
-        (ga, Some(b.lock()))
-    } else {
-        let gb = b.lock();
-        (a.lock(), Some(gb))
-    })
+    Ok(lock_in_order(a, b, a_first))
 }
 
 /// Lock `child`, the inode a directory entry names, while its directory `dir` is held (the
