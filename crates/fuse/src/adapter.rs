@@ -588,12 +588,18 @@ impl FlashlogFuse {
 
     /// Clear setuid/setgid before a write the kernel flagged FUSE_WRITE_KILL_SUIDGID (a
     /// write-through write by a caller without CAP_FSETID; only sent under
-    /// HANDLE_KILLPRIV_V2), or before a fallocate by such a caller. Returns whether anything
+    /// HANDLE_KILLPRIV_V2), or before a fallocate (`ask_fsetid`: the caller's CAP_FSETID is
+    /// read from /proc, and only when the file has a bit to clear). Returns whether anything
     /// was cleared.
-    fn kill_suidgid(&self, req: &Request, ino: Ino) -> flashlog_core::Result<bool> {
+    fn kill_suidgid(
+        &self,
+        req: &Request,
+        ino: Ino,
+        ask_fsetid: bool,
+    ) -> flashlog_core::Result<bool> {
         let a = self.fs.getattr(ino)?;
         let kill = suidgid_to_kill(a.mode, || caller_in_group(req, a.gid));
-        if kill == 0 || a.is_dir() {
+        if kill == 0 || a.is_dir() || (ask_fsetid && caller_has_fsetid(req)) {
             return Ok(false);
         }
         let sa = SetAttr {
@@ -617,7 +623,7 @@ impl FlashlogFuse {
         reply: ReplyWrite,
     ) {
         if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            tri!(reply, self.kill_suidgid(req, ino));
+            tri!(reply, self.kill_suidgid(req, ino, false));
         }
         let mut done = 0usize;
         while done < data.len() {
@@ -1322,8 +1328,8 @@ impl Filesystem for FlashlogFuse {
         // Under HANDLE_KILLPRIV_V2 the kernel leaves the clearing of setuid/setgid that
         // fallocate does (`file_modified`) to us, as for a write (until 2026-11-28 it was
         // left undone: a punched hole kept a setuid file setuid).
-        if self.killpriv && !caller_has_fsetid(req) {
-            tri!(reply, self.kill_suidgid(req, ino));
+        if self.killpriv {
+            tri!(reply, self.kill_suidgid(req, ino, true));
         }
         tri!(reply, self.fs.fallocate(ino, m, offset, length));
         reply.ok();
