@@ -1066,8 +1066,7 @@ impl FsInner {
             flashlog_format::codec::set_bit(&mut nat_bm, i as usize, copy);
             self.nat.clear_dirty(i);
         }
-        self.seg.flush_meta(&mut sit_bm, &mut ssa_bm)?;
-        let small_discards = self.seg.take_small_discards();
+        let small_discards = self.seg.flush_meta(&mut sit_bm, &mut ssa_bm)?;
         let io_mark = self.seg.io_mark();
         // 3. The pack's contents.
         let version = self.cp_version.load(Ordering::Acquire) + 1;
@@ -1234,6 +1233,6 @@ pub struct CpTail {
     prefree: Vec<u64>,
     last_upcall: u64,
     /// Runs of blocks that died this interval in segments still in use
-    /// (`SegManager::take_small_discards`), discarded once the pack is durable.
+    /// (`SegManager::flush_meta`), discarded once the pack is durable.
     small_discards: Vec<(u64, u64)>,
 }

@@ -99,6 +99,28 @@ pub fn heads_sharing_segments(heads: &[LogHeadRecord]) -> Vec<String> {
     shared
 }
 
+/// Append to `out` the runs of at least `SMALL_DISCARD_MIN_BLOCKS` consecutive blocks, from
+/// `first` on, for which `dead` yields true (shorter runs are left, as F2FS's
+/// `discard_granularity` leaves them).
+fn push_runs(out: &mut Vec<(BlkAddr, u64)>, first: BlkAddr, dead: impl Iterator<Item = bool>) {
+    let min = crate::config::SMALL_DISCARD_MIN_BLOCKS;
+    let mut run: Option<(BlkAddr, u64)> = None;
+    for (addr, d) in (first..).zip(dead) {
+        match (&mut run, d) {
+            (Some((_, n)), true) => *n += 1,
+            (None, true) => run = Some((addr, 1)),
+            (_, false) => {
+                if let Some(r) = run.take().filter(|r| r.1 >= min) {
+                    out.push(r);
+                }
+            }
+        }
+    }
+    if let Some(r) = run.filter(|r| r.1 >= min) {
+        out.push(r);
+    }
+}
+
 /// In-memory SIT entry of one segment.
 pub struct SegEntry {
     pub valid: AtomicU32,
@@ -272,12 +294,10 @@ pub struct SegManager {
     /// finite volumes.
     inf: Option<Infinite>,
     /// `gc=f2fs`/`gc=scale` on a device that discards: each checkpoint also discards the
-    /// runs of blocks that died in segments still in use (`flush_meta` takes them,
+    /// runs of blocks that died in segments still in use (`flush_meta` finds them,
     /// `issue_small_discards` issues them once the pack is durable; F2FS
     /// `add_discard_addrs`).
     small_discards_on: AtomicBool,
-    /// The runs `flush_meta` found for its checkpoint, taken by `take_small_discards`.
-    small_discards: Mutex<Vec<(BlkAddr, u64)>>,
 }
 
 /// Summaries of segments no head writes any more, by segment (one map per part).
@@ -545,7 +565,6 @@ impl SegManager {
             held: Mutex::new(Vec::new()),
             inf: geo.infinite.then(Infinite::new),
             small_discards_on: AtomicBool::new(false),
-            small_discards: Mutex::new(Vec::new()),
         };
         check_heads_apart(heads)?;
         if geo.infinite {
@@ -1683,17 +1702,18 @@ impl SegManager {
     }
 
     /// Checkpoint support: write dirty SIT and SSA blocks to their other copies, flipping
-    /// the bits in `sit_bm` / `ssa_bm`. Called with every operation excluded.
-    pub fn flush_meta(&self, sit_bm: &mut [u8], ssa_bm: &mut [u8]) -> Result<(u64, u64)> {
+    /// the bits in `sit_bm` / `ssa_bm`. Called with every operation excluded. Returns the
+    /// runs of blocks that died this interval in the segments written (empty unless
+    /// `enable_small_discards`), for `issue_small_discards` once the pack is durable.
+    pub fn flush_meta(&self, sit_bm: &mut [u8], ssa_bm: &mut [u8]) -> Result<Vec<(BlkAddr, u64)>> {
         use flashlog_format::codec::set_bit;
         if self.inf.is_some() {
             // IPLFS hook: no SIT and no SSA on disk.
             for m in self.ssa_dirty.iter() {
                 m.lock().clear();
             }
-            return Ok((0, 0));
+            return Ok(Vec::new());
         }
-        let mut ssa_written = 0;
         let mut dirty: Vec<(SegNo, Box<SsaBlock>)> = self
             .ssa_dirty
             .iter()
@@ -1707,10 +1727,8 @@ impl SegManager {
             let copy = !test_bit(ssa_bm, seg as usize);
             self.write_meta(self.geo.ssa_block_addr(seg, copy as u8), &ssa.encode())?;
             set_bit(ssa_bm, seg as usize, copy);
-            ssa_written += 1;
         }
         *self.ssa_copy.lock() = ssa_bm.to_vec();
-        let mut sit_written = 0;
         let small = self.small_discards_on.load(Ordering::Relaxed);
         let mut runs = Vec::new();
         for i in self.dirty_sit.ones().collect::<Vec<_>>() {
@@ -1734,12 +1752,8 @@ impl SegManager {
             let copy = !test_bit(sit_bm, i as usize);
             self.write_meta(self.geo.sit_block_addr(i, copy as u8), &sb.encode())?;
             set_bit(sit_bm, i as usize, copy);
-            sit_written += 1;
         }
-        if small {
-            *self.small_discards.lock() = runs;
-        }
-        Ok((sit_written, ssa_written))
+        Ok(runs)
     }
 
     /// Make each checkpoint discard the runs of blocks that died in segments still in use
@@ -1753,48 +1767,22 @@ impl SegManager {
     /// invalid now. Called by `flush_meta` with every operation excluded.
     fn dead_runs(&self, seg: SegNo, runs: &mut Vec<(BlkAddr, u64)>) {
         let se = &self.segs[seg as usize];
-        let start = self.geo.seg_start(seg);
-        let min = crate::config::SMALL_DISCARD_MIN_BLOCKS;
-        let mut run: Option<(u64, u64)> = None;
-        let mut close = |run: &mut Option<(u64, u64)>| {
-            if let Some((a, n)) = run.take() {
-                if n >= min {
-                    runs.push((a, n));
-                }
-            }
-        };
-        for w in 0..WORDS {
-            let dead = se.ckpt[w].load(Ordering::Acquire) & !se.bitmap[w].load(Ordering::Acquire);
-            if dead == 0 {
-                close(&mut run);
-                continue;
-            }
-            for b in 0..64 {
-                let off = (w * 64 + b) as u64;
-                if off >= BLOCKS_PER_SEG {
-                    break;
-                }
-                if dead & (1 << b) != 0 {
-                    match &mut run {
-                        Some((_, n)) => *n += 1,
-                        None => run = Some((start + off, 1)),
-                    }
-                } else {
-                    close(&mut run);
-                }
-            }
+        let dead: [u64; WORDS] = std::array::from_fn(|w| {
+            se.ckpt[w].load(Ordering::Acquire) & !se.bitmap[w].load(Ordering::Acquire)
+        });
+        if dead.iter().all(|&w| w == 0) {
+            return;
         }
-        close(&mut run);
-    }
-
-    /// The runs the last `flush_meta` found (empty unless `enable_small_discards`).
-    pub fn take_small_discards(&self) -> Vec<(BlkAddr, u64)> {
-        std::mem::take(&mut *self.small_discards.lock())
+        push_runs(
+            runs,
+            self.geo.seg_start(seg),
+            (0..BLOCKS_PER_SEG as usize).map(|off| dead[off / 64] >> (off % 64) & 1 != 0),
+        );
     }
 
     /// After the pack that made them dead is durable, and before any operation runs again
     /// (so before threaded logging, which may reuse a block the ckpt map no longer holds,
-    /// can write one of them): discard `runs` (`take_small_discards`), except those in
+    /// can write one of them): discard `runs` (`flush_meta`'s), except those in
     /// `released` (sections discarded whole by `release_sections`) and any block that is
     /// valid again (none is while operations are excluded; checked all the same). Advisory
     /// like `release_sections`. Returns the blocks discarded.
@@ -1803,7 +1791,6 @@ impl SegManager {
             return 0;
         }
         let released: std::collections::HashSet<u64> = released.iter().copied().collect();
-        let min = crate::config::SMALL_DISCARD_MIN_BLOCKS;
         let mut now = Vec::new();
         for (addr, len) in runs {
             let Some((seg, _)) = self.locate(addr) else {
@@ -1812,22 +1799,11 @@ impl SegManager {
             if released.contains(&self.sec_of(seg)) {
                 continue;
             }
-            let mut run: Option<(u64, u64)> = None;
-            for b in addr..addr + len {
-                if !self.is_valid(b) {
-                    match &mut run {
-                        Some((_, n)) => *n += 1,
-                        None => run = Some((b, 1)),
-                    }
-                } else if let Some(r) = run.take() {
-                    if r.1 >= min {
-                        now.push(r);
-                    }
-                }
-            }
-            if let Some(r) = run.filter(|r| r.1 >= min) {
-                now.push(r);
-            }
+            push_runs(
+                &mut now,
+                addr,
+                (addr..addr + len).map(|b| !self.is_valid(b)),
+            );
         }
         let mut n = 0;
         for chunk in now.chunks(flashlog_dev::MAX_DISCARD_RANGES) {
