@@ -770,6 +770,15 @@ def save_for_reconcile(op, side):
     return None
 
 
+def undo_setxattr(op, A, saved):
+    """Put the tmpfs side's attribute back as it was before a setxattr (`saved`, or none)."""
+    p = A.root + b"/" + op["path"]
+    if saved is None:
+        os.removexattr(p, op["name"], follow_symlinks=op["follow"])
+    else:
+        os.setxattr(p, op["name"], saved, 0, follow_symlinks=op["follow"])
+
+
 def reconcile(op, ra, rb, A, saved):
     """Acceptable differences that leave the trees apart: undo the op on the tmpfs side.
     Returns True when it did (the op's result and times are then not compared)."""
@@ -781,21 +790,13 @@ def reconcile(op, ra, rb, A, saved):
         what = "setxattr of a 65536-byte value answers EFBIG (tmpfs %s)" % ra
         KNOWN_HITS[what] = KNOWN_HITS.get(what, 0) + 1
         if ra == "ok":
-            p = A.root + b"/" + op["path"]
-            if saved is None:
-                os.removexattr(p, op["name"], follow_symlinks=op["follow"])
-            else:
-                os.setxattr(p, op["name"], saved, 0, follow_symlinks=op["follow"])
+            undo_setxattr(op, A, saved)
         return True
     if op["k"] == "setxattr" and ra == "ok" and rb == "ENOSPC":
         # ACCEPTABLE: all xattrs of a Flashlog inode share one xattr node (XATTR_SPACE,
         # about 4 KiB; crates/format/src/node.rs), as ext4's share one block without
         # ea_inode, and ext4 answers ENOSPC too; tmpfs has no such limit.
-        p = A.root + b"/" + op["path"]
-        if saved is None:
-            os.removexattr(p, op["name"], follow_symlinks=op["follow"])
-        else:
-            os.setxattr(p, op["name"], saved, 0, follow_symlinks=op["follow"])
+        undo_setxattr(op, A, saved)
         return True
     return False
 
