@@ -806,12 +806,7 @@ class Side:
         self.name, self.root, self.fds = name, root, {}
 
     def reset(self):
-        for fd in self.fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.fds = {}
+        self.close_all()
         if os.path.lexists(self.root):
             rmtree(self.root)
         os.mkdir(self.root)
