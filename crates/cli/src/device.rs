@@ -2,32 +2,17 @@
 //! the advisory lock that keeps two processes from mounting (or checking and mounting) one
 //! volume at the same time.
 //!
-//! Lock protocol (flock(2) on the image file or device node): a mount holds an exclusive
-//! lock for its whole life; mkfs takes it exclusively; fsck and inspect take it shared.
-//! A process killed with SIGKILL releases its lock with its descriptors.
+//! Lock protocol: `FileDevice` holds flock(2) on the image file or device node for its
+//! life (flashlog-dev's file.rs), so a program linking the core is held to it too: a mount
+//! and mkfs hold it exclusively; fsck, inspect and a read-only mount share it. The CLI
+//! waits for a volume in use (a finishing mount), inspect reads one without the lock.
 
-use anyhow::{anyhow, bail, Context, Result};
-use flashlog_dev::{BlockDevice, FileDevice};
-use nix::fcntl::{Flock, FlockArg};
-use std::fs::File;
+use anyhow::{anyhow, bail, Result};
+use flashlog_dev::{BlockDevice, DevError, FileDevice};
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A held lock on a volume (released on drop).
-pub struct VolumeLock {
-    _lock: Flock<File>,
-}
-
-/// How a command wants to use the volume.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// mount, mkfs: nobody else may use it.
-    Exclusive,
-    /// fsck, inspect: fine alongside other readers, not alongside a mount.
-    Shared,
-}
 
 /// Check that `path` is an image file or a block device.
 pub fn check_target(path: &Path) -> Result<()> {
@@ -64,58 +49,15 @@ pub fn check_target(path: &Path) -> Result<()> {
 /// fsck IMG` must wait for that rather than fail.
 const LOCK_WAIT: Duration = Duration::from_secs(30);
 
-/// Take the volume lock (waiting up to `LOCK_WAIT` for a finishing mount), or say who
-/// holds it.
-pub fn lock(path: &Path, access: Access) -> Result<VolumeLock> {
-    let arg = match access {
-        Access::Exclusive => FlockArg::LockExclusiveNonblock,
-        Access::Shared => FlockArg::LockSharedNonblock,
-    };
-    let start = Instant::now();
-    let mut told = false;
-    loop {
-        let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        match Flock::lock(f, arg) {
-            Ok(l) => return Ok(VolumeLock { _lock: l }),
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) if start.elapsed() < LOCK_WAIT => {
-                if !told && start.elapsed() > Duration::from_secs(1) {
-                    eprintln!("flashlog: waiting for the flashlog process using {} to finish...", path.display());
-                    told = true;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                return Err(anyhow!(
-                    "{} is in use: it is mounted (or being checked) by another flashlog process; unmount it first (`umount MOUNTPOINT`)",
-                    path.display()
-                ))
-            }
-            Err((_, e)) => return Err(anyhow!("cannot lock {}: {e}", path.display())),
-        }
-    }
-}
-
-/// Take the lock only if it is free now (inspect: fine to read a mounted volume).
-pub fn try_lock_now(path: &Path) -> Option<VolumeLock> {
-    let f = File::open(path).ok()?;
-    Flock::lock(f, FlockArg::LockSharedNonblock)
-        .ok()
-        .map(|l| VolumeLock { _lock: l })
-}
-
-/// Open the volume's device (after `check_target`).
+/// Open the volume's device (after `check_target`), taking its lock (`FileDevice::open`):
+/// exclusive to write, shared to read; a volume in use is waited for up to `LOCK_WAIT`.
 pub fn open(path: &Path, read_only: bool) -> Result<Arc<FileDevice>> {
     open_with(path, read_only, false)
 }
 
 /// `open`, with the `O_DIRECT` path for large writes on or off (`image_io=`).
 pub fn open_with(path: &Path, read_only: bool, direct: bool) -> Result<Arc<FileDevice>> {
-    check_target(path)?;
-    let mut dev = FileDevice::open(path, read_only)
-        .map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
-    if direct {
-        dev.set_direct_writes(true);
-    }
+    let mut dev = open_device(path, read_only)?;
     if dev.capabilities().block_count == 0 {
         bail!(
             "{} is empty; make a volume with `flashlog mkfs --size 1G {}`",
@@ -123,7 +65,61 @@ pub fn open_with(path: &Path, read_only: bool, direct: bool) -> Result<Arc<FileD
             path.display()
         );
     }
+    if direct {
+        dev.set_direct_writes(true);
+    }
     Ok(Arc::new(dev))
+}
+
+/// `open`, not yet shared and perhaps empty (mkfs resizes it first).
+pub fn open_device(path: &Path, read_only: bool) -> Result<FileDevice> {
+    check_target(path)?;
+    let start = Instant::now();
+    let mut told = false;
+    let dev = loop {
+        match FileDevice::open(path, read_only) {
+            Ok(dev) => break dev,
+            Err(DevError::InUse(_)) if start.elapsed() < LOCK_WAIT => {
+                if !told && start.elapsed() > Duration::from_secs(1) {
+                    eprintln!(
+                        "flashlog: waiting for the flashlog process using {} to finish...",
+                        path.display()
+                    );
+                    told = true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(DevError::InUse(_)) => bail!(
+                "{} is in use: it is mounted (or being checked) by another flashlog process; unmount it first (`umount MOUNTPOINT`)",
+                path.display()
+            ),
+            Err(e) => bail!("cannot open {}: {e}", path.display()),
+        }
+    };
+    Ok(dev)
+}
+
+/// Open the volume to read it, with its lock when it is free now, else without (inspect:
+/// fine to read a mounted volume); the flag says whether it is in use.
+pub fn open_to_peek(path: &Path) -> Result<(Arc<FileDevice>, bool)> {
+    check_target(path)?;
+    let (dev, in_use) = match FileDevice::open(path, true) {
+        Ok(dev) => (dev, false),
+        Err(DevError::InUse(_)) => (
+            FileDevice::open_unlocked(path)
+                .map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?,
+            true,
+        ),
+        Err(e) => bail!("cannot open {}: {e}", path.display()),
+    };
+    if dev.capabilities().block_count == 0 {
+        bail!(
+            "{} is empty; make a volume with `flashlog mkfs --size 1G {}`",
+            path.display(),
+            path.display()
+        );
+    }
+    Ok((Arc::new(dev), in_use))
 }
 
 /// Explain a core error from reading or mounting a volume.

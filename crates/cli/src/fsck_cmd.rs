@@ -1,6 +1,6 @@
 //! `flashlog fsck`: run the core's checker and exit with the fsck(8) code.
 
-use crate::device::{self, Access};
+use crate::device;
 use flashlog_core::fsck::Severity;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,7 +37,6 @@ pub fn run(a: Args) -> ExitCode {
 }
 
 fn check(a: &Args) -> anyhow::Result<ExitCode> {
-    let _lock = device::lock(&a.target, Access::Shared)?;
     let dev = device::open(&a.target, true)?;
     // A volume that is not Flashlog at all is an operational error, not a finding.
     flashlog_core::checkpoint::read_superblock(&*dev).map_err(|e| device::explain(&a.target, e))?;

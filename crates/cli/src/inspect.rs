@@ -106,9 +106,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    let lock = device::try_lock_now(&a.target);
-    let mounted = lock.is_none();
-    let dev = device::open(&a.target, true)?;
+    let (dev, mounted) = device::open_to_peek(&a.target)?;
     let name = a.target.display().to_string();
     let text = render(&*dev, &name, mounted, a.json).map_err(|e| {
         match e.downcast::<flashlog_core::Error>() {

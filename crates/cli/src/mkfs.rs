@@ -1,10 +1,13 @@
 //! `flashlog mkfs`: lay out a new volume, creating or resizing an image file on request.
 
-use crate::device::{self, Access};
+use crate::device;
 use anyhow::{bail, Context, Result};
 use flashlog_core::{Fs, MkfsOptions};
+use flashlog_dev::{BlockDevice, FileDevice};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 #[command(
@@ -55,7 +58,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let exists = a.target.exists();
     let mut created = None;
-    if let Some(size) = &a.size {
+    let dev = if let Some(size) = &a.size {
         let bytes = flashlog_fuse::parse_size(size).map_err(anyhow::Error::msg)?;
         if bytes < flashlog_format::sb::MIN_VOLUME_BYTES {
             bail!("--size {size} is too small: a volume needs at least 64M");
@@ -76,11 +79,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     a.target.display()
                 );
             }
-            let _lock = device::lock(&a.target, Access::Exclusive)?;
-            if !a.force {
+            // The device holds the volume's lock from here to the end of mkfs.
+            let mut dev = device::open_device(&a.target, false)?;
+            if !a.force && dev.capabilities().block_count > 0 {
                 // Refuse before resizing, so that a volume is never truncated by mistake.
-                let dev = device::open(&a.target, true)?;
-                if let Some(sig) = flashlog_core::checkpoint::detect_signature(&*dev)
+                if let Some(sig) = flashlog_core::checkpoint::detect_signature(&dev)
                     .map_err(|e| device::explain(&a.target, e))?
                 {
                     bail!(
@@ -89,23 +92,25 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     );
                 }
             }
-            let f = std::fs::OpenOptions::new().write(true).open(&a.target)?;
-            f.set_len(bytes)
+            dev.set_len(bytes)
                 .with_context(|| format!("cannot resize {}", a.target.display()))?;
+            Arc::new(dev)
         } else {
             created = Some(RemoveOnError(&a.target));
-            flashlog_dev::FileDevice::create(&a.target, bytes)
-                .with_context(|| format!("cannot create {}", a.target.display()))?;
+            Arc::new(
+                FileDevice::create(&a.target, bytes)
+                    .with_context(|| format!("cannot create {}", a.target.display()))?,
+            )
         }
     } else if !exists {
         bail!(
             "{} does not exist; add --size SIZE (e.g. --size 1G) to create an image file",
             a.target.display()
         );
-    }
-    let _lock = device::lock(&a.target, Access::Exclusive)?;
-    let dev = device::open(&a.target, false)?;
-    let mlogs = mlogs_of(flashlog_dev::BlockDevice::capabilities(&*dev).block_count)?;
+    } else {
+        device::open(&a.target, false)?
+    };
+    let mlogs = mlogs_of(dev.capabilities().block_count)?;
     let opts = MkfsOptions {
         label: a.label,
         segs_per_sec: a.segs_per_sec,
@@ -117,10 +122,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         flashlog_core::Error::Invalid(why) => anyhow::anyhow!("{}: {why}", a.target.display()),
         e => device::explain(&a.target, e),
     })?;
-    println!("{report}");
+    // The volume is made: nothing after this removes it. A reader that went away (`mkfs
+    // ... | head -1`) panicked `println!`, and the unwinding guard removed the new image.
     if let Some(c) = created {
         std::mem::forget(c);
     }
+    let _ = writeln!(std::io::stdout(), "{report}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -24,7 +24,7 @@
 //! where the emulator's summary (WAF, device GC, upcalls), fsck's verdict and inspect's view
 //! of the volume are logged (the exit status is 1 if fsck is not clean).
 
-use crate::device::{self, Access};
+use crate::device;
 use anyhow::{anyhow, bail, Context, Result};
 use flashlog_bench::device::{BenchDevice, DeviceSpec};
 use flashlog_core::Fs;
@@ -426,9 +426,10 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
     }
     signals.thread_block().context("blocking signals")?;
 
-    let (_lock, fs, emu, source) = match &p.emu {
+    let (fs, emu, source) = match &p.emu {
         None => {
-            let lock = device::lock(&p.source, Access::Exclusive)?;
+            // The device holds the volume's lock (exclusive, or shared read-only) for as
+            // long as the mount has it.
             let dev = device::open_with(&p.source, p.cfg.core.read_only, p.cfg.image_direct)?;
             tracing::info!(
                 "{}: large log writes {}",
@@ -442,11 +443,11 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
             let fs =
                 Fs::mount(dev, p.cfg.core.clone()).map_err(|e| device::explain(&p.source, e))?;
             let source = p.source.to_string_lossy().into_owned();
-            (Some(lock), fs, None, source)
+            (fs, None, source)
         }
         Some(spec) => {
             let (fs, bd) = open_emulated(spec, p)?;
-            (None, fs, Some(bd), "flashlog-emu".to_string())
+            (fs, Some(bd), "flashlog-emu".to_string())
         }
     };
     let fs = Arc::new(fs);

@@ -222,9 +222,9 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
         if let Some(sig) = detect_signature(&*dev)? {
             return Err(Error::Invalid(match sig {
                 "Flashlog" => {
-                    "the device already holds a Flashlog file system (use --force to overwrite it)"
+                    "the device already holds a Flashlog file system (use --force, MkfsOptions::force, to overwrite it)"
                 }
-                _ => "the device already holds another file system (use --force to overwrite it)",
+                _ => "the device already holds another file system (use --force, MkfsOptions::force, to overwrite it)",
             }));
         }
     }

@@ -228,7 +228,8 @@ pub struct MountOptions {
     pub dirty_cap_bytes: u64,
     pub dirty_nodes_max: u64,
     pub inode_cache_max: usize,
-    /// Periodic checkpoint; None disables the timer thread (tests drive checkpoints).
+    /// Periodic checkpoint; None (or a zero period) disables the timer thread (tests drive
+    /// checkpoints).
     pub cp_interval: Option<Duration>,
     pub alloc_mode: AllocMode,
     pub gc: GcPolicy,
@@ -238,7 +239,7 @@ pub struct MountOptions {
     /// step and default ACLs are inherited (`crate::acl`); off, setting or reading them is
     /// "not supported", as on a Linux file system mounted with noacl.
     pub acl: bool,
-    /// Background cleaning period; None disables the background cleaner.
+    /// Background cleaning period; None (or a zero period) disables the background cleaner.
     pub gc_interval: Option<Duration>,
     /// The volume counts as idle (background cleaning may run) after this long without a
     /// modifying operation.

@@ -63,6 +63,11 @@ pub struct Attr {
     pub gid: u32,
     pub rdev: u32,
     pub blksize: u32,
+    /// Chosen at random when the inode is made. Inode numbers are reused once a freed
+    /// inode's checkpoint is durable: a caller that keeps an `ino` without a name or an
+    /// open handle on it (`Fs::open`) compares the generation to know it still names the
+    /// same file (as NFS file handles do).
+    pub generation: u32,
 }
 
 impl Attr {
@@ -271,6 +276,7 @@ fn attr_of(st: &InodeState) -> Attr {
         gid: h.gid,
         rdev: h.rdev,
         blksize: BLOCK_SIZE as u32,
+        generation: h.generation,
     }
 }
 
@@ -449,9 +455,25 @@ impl Fs {
 
     /// Mount a volume: newest valid checkpoint, then roll-forward of fsync'd data, then the
     /// orphan list.
-    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<Fs> {
+    pub fn mount(dev: Arc<dyn BlockDevice>, mut opts: MountOptions) -> Result<Fs> {
         if !(1..=crate::config::MAX_FLUSHERS).contains(&opts.flushers) {
             return Err(Error::Invalid("flushers must be between 1 and 64"));
+        }
+        // 0: log writes on the writing thread (deterministic order: the crash simulator).
+        if opts.io_threads > crate::config::MAX_IO_THREADS {
+            return Err(Error::Invalid("io_threads must be at most 64"));
+        }
+        if dev.capabilities().read_only && !opts.read_only {
+            return Err(Error::Invalid(
+                "the device was opened read-only: mount it read-only (MountOptions::read_only)",
+            ));
+        }
+        // A period of zero means off, as `cp_interval=0` and `gc_interval=0` do at the
+        // mount's command line (a zero wait would spin the timer thread).
+        for period in [&mut opts.cp_interval, &mut opts.gc_interval] {
+            if period.is_some_and(|p| p.is_zero()) {
+                *period = None;
+            }
         }
         crate::gc_none::check_mount(dev.capabilities(), &opts)?;
         let ro = opts.read_only;
@@ -1124,6 +1146,8 @@ impl Fs {
         ) {
             return Err(Error::Invalid("unknown file type in mode"));
         }
+        // Only the type and the permission bits are a mode's (as Linux's vfs_mknod keeps).
+        let mode = mode & (S_IFMT | 0o7777);
         let debt = crate::space::OP_META_BLOCKS
             + (content.len() as u64).div_ceil(BLOCK_SIZE as u64) * crate::inner::PAGE_DEBT;
         self.write_op_sized(debt, |fs| {
@@ -1379,6 +1403,13 @@ impl Fs {
     pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &[u8]) -> Result<Attr> {
         check_name(new_name)?;
         self.write_op(|fs| {
+            // A directory is refused before the new parent is locked: locked after it, an
+            // ancestor of the parent would be taken below its descendant, against the lock
+            // order (cell.rs), and deadlock with a lookup walking down. The type of a live
+            // inode never changes; it is checked again under both locks below.
+            if fs.cell(ino)?.lock().is_dir() {
+                return Err(Error::NotPermitted);
+            }
             let pc = fs.cell(new_parent)?;
             let mut pst = pc.lock();
             if !pst.is_dir() {
@@ -1742,6 +1773,12 @@ impl Fs {
             let c = fs.cell(ino)?;
             let mut st = c.lock();
             st.ensure_live()?;
+            // A symlink's target and a device's nothing are not written as data (the
+            // kernel sends no such write; a library caller gets EINVAL, as write(2) on
+            // them would).
+            if !st.is_reg() && !st.is_dir() {
+                return Err(Error::Invalid("not a regular file"));
+            }
             let n = fs.file_write(&mut st, off, data)?;
             if fs.opts.own_writeback {
                 LAST_WRITTEN.with(|o| o.set(Some((fs.mount_id, ino))));
@@ -2305,7 +2342,11 @@ impl Fs {
     /// Read a whole file at `path`.
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let ino = self.resolve(path)?;
-        let size = usize::try_from(self.getattr(ino)?.size).map_err(|_| Error::TooBig)?;
+        let attr = self.getattr(ino)?;
+        if attr.is_dir() {
+            return Err(Error::IsDir);
+        }
+        let size = usize::try_from(attr.size).map_err(|_| Error::TooBig)?;
         // A size the memory cannot hold (up to 1.95 TiB, or a corrupt one) is an error,
         // not an abort of the process.
         let mut v = Vec::new();

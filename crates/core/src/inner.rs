@@ -265,8 +265,11 @@ impl FsInner {
     /// Run `f`; poison the mount if it failed with a device error (a write of unknown
     /// outcome) or found corruption while changing state.
     pub fn guard<T>(&self, r: Result<T>) -> Result<T> {
-        if let Err(e @ (Error::Device(_) | Error::Poisoned(_))) = &r {
-            self.poison_with(e.to_string());
+        match &r {
+            // The cause, not its "poisoned by an earlier failure" wrapping again.
+            Err(Error::Poisoned(why)) => self.poison_with(why.clone()),
+            Err(e @ Error::Device(_)) => self.poison_with(e.to_string()),
+            _ => {}
         }
         r
     }

@@ -34,7 +34,7 @@
 
 use crate::config::WRITE_BATCH_BLOCKS;
 use crate::error::{Error, Result};
-use flashlog_dev::{BlockDevice, WriteHint, BLOCK_SIZE, DIRECT_ALIGN};
+use flashlog_dev::{BlockDevice, DevError, WriteHint, BLOCK_SIZE, DIRECT_ALIGN};
 use flashlog_format::BlkAddr;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -380,24 +380,31 @@ impl IoPool {
             };
             let zone = self.zone_of(addr);
             let mut released = false;
-            let r = if skip {
-                Ok(())
-            } else if let Some(z) = zone {
-                // The zone's next buffer may go once the device has taken this one in order,
-                // not only once it completed: one zone's buffers one at a time held
-                // `gc=device`'s appends at the emulated SSD's queue-depth-1 rate (1.5 of 2.2
-                // GiB/s, docs/BENCHMARKS.md).
-                let mut accepted = || {
-                    self.state.lock().busy_zones.retain(|&b| b != z);
-                    released = true;
-                    self.work.notify_one();
-                };
-                self.dev
-                    .write_hinted_ordered(addr, &data, hint, &mut accepted)
-                    .map(|_| ())
-            } else {
-                self.dev.write_hinted(addr, &data, hint).map(|_| ())
-            };
+            // A device that panics (one of a caller's, through the public `BlockDevice`
+            // trait) fails this write like an error: an unwinding worker would leave its
+            // buffer listed and every wait for the queue (fsync, sync, unmount) waiting
+            // for good.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if skip {
+                    Ok(())
+                } else if let Some(z) = zone {
+                    // The zone's next buffer may go once the device has taken this one in order,
+                    // not only once it completed: one zone's buffers one at a time held
+                    // `gc=device`'s appends at the emulated SSD's queue-depth-1 rate (1.5 of 2.2
+                    // GiB/s, docs/BENCHMARKS.md).
+                    let mut accepted = || {
+                        self.state.lock().busy_zones.retain(|&b| b != z);
+                        released = true;
+                        self.work.notify_one();
+                    };
+                    self.dev
+                        .write_hinted_ordered(addr, &data, hint, &mut accepted)
+                        .map(|_| ())
+                } else {
+                    self.dev.write_hinted(addr, &data, hint).map(|_| ())
+                }
+            }))
+            .unwrap_or_else(|_| Err(DevError::Refused("the device panicked in a write".into())));
             let mut st = self.state.lock();
             let written = !skip && r.is_ok();
             if let Err(e) = r {

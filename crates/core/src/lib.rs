@@ -13,8 +13,13 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let path = std::env::temp_dir().join(format!("flashlog-doctest-{}.img", std::process::id()));
-//! let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::create(&path, 1 << 30)?);
-//! Fs::mkfs(dev.clone(), &MkfsOptions::default())?;
+//! let dev: Arc<dyn BlockDevice> = if path.exists() {
+//!     Arc::new(FileDevice::open(&path, false)?) // the volume made before
+//! } else {
+//!     let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::create(&path, 1 << 30)?);
+//!     Fs::mkfs(dev.clone(), &MkfsOptions::default())?; // once: create truncates
+//!     dev
+//! };
 //! let fs = Fs::mount(dev.clone(), MountOptions::default())?;
 //! fs.mkdir_all("/logs")?;
 //! let ino = fs.write_file("/logs/today", b"hello")?;
@@ -27,8 +32,9 @@
 //! ```
 //!
 //! Global lock order: op lock (shared; the checkpoint takes it exclusively) -> rename lock
-//! -> directory cells (ascending ino) -> other cells (ascending ino) -> log heads -> leaf
-//! locks (SSA dirty set, prefree sets, cell-table shards, NAT prefree list).
+//! -> directory cells (an ancestor first, else ascending ino) -> other cells (ascending
+//! ino) -> log heads -> leaf locks (SSA dirty set, prefree sets, cell-table shards, NAT
+//! prefree list).
 
 pub mod acl;
 pub mod bitmap;

@@ -8,7 +8,7 @@
 //! counter every node write of the mount takes the next value of (`FsInner::node_version`).
 //! Mount walks every mlog's warm node log from its checkpointed head position while the
 //! footers check out and carry the current tag, and merges the chains into one list
-//! ordered by version ([`FsyncOrder`]): what follows works on that list, whatever chain
+//! ordered by version (`FsyncOrder`): what follows works on that list, whatever chain
 //! each node is on (a file's nodes may be spread over several).
 //!
 //! Decision table, per inode seen on the merged list:

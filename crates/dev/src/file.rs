@@ -20,6 +20,16 @@
 //! allocation. Mixing both descriptors is coherent: the kernel writes back and drops cached
 //! pages of a range before and after a direct write to it.
 //!
+//! Volume lock: every `FileDevice` holds an advisory `flock(2)` on its image file or device
+//! node for its whole life, exclusive when it may write, shared when read-only (fsck,
+//! inspect, a read-only mount), so that two users never mount one volume, or mkfs or
+//! fsck it under a mount, whether they are `flashlog` commands or programs linking the
+//! core, in one process or several. A busy volume is refused at once
+//! ([`DevError::InUse`]); the CLI retries for a while, since `umount` returns before the
+//! daemon's final checkpoint. [`FileDevice::open_unlocked`] reads a volume in use
+//! (`flashlog inspect` of a mounted volume). A process killed with SIGKILL releases its
+//! lock with its descriptors.
+//!
 //! Lock order: no locks (pread/pwrite are positional and thread-safe; the bounce buffer is
 //! thread-local).
 
@@ -27,7 +37,7 @@ use crate::{
     check_range, check_request, BlockDevice, Capabilities, Completion, DevError, DevResult,
     BLOCK_SIZE_U64,
 };
-use rustix::fs::{FallocateFlags, FileType};
+use rustix::fs::{FallocateFlags, FileType, FlockOperation};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
@@ -58,22 +68,51 @@ const BLKDISCARD: libc::c_ulong = 0x1277;
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 
 impl FileDevice {
-    /// Open an existing image file or block device.
+    /// Open an existing image file or block device, and take its volume lock (module
+    /// header): exclusive for reading and writing, shared for `read_only`. A volume that
+    /// another user holds is refused with [`DevError::InUse`].
     pub fn open(path: &Path, read_only: bool) -> DevResult<Self> {
         let file = OpenOptions::new().read(true).write(!read_only).open(path)?;
+        lock(&file, path, !read_only)?;
         Self::from_file(file, read_only)
     }
 
-    /// Create (or truncate to) an image file of `bytes` bytes, sparse.
+    /// Open an image file or block device read-only without its volume lock, to read a
+    /// volume that may be mounted (what it reads may be mid-change).
+    pub fn open_unlocked(path: &Path) -> DevResult<Self> {
+        let file = OpenOptions::new().read(true).open(path)?;
+        Self::from_file(file, true)
+    }
+
+    /// Create an image file of `bytes` bytes, sparse, and take its volume lock. An
+    /// existing file is truncated first and its contents are lost, a volume included
+    /// (after its lock is taken: a volume in use is refused): to use an existing volume
+    /// again, [`FileDevice::open`] it.
     pub fn create(path: &Path, bytes: u64) -> DevResult<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
-            .truncate(true)
+            .truncate(false)
             .open(path)?;
+        lock(&file, path, true)?;
+        file.set_len(0)?;
         file.set_len(bytes)?;
         Self::from_file(file, false)
+    }
+
+    /// Resize an image file (not a block device) to `bytes`: what lies past the new end is
+    /// lost, a new end reads as zeros.
+    pub fn set_len(&mut self, bytes: u64) -> DevResult<()> {
+        if self.read_only {
+            return Err(DevError::ReadOnly);
+        }
+        if self.is_block_device {
+            return Err(DevError::Unsupported("resizing a block device".into()));
+        }
+        self.file.set_len(bytes)?;
+        self.caps.block_count = bytes / BLOCK_SIZE_U64;
+        Ok(())
     }
 
     fn from_file(file: File, read_only: bool) -> DevResult<Self> {
@@ -100,6 +139,7 @@ impl FileDevice {
             bytes / BLOCK_SIZE_U64,
         );
         caps.persistent = true;
+        caps.read_only = read_only;
         Ok(FileDevice {
             file,
             direct: None,
@@ -145,6 +185,20 @@ impl FileDevice {
             aligned.copy_from_slice(buf);
             d.write_all_at(aligned, off)
         })
+    }
+}
+
+/// Take `file`'s volume lock (module header) without waiting.
+fn lock(file: &File, path: &Path, exclusive: bool) -> DevResult<()> {
+    let op = if exclusive {
+        FlockOperation::NonBlockingLockExclusive
+    } else {
+        FlockOperation::NonBlockingLockShared
+    };
+    match rustix::fs::flock(file, op) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(DevError::InUse(path.display().to_string())),
+        Err(e) => Err(std::io::Error::from(e).into()),
     }
 }
 
@@ -266,6 +320,42 @@ mod tests {
         assert!(back[BLOCK_SIZE..3 * BLOCK_SIZE].iter().all(|&b| b == 0));
         assert!(d.read(63, &mut back).is_err());
         std::fs::remove_file(&dir).unwrap();
+    }
+
+    /// The volume lock: one writer, or any number of readers; `open_unlocked` reads beside
+    /// a writer; `create` refuses an image in use before it truncates anything.
+    #[test]
+    fn one_writer_or_many_readers_per_image() {
+        let path = std::env::temp_dir().join(format!("flashlog-dev-lock-{}", std::process::id()));
+        let w = FileDevice::create(&path, 64 * BLOCK_SIZE_U64).unwrap();
+        w.write(3, &[7u8; BLOCK_SIZE]).unwrap();
+        for ro in [false, true] {
+            assert!(matches!(
+                FileDevice::open(&path, ro),
+                Err(DevError::InUse(_))
+            ));
+        }
+        assert!(matches!(
+            FileDevice::create(&path, 64 * BLOCK_SIZE_U64),
+            Err(DevError::InUse(_))
+        ));
+        let peek = FileDevice::open_unlocked(&path).unwrap();
+        let mut back = vec![0u8; BLOCK_SIZE];
+        peek.read(3, &mut back).unwrap();
+        assert_eq!(back[0], 7, "create must not have truncated an image in use");
+        drop(w);
+        let r1 = FileDevice::open(&path, true).unwrap();
+        let _r2 = FileDevice::open(&path, true).unwrap();
+        assert!(matches!(
+            FileDevice::open(&path, false),
+            Err(DevError::InUse(_))
+        ));
+        drop((r1, _r2));
+        let mut w = FileDevice::open(&path, false).unwrap();
+        w.set_len(128 * BLOCK_SIZE_U64).unwrap();
+        assert_eq!(w.capabilities().block_count, 128);
+        drop(w);
+        std::fs::remove_file(&path).unwrap();
     }
 
     /// A pattern that differs per block and per pass, so a stale block is seen.

@@ -111,6 +111,9 @@ pub struct Capabilities {
     pub capacity_blocks: u64,
     /// Contents survive the process (file, block device).
     pub persistent: bool,
+    /// Opened for reading only: writes, discards and flushes of new data fail (a mount on
+    /// it must be read-only).
+    pub read_only: bool,
     /// Blocks per zone on a zoned device (writes in a zone must follow its rules: sequential
     /// for ZNS-style zones, append-only for D2FS's block-associative zones), else 0.
     pub zone_blocks: u64,
@@ -136,6 +139,7 @@ impl Capabilities {
             infinite_space: false,
             capacity_blocks: block_count,
             persistent: false,
+            read_only: false,
             zone_blocks: 0,
             conventional_blocks: block_count,
             gc_region_blocks: 0,
@@ -221,6 +225,10 @@ pub enum DevError {
     /// zone); nothing changed.
     #[error("refused by the device: {0}")]
     Refused(String),
+    /// The image file or block device is locked by another user of the volume (a mount,
+    /// mkfs or fsck, in this process or another): see [`FileDevice::open`].
+    #[error("{0} is in use: another flashlog mount, mkfs or fsck holds it (in this process or another); unmount it first")]
+    InUse(String),
 }
 
 pub type DevResult<T> = Result<T, DevError>;
