@@ -41,7 +41,9 @@ use std::sync::Arc;
     allow_missing_positional = true,
     after_help = "\
 Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
-  ro | rw                   read-only or read-write (default rw)
+  ro | rw                   read-only or read-write (default rw); a volume that needs
+                            roll-forward recovery (a crash after fsync) is refused
+                            read-only until mounted read-write once
   gc=f2fs|scale|device|none garbage-collection policy (default f2fs)
   gc_workers=N              gc=scale's dedicated collectors (default one per core, at
                             most 64)
@@ -90,6 +92,8 @@ without a timing model). It is formatted at mount and its CONTENTS VANISH AT UNM
 unmount logs the device's write amplification, GC work and upcalls. With -o gc=device the
 emulator runs its coupled-GC FTL (ftl=coupled) unless --ssd-set ftl=... chose another; a device
 without migration upcalls (an image file, ram:, another FTL) refuses gc=device with the reason.
+With -o gc=none it runs the interval-mapping FTL (ftl=interval), the infinite space gc=none
+needs; an image file, a block device or ram: cannot offer one and refuse gc=none.
 
 Examples:
   flashlog mount disk.img /mnt/flash                  # foreground, Ctrl-C unmounts

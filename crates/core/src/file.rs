@@ -361,12 +361,15 @@ impl FsInner {
             }
             self.convert_inline(st)?;
         }
-        if size < old {
+        if size <= old {
+            // The same size too: blocks preallocated past the end (fallocate KEEP_SIZE, or
+            // one that failed part way) are freed, as on F2FS and ext4 (`truncate -s` to
+            // the size is how a user gives them back).
             let first_free = size.div_ceil(BS);
             self.drop_pages(st, first_free, u64::MAX);
             self.free_blocks_from(st, first_free)?;
             // Zero the tail of the last partial page so that a later extension reads zeros.
-            if size % BS != 0 {
+            if size < old && size % BS != 0 {
                 self.zero_in_page(st, size / BS, (size % BS) as usize, BLOCK_SIZE)?;
             }
         }
@@ -423,11 +426,21 @@ impl FsInner {
                     }
                     self.convert_inline(st)?;
                 }
-                self.preallocate(st, off / BS, end.div_ceil(BS))?;
-                if mode == FallocMode::Allocate && end > st.hdr.size {
-                    st.hdr.size = end;
+                let mut reached = off / BS;
+                let r = self.preallocate(st, off / BS, end.div_ceil(BS), &mut reached);
+                // A failure part way (ENOSPC) keeps what it allocated; without KEEP_SIZE the
+                // size covers it, as F2FS's `f2fs_expand_inode_data` and ext4 do, so that the
+                // space it holds shows (and a truncate gives it back).
+                let covered = if r.is_ok() {
+                    end
+                } else {
+                    (reached * BS).min(end)
+                };
+                if mode == FallocMode::Allocate && covered > st.hdr.size {
+                    st.hdr.size = covered;
                 }
                 self.dirty_inode(st);
+                r?;
             }
             FallocMode::PunchHole => {
                 if Self::is_inline(st) {
@@ -440,8 +453,8 @@ impl FsInner {
             FallocMode::ZeroRange | FallocMode::ZeroRangeKeepSize => {
                 // F2FS's zero range: partial blocks at the edges are zeroed in their pages,
                 // whole blocks are freed, then every block of the range is preallocated.
-                // A failure (ENOSPC while preallocating) leaves the range reading zeros
-                // and the size unchanged.
+                // A failure (ENOSPC while preallocating) leaves the range reading zeros;
+                // without KEEP_SIZE the size covers the blocks it preallocated, as F2FS.
                 if Self::is_inline(st) && end > MAX_INLINE_DATA as u64 {
                     self.convert_inline(st)?;
                 }
@@ -449,7 +462,16 @@ impl FsInner {
                     Self::zero_inline(st, off, end);
                 } else {
                     self.zero_range(st, off, end)?;
-                    self.preallocate(st, off / BS, end.div_ceil(BS))?;
+                    let mut reached = off / BS;
+                    let r = self.preallocate(st, off / BS, end.div_ceil(BS), &mut reached);
+                    if mode == FallocMode::ZeroRange && r.is_err() {
+                        let covered = (reached * BS).min(end);
+                        if covered > st.hdr.size {
+                            st.hdr.size = covered;
+                            self.dirty_inode(st);
+                        }
+                    }
+                    r?;
                 }
                 if mode == FallocMode::ZeroRange && end > st.hdr.size {
                     st.hdr.size = end;
@@ -493,8 +515,16 @@ impl FsInner {
 
     /// Preallocate file blocks [first, end): every hole gets a reserved block, mapped as
     /// `NEW_ADDR` (reads as zeros until written). Cached pages have theirs already.
-    fn preallocate(&self, st: &mut InodeState, first: u64, end: u64) -> Result<()> {
+    /// `reached`: the first index not yet allocated (on an error, where it stopped).
+    fn preallocate(
+        &self,
+        st: &mut InodeState,
+        first: u64,
+        end: u64,
+        reached: &mut u64,
+    ) -> Result<()> {
         for idx in first..end {
+            *reached = idx;
             if st.pages.contains_key(&idx) {
                 continue;
             }
@@ -516,6 +546,7 @@ impl FsInner {
             st.hdr.blocks += 1;
             self.dnode_set(st, nid, slot, NEW_ADDR);
         }
+        *reached = end;
         Ok(())
     }
 

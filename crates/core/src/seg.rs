@@ -1295,6 +1295,13 @@ impl SegManager {
         let mut h = crate::waits::lock(crate::waits::Point::LogHead, &self.heads[hi]);
         self.test_point("head_locked", hi as u64);
         loop {
+            if h.ssr && self.lfs_mode.load(Ordering::Relaxed) {
+                // A head loaded thread-logging (the volume was mounted adaptive before) on
+                // a mount in lfs mode: leave the segment before writing into its holes
+                // (found 2026-11-28: 171 blocks went into holes after such a switch).
+                self.advance(hi, &mut h)?;
+                continue;
+            }
             if h.ssr {
                 let se = &self.segs[h.seg as usize];
                 while (h.blkoff as u64) < BLOCKS_PER_SEG

@@ -821,3 +821,78 @@ fn a_refused_write_keeps_no_indirect_node_it_made() {
         );
     }
 }
+
+/// A `fallocate` larger than the free space fails with ENOSPC part way and keeps what it
+/// preallocated (as F2FS and ext4). Found by the kernel-features review (2026-11-28): with
+/// the size left unchanged, a mode-0 call of the free space plus 256 MiB held 900 MiB past
+/// the end that nothing showed but `du`, every later write on the volume got ENOSPC, and
+/// a truncate to the file's own size did not give it back. Now the size covers what a
+/// failed mode-0 (or ZERO_RANGE) call holds, and a truncate to the size frees blocks
+/// preallocated past the end (KEEP_SIZE's too), as on F2FS and ext4.
+#[test]
+fn a_failed_fallocate_shows_what_it_holds_and_a_truncate_gives_it_back() {
+    for p in [P::F2fs, P::Scale, P::None] {
+        let (dev, o) = make(p, 128);
+        let fs = Fs::mount(dev.clone(), o.clone()).unwrap();
+        let f = fs.write_file("/f", &[7u8; 100_000]).unwrap();
+        fs.sync().unwrap();
+        let free0 = fs.statfs().blocks_free;
+        let ask = (free0 + 1000) * BS;
+        for mode in [
+            FallocMode::Allocate,
+            FallocMode::ZeroRange,
+            FallocMode::KeepSize,
+        ] {
+            let r = fs.fallocate(f, mode, 128 << 10, ask);
+            assert!(matches!(r, Err(Error::NoSpace)), "{p:?} {mode:?}: {r:?}");
+            let a = fs.getattr(f).unwrap();
+            let held = a.blocks * 512;
+            if mode == FallocMode::KeepSize {
+                assert_eq!(a.size, 100_000, "{p:?}: KEEP_SIZE moved the size");
+            } else {
+                // The size covers every block the file holds (its data included).
+                assert!(
+                    a.size >= held && a.size > 100_000,
+                    "{p:?} {mode:?}: size {} while the file holds {held} bytes",
+                    a.size
+                );
+            }
+            assert_eq!(
+                fs.read(f, 0, &mut [0u8; 8]).unwrap(),
+                8,
+                "{p:?}: the data is still there"
+            );
+            // Back to the old size: every preallocated block is freed.
+            fs.setattr(
+                f,
+                &SetAttr {
+                    size: Some(100_000),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let a = fs.getattr(f).unwrap();
+            assert_eq!(
+                a.blocks * 512,
+                100_000u64.div_ceil(BS) * BS,
+                "{p:?} {mode:?}"
+            );
+            fs.sync().unwrap();
+            let free = fs.statfs().blocks_free;
+            assert!(
+                free + 2 >= free0,
+                "{p:?} {mode:?}: {free} blocks free after the truncate, {free0} before"
+            );
+            // And the volume takes writes again.
+            fs.write_file("/after", &[1u8; 1 << 20]).unwrap();
+            fs.unlink(fs.root(), b"after").unwrap();
+            fs.sync().unwrap();
+        }
+        let mut back = vec![0u8; 100_000];
+        fs.read(f, 0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 7), "{p:?}: data changed");
+        fs.unmount().unwrap();
+        let rep = fsck(&*dev).unwrap();
+        assert!(rep.is_clean(), "{p:?}: {rep}");
+    }
+}
