@@ -228,3 +228,64 @@ fn bench_refuses_an_mlog_count_mkfs_would_refuse_before_it_starts() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The volume lock (flashlog-dev's `FileDevice`, 2026-11-28; before, the CLI took it on a
+/// descriptor of its own and a program linking the core did not see it): with the lock
+/// held elsewhere (here, as another process's mount holds it), fsck and mkfs wait for it
+/// and then go on; inspect reads the volume at once and says it is in use; `mkfs | head
+/// -1` keeps the image it made (a broken pipe used to unwind through the guard that
+/// removes a half-made image).
+#[test]
+fn commands_wait_for_a_volume_in_use_and_mkfs_survives_a_closed_pipe() {
+    let d = scratch("lock");
+    let img = d.join("v.img");
+    let o = flashlog(&["mkfs", "--size", "64M", img.to_str().unwrap()], &d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let holder = std::fs::File::open(&img).unwrap();
+    holder.lock().unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        drop(holder);
+    });
+    let o = flashlog(&["inspect", img.to_str().unwrap()], &d);
+    assert!(
+        o.status.success(),
+        "inspect of a volume in use: {}",
+        stderr(&o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("is mounted"),
+        "inspect did not say the volume is in use:\n{out}"
+    );
+    let t = std::time::Instant::now();
+    let o = flashlog(&["fsck", img.to_str().unwrap()], &d);
+    release.join().unwrap();
+    assert!(
+        o.status.success(),
+        "fsck after the lock was released: {}",
+        stderr(&o)
+    );
+    assert!(
+        t.elapsed() >= std::time::Duration::from_millis(1000),
+        "fsck did not wait for the lock ({:?})",
+        t.elapsed()
+    );
+    assert!(stderr(&o).contains("waiting for"), "{}", stderr(&o));
+    // mkfs into a pipe closed after its first line.
+    let made = d.join("piped.img");
+    let sh = format!(
+        "{} mkfs --size 64M {} | head -c 1 > /dev/null",
+        env!("CARGO_BIN_EXE_flashlog"),
+        made.display()
+    );
+    let o = Command::new("sh").arg("-c").arg(&sh).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        made.exists(),
+        "mkfs into a closed pipe removed the image it made"
+    );
+    let o = flashlog(&["fsck", made.to_str().unwrap()], &d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
