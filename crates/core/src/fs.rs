@@ -103,7 +103,15 @@ pub struct SetAttr {
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+    /// RENAME_WHITEOUT: in the same operation a whiteout (a character device 0:0 with
+    /// mode 0, as overlayfs marks a removed lower entry with) takes the source's name.
+    /// Not with `exchange`.
+    pub whiteout: bool,
 }
+
+/// A whiteout's mode and device number (Linux's `WHITEOUT_MODE`, `WHITEOUT_DEV`).
+pub const WHITEOUT_MODE: u32 = S_IFCHR;
+pub const WHITEOUT_DEV: u32 = 0;
 
 /// Who creates an inode: its owner, and the umask to apply when the parent directory has no
 /// default ACL (with a default ACL the umask is ignored, `crate::acl`). Callers that applied
@@ -1180,58 +1188,9 @@ impl Fs {
                 return Err(Error::NoSpace);
             }
             let mode = inherited.mode;
-            fs.reserve_blocks(1)?;
-            let ino = match fs.nat.alloc() {
-                Ok(n) => n,
-                Err(e) => {
-                    fs.release_blocks(1);
-                    return Err(e);
-                }
-            };
-            let now = fs.now();
-            // setgid directories pass their group (and, to directories, the bit) down.
-            let (gid, mut mode) = if pst.hdr.mode & S_ISGID != 0 {
-                (pst.hdr.gid, mode)
-            } else {
-                (gid, mode)
-            };
-            if pst.hdr.mode & S_ISGID != 0 && kind == S_IFDIR {
-                mode |= S_ISGID;
-            }
-            let mut flags = iflag::NEW;
-            if fs.opts.inline {
-                flags |= if kind == S_IFDIR {
-                    iflag::INLINE_DENTRY
-                } else {
-                    iflag::INLINE_DATA
-                };
-            }
-            let hdr = InodeHdr {
-                mode,
-                uid,
-                gid,
-                nlink: if kind == S_IFDIR { 2 } else { 1 },
-                atime: now,
-                mtime: now,
-                ctime: now,
-                crtime: now,
-                generation: rand::random(),
-                flags,
-                pino: parent,
-                rdev,
-                name: name.to_vec(),
-                ..Default::default()
-            };
-            let mut blk = node::new_node(NodeKind::Inode, ino, ino, 0);
-            hdr.write(&mut blk);
-            fs.nat.set(ino, ino, 0);
-            fs.valid_nodes.fetch_add(1, Ordering::Relaxed);
-            fs.valid_inodes.fetch_add(1, Ordering::Relaxed);
-            let st = InodeState::new(ino, blk, hdr, true);
-            let cell = fs.cells.insert(InodeCell::new(st, true));
+            let cell = Self::new_inode(fs, &pst, parent, name, mode, rdev, uid, gid)?;
             let mut st = cell.lock();
-            // The new inode block is checkpoint debt from now on, charged to this operation.
-            fs.dirty_inode(&mut st);
+            let (ino, now) = (st.ino, st.hdr.ctime);
             fs.test_point("make_node:allocated");
             if !inherited.xattrs.is_empty() {
                 if let Err(e) = Self::store_xattrs(fs, &mut st, &inherited.xattrs) {
@@ -1257,6 +1216,79 @@ impl Fs {
             fs.dirty_inode(&mut pst);
             Ok(attr_of(&st))
         })
+    }
+
+    /// A new inode for `name` in the locked directory `pst` (number `parent`), not yet
+    /// entered there: its block reserved, a number allocated, its cell cached and its
+    /// block dirty (checkpoint debt charged to the calling operation). `mode` is final
+    /// (umask and ACLs applied); a setgid directory passes down its group (and, to a
+    /// directory, the bit). Nothing else can reach the cell yet (no name leads to it, the
+    /// kernel holds no handle to its number), so the caller may lock it whatever it holds.
+    /// A later refusal undoes it with `free_inode`.
+    #[allow(clippy::too_many_arguments)]
+    fn new_inode(
+        fs: &FsInner,
+        pst: &InodeState,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Arc<InodeCell>> {
+        let kind = mode & S_IFMT;
+        fs.reserve_blocks(1)?;
+        let ino = match fs.nat.alloc() {
+            Ok(n) => n,
+            Err(e) => {
+                fs.release_blocks(1);
+                return Err(e);
+            }
+        };
+        let now = fs.now();
+        // setgid directories pass their group (and, to directories, the bit) down.
+        let (gid, mut mode) = if pst.hdr.mode & S_ISGID != 0 {
+            (pst.hdr.gid, mode)
+        } else {
+            (gid, mode)
+        };
+        if pst.hdr.mode & S_ISGID != 0 && kind == S_IFDIR {
+            mode |= S_ISGID;
+        }
+        let mut flags = iflag::NEW;
+        if fs.opts.inline {
+            flags |= if kind == S_IFDIR {
+                iflag::INLINE_DENTRY
+            } else {
+                iflag::INLINE_DATA
+            };
+        }
+        let hdr = InodeHdr {
+            mode,
+            uid,
+            gid,
+            nlink: if kind == S_IFDIR { 2 } else { 1 },
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            generation: rand::random(),
+            flags,
+            pino: parent,
+            rdev,
+            name: name.to_vec(),
+            ..Default::default()
+        };
+        let mut blk = node::new_node(NodeKind::Inode, ino, ino, 0);
+        hdr.write(&mut blk);
+        fs.nat.set(ino, ino, 0);
+        fs.valid_nodes.fetch_add(1, Ordering::Relaxed);
+        fs.valid_inodes.fetch_add(1, Ordering::Relaxed);
+        let st = InodeState::new(ino, blk, hdr, true);
+        let cell = fs.cells.insert(InodeCell::new(st, true));
+        // The new inode block is checkpoint debt from now on, charged to this operation.
+        fs.dirty_inode(&mut cell.lock());
+        Ok(cell)
     }
 
     pub fn create(&self, parent: Ino, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
@@ -1462,6 +1494,8 @@ impl Fs {
         Err(Error::Corrupt("directory parent chain loops".into()))
     }
 
+    /// renameat2. A whiteout `flags` asks for is owned by root: [`Fs::rename_as`] names
+    /// its owner.
     pub fn rename(
         &self,
         parent: Ino,
@@ -1470,6 +1504,31 @@ impl Fs {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        let root = Creator::default();
+        self.rename_as(parent, name, new_parent, new_name, flags, root)
+    }
+
+    /// [`Fs::rename`] by `who`: with `flags.whiteout`, the whiteout left at the source's
+    /// name is owned by `who.uid` and `who.gid` (the parent's group if the parent is
+    /// setgid; `who.umask` is moot, its mode is 0). It is made as Linux's
+    /// `shmem_whiteout`: the rename is a plain one (replacing the target, or refused with
+    /// `noreplace` if there is one), and the source's entry is pointed at the new
+    /// whiteout inode in place (the directory gains no entry and no block). Its inode
+    /// block is reserved, and its number allocated, before anything changes, so ENOSPC
+    /// leaves both directories as they were; no default ACL is inherited (the whiteout
+    /// grants nothing). Crash consistency: the whole rename becomes durable only through a
+    /// checkpoint (a renamed file, and a file new in a directory that lost a name, are
+    /// checkpoint cases of fsync; roll-forward replays neither), and one checkpoint holds
+    /// either all of it or none.
+    pub fn rename_as(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        flags: RenameFlags,
+        who: Creator,
+    ) -> Result<()> {
         check_name(name)?;
         check_name(new_name)?;
         if flags.noreplace && flags.exchange {
@@ -1477,7 +1536,14 @@ impl Fs {
                 "RENAME_NOREPLACE and RENAME_EXCHANGE together",
             ));
         }
-        self.write_op(|fs| {
+        if flags.whiteout && flags.exchange {
+            return Err(Error::Invalid(
+                "RENAME_WHITEOUT and RENAME_EXCHANGE together",
+            ));
+        }
+        // A whiteout is one more inode block of checkpoint debt.
+        let debt = crate::space::OP_META_BLOCKS + u64::from(flags.whiteout);
+        self.write_op_sized(debt, |fs| {
             let _r = fs.rename_lock.lock();
             let pa = fs.cell(parent)?;
             let pb = fs.cell(new_parent)?;
@@ -1622,12 +1688,37 @@ impl Fs {
                     }
                 }
             }
+            // The whiteout's inode, before anything changes (a refusal undoes only it). No
+            // one else can reach its cell, so locking it while this holds the directories
+            // and the entries keeps the lock order.
+            let whiteout = if flags.whiteout {
+                let mode = WHITEOUT_MODE;
+                let (uid, gid) = (who.uid, who.gid);
+                let c = Self::new_inode(fs, &sa, parent, name, mode, WHITEOUT_DEV, uid, gid)?;
+                fs.test_point("rename:whiteout");
+                Some(c)
+            } else {
+                None
+            };
+            let unmake = |fs: &FsInner| -> Result<()> {
+                match &whiteout {
+                    Some(c) => fs.free_inode(&mut c.lock()),
+                    None => Ok(()),
+                }
+            };
             // A victim left open becomes an orphan: its slot before anything changes.
             let admitted = match (&cv, &victim) {
-                (Some(v), Some((dc, d))) => fs.admit_orphan(dc, v)?.then_some(d.ino),
+                (Some(v), Some((dc, d))) => match fs.admit_orphan(dc, v) {
+                    Ok(a) => a.then_some(d.ino),
+                    Err(e) => {
+                        unmake(fs)?;
+                        return Err(e);
+                    }
+                },
                 _ => None,
             };
-            // Insert at the destination, then remove the source.
+            // Insert at the destination, then remove the source (or point it at the
+            // whiteout).
             let moved = (|| -> Result<()> {
                 let dst_state: &mut InodeState = match sb_opt.as_mut() {
                     Some(sb) => sb,
@@ -1642,10 +1733,16 @@ impl Fs {
                 let src_now: Found = fs
                     .dir_find(&mut sa, name)?
                     .ok_or_else(|| Error::Corrupt("rename source vanished".into()))?;
-                fs.dir_remove(&mut sa, &src_now)
+                match &whiteout {
+                    Some(c) => fs.dir_set(&mut sa, &src_now, c.ino, ftype::CHR),
+                    None => fs.dir_remove(&mut sa, &src_now),
+                }
             })();
-            if let (Err(_), Some(ino)) = (&moved, admitted) {
-                fs.withdraw_orphan(ino);
+            if moved.is_err() {
+                if let Some(ino) = admitted {
+                    fs.withdraw_orphan(ino);
+                }
+                unmake(fs)?;
             }
             moved?;
             if let (Some(v), Some((dc, d))) = (cv.as_mut(), &victim) {

@@ -71,6 +71,9 @@ pub use file::FallocMode;
 pub use flashlog_format::node::Timespec;
 pub use flashlog_format::{Ino, BLOCKS_PER_SEG, BLOCK_SIZE, ROOT_INO};
 pub use flush::WritebackStats;
-pub use fs::{Attr, Creator, Fs, RenameFlags, SetAttr, StatFs, TimeSet, XattrMode};
+pub use fs::{
+    Attr, Creator, Fs, RenameFlags, SetAttr, StatFs, TimeSet, XattrMode, WHITEOUT_DEV,
+    WHITEOUT_MODE,
+};
 pub use fsck::{fsck, FsckReport};
 pub use stats::Counters;

@@ -24,11 +24,13 @@ fn opts() -> MountOptions {
 const NONE: RenameFlags = RenameFlags {
     noreplace: false,
     exchange: false,
+    whiteout: false,
 };
 
 const EXCHANGE: RenameFlags = RenameFlags {
     noreplace: false,
     exchange: true,
+    whiteout: false,
 };
 
 fn fsck_clean(dev: &dyn BlockDevice) {

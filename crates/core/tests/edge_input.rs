@@ -26,6 +26,7 @@ fn fresh() -> (Arc<dyn BlockDevice>, Fs) {
 const NONE: RenameFlags = RenameFlags {
     noreplace: false,
     exchange: false,
+    whiteout: false,
 };
 
 /// The adapter pins (opens) a directory before its rmdir; the kernel may still name it.
@@ -143,6 +144,7 @@ fn odd_names() {
     let both = RenameFlags {
         noreplace: true,
         exchange: true,
+        whiteout: false,
     };
     assert!(matches!(
         fs.rename(root, &long255, root, &bad, both),
@@ -158,7 +160,8 @@ fn odd_names() {
             b"inner",
             RenameFlags {
                 noreplace: false,
-                exchange: true
+                exchange: true,
+                whiteout: false,
             }
         )
         .is_err());

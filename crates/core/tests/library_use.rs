@@ -581,7 +581,8 @@ fn a_directory_renamed_into_itself_is_refused() {
             b"x",
             RenameFlags {
                 noreplace: true,
-                exchange: false
+                exchange: false,
+                whiteout: false,
             }
         )
         .is_err());

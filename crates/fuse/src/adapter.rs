@@ -933,7 +933,7 @@ impl Filesystem for FlashlogFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -944,7 +944,11 @@ impl Filesystem for FlashlogFuse {
         self.counts.count(Op::Rename);
         let parent = ino!(reply, parent);
         let newparent = ino!(reply, newparent);
-        let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
+        // RENAME_WHITEOUT too: overlayfs takes an upper directory only on a file system
+        // that has it (with d_type and trusted.* xattrs).
+        let known = fuser::RenameFlags::RENAME_NOREPLACE
+            | fuser::RenameFlags::RENAME_EXCHANGE
+            | fuser::RenameFlags::RENAME_WHITEOUT;
         if !known.contains(flags) {
             reply.error(Errno::EINVAL);
             return;
@@ -952,16 +956,23 @@ impl Filesystem for FlashlogFuse {
         let f = RenameFlags {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+            whiteout: flags.contains(fuser::RenameFlags::RENAME_WHITEOUT),
         };
+        // The whiteout's owner: the caller, as for a create (its mode is 0: no umask).
+        let who = creator(req, 0);
         let pin = if f.exchange {
             None
         } else {
             self.pin_victim(newparent, newname.as_bytes())
         };
-        if let Err(e) = self
-            .fs
-            .rename(parent, name.as_bytes(), newparent, newname.as_bytes(), f)
-        {
+        if let Err(e) = self.fs.rename_as(
+            parent,
+            name.as_bytes(),
+            newparent,
+            newname.as_bytes(),
+            f,
+            who,
+        ) {
             if let Some(i) = pin {
                 self.unpin(i);
             }
