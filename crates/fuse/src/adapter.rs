@@ -26,7 +26,8 @@
 //!
 //! How each request is answered:
 //! - lookup, getattr, setattr, readlink, mknod, mkdir, unlink, rmdir, symlink, rename
-//!   (flags NOREPLACE and EXCHANGE; WHITEOUT is EINVAL), link, read, write, fsync, readdir,
+//!   (flags NOREPLACE, EXCHANGE and WHITEOUT, the whiteout owned by the caller), link,
+//!   read, write, fsync, readdir,
 //!   fsyncdir, statfs, set/get/list/removexattr, fallocate (modes 0, KEEP_SIZE,
 //!   PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE and ZERO_RANGE|KEEP_SIZE, the modes the kernel
 //!   forwards; others EOPNOTSUPP): by the core.
