@@ -594,6 +594,26 @@ t_posix_diff() {
     result "$(grep -E 'seeds, [0-9]+ kinds' "$pd/out.txt")"
 }
 
+# Kernel features beyond plain syscalls, on a fresh mount of its own
+# (scripts/kernel-features.py): mmap and msync, O_DIRECT, O_APPEND from two processes,
+# O_SYNC/O_DSYNC/fdatasync then SIGKILL, SEEK_HOLE/SEEK_DATA, every fallocate mode and one
+# past the free space, copy_file_range/sendfile/splice, renameat2 (overlayfs with its upper
+# directory on the mount), locks, inotify, utimensat, deep paths, 20,000 entries in one
+# directory read while it changes, a full volume under the write-back cache.
+t_kernel_features() {
+    local kf=$work/kf rc=0
+    mkdir -p "$kf"
+    python3 "$root/scripts/kernel-features.py" --setup --bin "$FL" --mnt "$kf/mnt" \
+        --img "$kf/vol.img" --big "${KERNEL_FEATURES_BIG:-20000}" >"$kf/out.txt" 2>&1 || rc=1
+    fusermount3 -u "$kf/mnt" 2>/dev/null
+    if ((rc)); then
+        grep -E '^(FAIL|SKIP)' "$kf/out.txt"
+        tail -20 "$kf/out.txt"
+        return 1
+    fi
+    result "$(grep -c '^PASS' "$kf/out.txt") checks passed, $(grep -c '^SKIP' "$kf/out.txt") skipped (O_TMPFILE: fuser has no TMPFILE request)"
+}
+
 t_emulated() {
     local emnt=$work/emu-mnt elog=$work/emu.log epid=$work/emu.pid eimg=$work/emu.img out pid rc=0
     mkdir -p "$emnt"
@@ -679,6 +699,7 @@ step "SIGKILL loses nothing fsync'd" t_sigkill
 step "FUSE knobs: bdi_max_ratio, killpriv" t_fuse_knobs
 step "requests per new file, times durable" t_requests_per_file
 step "POSIX differential against tmpfs (posix-diff.py)" t_posix_diff
+step "kernel features: mmap, O_DIRECT, fallocate, overlayfs (kernel-features.py)" t_kernel_features
 step "--device 970pro-like -o gc=device, gc=none" t_emulated
 step "final remount + umount + fsck" t_final
 echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"

@@ -426,21 +426,11 @@ impl FsInner {
                     }
                     self.convert_inline(st)?;
                 }
-                let mut reached = off / BS;
-                let r = self.preallocate(st, off / BS, end.div_ceil(BS), &mut reached);
-                // A failure part way (ENOSPC) keeps what it allocated; without KEEP_SIZE the
-                // size covers it, as F2FS's `f2fs_expand_inode_data` and ext4 do, so that the
-                // space it holds shows (and a truncate gives it back).
-                let covered = if r.is_ok() {
-                    end
-                } else {
-                    (reached * BS).min(end)
-                };
-                if mode == FallocMode::Allocate && covered > st.hdr.size {
-                    st.hdr.size = covered;
+                self.preallocate(st, off / BS, end.div_ceil(BS))?;
+                if mode == FallocMode::Allocate && end > st.hdr.size {
+                    st.hdr.size = end;
                 }
                 self.dirty_inode(st);
-                r?;
             }
             FallocMode::PunchHole => {
                 if Self::is_inline(st) {
@@ -453,8 +443,8 @@ impl FsInner {
             FallocMode::ZeroRange | FallocMode::ZeroRangeKeepSize => {
                 // F2FS's zero range: partial blocks at the edges are zeroed in their pages,
                 // whole blocks are freed, then every block of the range is preallocated.
-                // A failure (ENOSPC while preallocating) leaves the range reading zeros;
-                // without KEEP_SIZE the size covers the blocks it preallocated, as F2FS.
+                // A failure (ENOSPC while preallocating) leaves the range reading zeros
+                // and the size unchanged.
                 if Self::is_inline(st) && end > MAX_INLINE_DATA as u64 {
                     self.convert_inline(st)?;
                 }
@@ -462,16 +452,7 @@ impl FsInner {
                     Self::zero_inline(st, off, end);
                 } else {
                     self.zero_range(st, off, end)?;
-                    let mut reached = off / BS;
-                    let r = self.preallocate(st, off / BS, end.div_ceil(BS), &mut reached);
-                    if mode == FallocMode::ZeroRange && r.is_err() {
-                        let covered = (reached * BS).min(end);
-                        if covered > st.hdr.size {
-                            st.hdr.size = covered;
-                            self.dirty_inode(st);
-                        }
-                    }
-                    r?;
+                    self.preallocate(st, off / BS, end.div_ceil(BS))?;
                 }
                 if mode == FallocMode::ZeroRange && end > st.hdr.size {
                     st.hdr.size = end;
@@ -514,17 +495,38 @@ impl FsInner {
     }
 
     /// Preallocate file blocks [first, end): every hole gets a reserved block, mapped as
-    /// `NEW_ADDR` (reads as zeros until written). Cached pages have theirs already.
-    /// `reached`: the first index not yet allocated (on an error, where it stopped).
-    fn preallocate(
+    /// `NEW_ADDR` (reads as zeros until written). Cached pages have theirs already. A
+    /// failure part way (ENOSPC) gives back every block this call preallocated, as tmpfs
+    /// does: under FUSE's write-back cache the kernel keeps the file's size itself and
+    /// learns of no size a failed call set, so growing the size over them, as F2FS and ext4
+    /// do, would leave the daemon's size and the kernel's apart (found 2026-11-28: before,
+    /// a failed fallocate of the free space plus 256 MiB kept 900 MiB past the end with
+    /// the size unchanged, and every later write got ENOSPC). Direct nodes it made stay,
+    /// empty, with the file.
+    fn preallocate(&self, st: &mut InodeState, first: u64, end: u64) -> Result<()> {
+        let mut made = Vec::new();
+        let r = self.preallocate_into(st, first, end, &mut made);
+        if r.is_err() {
+            for &idx in &made {
+                if let Ok(Some((nid, slot))) = self.locate(st, idx, false) {
+                    self.dnode_set(st, nid, slot, NULL_ADDR);
+                    st.hdr.blocks -= 1;
+                    self.release_blocks(1);
+                }
+            }
+        }
+        r
+    }
+
+    /// `preallocate`'s work; `made` collects the indexes it mapped.
+    fn preallocate_into(
         &self,
         st: &mut InodeState,
         first: u64,
         end: u64,
-        reached: &mut u64,
+        made: &mut Vec<u64>,
     ) -> Result<()> {
         for idx in first..end {
-            *reached = idx;
             if st.pages.contains_key(&idx) {
                 continue;
             }
@@ -545,8 +547,8 @@ impl FsInner {
             };
             st.hdr.blocks += 1;
             self.dnode_set(st, nid, slot, NEW_ADDR);
+            made.push(idx);
         }
-        *reached = end;
         Ok(())
     }
 
