@@ -869,7 +869,10 @@ fn cut_first_checkpoint_after_switch(
     fs.unmount().unwrap();
     let base_img = sim.clean_image();
     // Count the requests of the first checkpoint once, then cut at points across it.
-    let run = |k: Option<u64>| -> Option<(RamDevice, BTreeMap<String, Vec<u8>>, Tree, u64)> {
+    /// The image (clean, or the crash image of a cut), the files synced before, the tree
+    /// expected, and the requests of the checkpoint (without a cut).
+    type Cut = (RamDevice, BTreeMap<String, Vec<u8>>, Tree, u64);
+    let run = |k: Option<u64>| -> Option<Cut> {
         let sim = Arc::new(SimDevice::from_image(base_img.deep_clone()));
         let dev: Arc<dyn BlockDevice> = sim.clone();
         let fs = Fs::mount(dev.clone(), to.clone()).unwrap();
