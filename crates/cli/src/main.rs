@@ -110,11 +110,13 @@ fn main() -> ExitCode {
         }
         Command::Fsck(a) => {
             init_logging("warn", false);
+            end_quietly_on_a_closed_stdout();
             fsck_cmd::run(a)
         }
         Command::Mount(a) => report(mount::run(a)),
         Command::Inspect(a) => {
             init_logging("warn", false);
+            end_quietly_on_a_closed_stdout();
             report(inspect::run(a))
         }
         Command::Bench(a) => {
@@ -123,9 +125,24 @@ fn main() -> ExitCode {
         }
         Command::Ssd(a) => {
             init_logging("warn", false);
+            end_quietly_on_a_closed_stdout();
             report(flashlog_ssd::run(&a).map(|()| ExitCode::SUCCESS))
         }
     }
+}
+
+/// For the commands that only read and print (fsck, inspect, ssd): a reader that goes
+/// away (`flashlog inspect IMG | head`) ends the process as SIGPIPE ends other Unix tools,
+/// instead of a panic in `println!` (Rust ignores SIGPIPE). Not for mount, whose daemon
+/// must outlive a closed stdout, nor mkfs, which prints only once its volume is made.
+fn end_quietly_on_a_closed_stdout() {
+    // SAFETY: installs the default disposition, no handler code runs.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
 }
 
 /// Print an error the way every subcommand does, and pick the exit code.

@@ -287,5 +287,16 @@ fn commands_wait_for_a_volume_in_use_and_mkfs_survives_a_closed_pipe() {
     );
     let o = flashlog(&["fsck", made.to_str().unwrap()], &d);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The tools that only print end quietly when their reader goes away (they panicked in
+    // `println!`: "failed printing to stdout: Broken pipe").
+    for cmd in ["inspect", "fsck"] {
+        let sh = format!(
+            "{} {cmd} {} | head -c 1 > /dev/null",
+            env!("CARGO_BIN_EXE_flashlog"),
+            made.display()
+        );
+        let o = Command::new("sh").arg("-c").arg(&sh).output().unwrap();
+        assert!(!stderr(&o).contains("panicked"), "{cmd}: {}", stderr(&o));
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
