@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::inner::FsInner;
 use flashlog_format::codec::{zero_block, Block};
 use flashlog_format::node::{self, iflag, MAX_FILE_BLOCKS, MAX_INLINE_DATA};
-use flashlog_format::{BLOCK_SIZE, NEW_ADDR, NULL_ADDR};
+use flashlog_format::{Nid, BLOCK_SIZE, NEW_ADDR, NULL_ADDR};
 use std::sync::atomic::Ordering;
 
 const BS: u64 = BLOCK_SIZE as u64;
@@ -507,24 +507,22 @@ impl FsInner {
         let mut made = Vec::new();
         let r = self.preallocate_into(st, first, end, &mut made);
         if r.is_err() {
-            for &idx in &made {
-                if let Ok(Some((nid, slot))) = self.locate(st, idx, false) {
-                    self.dnode_set(st, nid, slot, NULL_ADDR);
-                    st.hdr.blocks -= 1;
-                    self.release_blocks(1);
-                }
+            for &(nid, slot) in &made {
+                self.dnode_set(st, nid, slot, NULL_ADDR);
+                st.hdr.blocks -= 1;
+                self.release_blocks(1);
             }
         }
         r
     }
 
-    /// `preallocate`'s work; `made` collects the indexes it mapped.
+    /// `preallocate`'s work; `made` collects the slots it mapped (direct node, slot).
     fn preallocate_into(
         &self,
         st: &mut InodeState,
         first: u64,
         end: u64,
-        made: &mut Vec<u64>,
+        made: &mut Vec<(Nid, usize)>,
     ) -> Result<()> {
         for idx in first..end {
             if st.pages.contains_key(&idx) {
@@ -547,7 +545,7 @@ impl FsInner {
             };
             st.hdr.blocks += 1;
             self.dnode_set(st, nid, slot, NEW_ADDR);
-            made.push(idx);
+            made.push((nid, slot));
         }
         Ok(())
     }

@@ -1145,7 +1145,7 @@ impl Fs {
         who: Creator,
         content: &[u8],
     ) -> Result<Attr> {
-        let Creator { uid, gid, umask } = who;
+        let umask = who.umask;
         check_name(name)?;
         let kind = mode & S_IFMT;
         if !matches!(
@@ -1188,7 +1188,7 @@ impl Fs {
                 return Err(Error::NoSpace);
             }
             let mode = inherited.mode;
-            let cell = Self::new_inode(fs, &pst, parent, name, mode, rdev, uid, gid)?;
+            let cell = Self::new_inode(fs, &pst, name, mode, rdev, who)?;
             let mut st = cell.lock();
             let (ino, now) = (st.ino, st.hdr.ctime);
             fs.test_point("make_node:allocated");
@@ -1218,24 +1218,22 @@ impl Fs {
         })
     }
 
-    /// A new inode for `name` in the locked directory `pst` (number `parent`), not yet
-    /// entered there: its block reserved, a number allocated, its cell cached and its
-    /// block dirty (checkpoint debt charged to the calling operation). `mode` is final
-    /// (umask and ACLs applied); a setgid directory passes down its group (and, to a
-    /// directory, the bit). Nothing else can reach the cell yet (no name leads to it, the
-    /// kernel holds no handle to its number), so the caller may lock it whatever it holds.
-    /// A later refusal undoes it with `free_inode`.
-    #[allow(clippy::too_many_arguments)]
+    /// A new inode for `name` in the locked directory `pst`, owned by `who` (its umask is
+    /// not used: `mode` is final, umask and ACLs applied), not yet entered there: its block
+    /// reserved, a number allocated, its cell cached and its block dirty (checkpoint debt
+    /// charged to the calling operation). A setgid directory passes down its group (and,
+    /// to a directory, the bit). Nothing else can reach the cell yet (no name leads to it,
+    /// the kernel holds no handle to its number), so the caller may lock it whatever it
+    /// holds. A later refusal undoes it with `free_inode`.
     fn new_inode(
         fs: &FsInner,
         pst: &InodeState,
-        parent: Ino,
         name: &[u8],
         mode: u32,
         rdev: u32,
-        uid: u32,
-        gid: u32,
+        who: Creator,
     ) -> Result<Arc<InodeCell>> {
+        let (parent, uid, gid) = (pst.ino, who.uid, who.gid);
         let kind = mode & S_IFMT;
         fs.reserve_blocks(1)?;
         let ino = match fs.nat.alloc() {
@@ -1692,9 +1690,7 @@ impl Fs {
             // one else can reach its cell, so locking it while this holds the directories
             // and the entries keeps the lock order.
             let whiteout = if flags.whiteout {
-                let mode = WHITEOUT_MODE;
-                let (uid, gid) = (who.uid, who.gid);
-                let c = Self::new_inode(fs, &sa, parent, name, mode, WHITEOUT_DEV, uid, gid)?;
+                let c = Self::new_inode(fs, &sa, name, WHITEOUT_MODE, WHITEOUT_DEV, who)?;
                 fs.test_point("rename:whiteout");
                 Some(c)
             } else {

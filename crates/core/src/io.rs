@@ -388,10 +388,10 @@ impl IoPool {
                 if skip {
                     Ok(())
                 } else if let Some(z) = zone {
-                    // The zone's next buffer may go once the device has taken this one in order,
-                    // not only once it completed: one zone's buffers one at a time held
-                    // `gc=device`'s appends at the emulated SSD's queue-depth-1 rate (1.5 of 2.2
-                    // GiB/s, docs/BENCHMARKS.md).
+                    // The zone's next buffer may go once the device has taken this one in
+                    // order, not only once it completed: one zone's buffers one at a time
+                    // held `gc=device`'s appends at the emulated SSD's queue-depth-1 rate
+                    // (1.5 of 2.2 GiB/s, docs/BENCHMARKS.md).
                     let mut accepted = || {
                         self.state.lock().busy_zones.retain(|&b| b != z);
                         released = true;

@@ -1792,9 +1792,10 @@ impl SegManager {
     /// can write one of them): discard `runs` (`flush_meta`'s), except those in
     /// `released` (sections discarded whole by `release_sections`) and any block that is
     /// valid again (none is while operations are excluded; checked all the same). Advisory
-    /// like `release_sections`. Returns the blocks discarded.
+    /// like `release_sections`. Returns the blocks discarded. (`runs` is empty unless the
+    /// mount enabled small discards, which it does only on a device that discards.)
     pub fn issue_small_discards(&self, runs: Vec<(BlkAddr, u64)>, released: &[u64]) -> u64 {
-        if runs.is_empty() || !self.dev.capabilities().discard {
+        if runs.is_empty() {
             return 0;
         }
         let released: std::collections::HashSet<u64> = released.iter().copied().collect();
