@@ -57,14 +57,7 @@ pub fn open(path: &Path, read_only: bool) -> Result<Arc<FileDevice>> {
 
 /// `open`, with the `O_DIRECT` path for large writes on or off (`image_io=`).
 pub fn open_with(path: &Path, read_only: bool, direct: bool) -> Result<Arc<FileDevice>> {
-    let mut dev = open_device(path, read_only)?;
-    if dev.capabilities().block_count == 0 {
-        bail!(
-            "{} is empty; make a volume with `flashlog mkfs --size 1G {}`",
-            path.display(),
-            path.display()
-        );
-    }
+    let mut dev = not_empty(path, open_device(path, read_only)?)?;
     if direct {
         dev.set_direct_writes(true);
     }
@@ -76,9 +69,9 @@ pub fn open_device(path: &Path, read_only: bool) -> Result<FileDevice> {
     check_target(path)?;
     let start = Instant::now();
     let mut told = false;
-    let dev = loop {
+    loop {
         match FileDevice::open(path, read_only) {
-            Ok(dev) => break dev,
+            Ok(dev) => return Ok(dev),
             Err(DevError::InUse(_)) if start.elapsed() < LOCK_WAIT => {
                 if !told && start.elapsed() > Duration::from_secs(1) {
                     eprintln!(
@@ -95,7 +88,18 @@ pub fn open_device(path: &Path, read_only: bool) -> Result<FileDevice> {
             ),
             Err(e) => bail!("cannot open {}: {e}", path.display()),
         }
-    };
+    }
+}
+
+/// `dev`, unless it has no blocks: an empty image holds no volume.
+fn not_empty(path: &Path, dev: FileDevice) -> Result<FileDevice> {
+    if dev.capabilities().block_count == 0 {
+        bail!(
+            "{} is empty; make a volume with `flashlog mkfs --size 1G {}`",
+            path.display(),
+            path.display()
+        );
+    }
     Ok(dev)
 }
 
@@ -112,14 +116,7 @@ pub fn open_to_peek(path: &Path) -> Result<(Arc<FileDevice>, bool)> {
         ),
         Err(e) => bail!("cannot open {}: {e}", path.display()),
     };
-    if dev.capabilities().block_count == 0 {
-        bail!(
-            "{} is empty; make a volume with `flashlog mkfs --size 1G {}`",
-            path.display(),
-            path.display()
-        );
-    }
-    Ok((Arc::new(dev), in_use))
+    Ok((Arc::new(not_empty(path, dev)?), in_use))
 }
 
 /// Explain a core error from reading or mounting a volume.
