@@ -192,6 +192,15 @@ def first_diff(a, b):
     return "sizes %d vs %d" % (len(a), len(b))
 
 
+def want_stored(fd, exp, what):
+    """fsync, drop the file's cached pages, read it all back: it must be `exp`."""
+    exp = bytes(exp)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    got = os.pread(fd, len(exp) + 4096, 0)
+    want(got == exp, what + ": " + first_diff(got, exp))
+
+
 def wait_child(pid, timeout):
     """(exited?, status) of child pid within timeout seconds; killed with SIGKILL if not."""
     end = time.time() + timeout
@@ -276,10 +285,7 @@ def c_mmap_past_eof(d):
         got = os.pread(fd, 2 * PAGE, 0)
         want(got == b"A" * 100 + bytes(2 * PAGE - 100),
              "after ftruncate up, bytes stored past the old EOF are visible: " + first_diff(got, b"A" * 100 + bytes(2 * PAGE - 100)))
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        got = os.pread(fd, 2 * PAGE, 0)
-        want(got == b"A" * 100 + bytes(2 * PAGE - 100), "after dropping the cache: " + first_diff(got, b"A" * 100 + bytes(2 * PAGE - 100)))
+        want_stored(fd, b"A" * 100 + bytes(2 * PAGE - 100), "after dropping the cache")
     finally:
         os.close(fd)
     return "stores past EOF in the last page read zero after ftruncate up (cached and uncached)"
@@ -413,10 +419,7 @@ def c_odirect_mixed(d):
         n = os.preadv(dfd, [buf], len(exp))
         want(n == 0, "direct read at EOF returned %d" % n)
         m.close()
-        os.fsync(bfd)
-        os.posix_fadvise(bfd, 0, 0, os.POSIX_FADV_DONTNEED)
-        got = os.pread(bfd, len(exp) + 10, 0)
-        want(got == bytes(exp), "file after all: " + first_diff(got, bytes(exp)))
+        want_stored(bfd, exp, "file after all")
     finally:
         os.close(dfd)
         os.close(bfd)
@@ -563,10 +566,7 @@ def c_fallocate_modes(d):
         # After KEEP_SIZE beyond EOF, a truncate up reads zero.
         os.ftruncate(fd, len(exp) + 4096)
         exp.extend(bytes(4096))
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        got = os.pread(fd, len(exp) + 100, 0)
-        want(got == bytes(exp), "after fsync + cache drop: " + first_diff(got, bytes(exp)))
+        want_stored(fd, exp, "after fsync + cache drop")
     finally:
         os.close(fd)
     return ", ".join("%s=%s" % kv for kv in res.items())
@@ -608,10 +608,7 @@ def c_fallocate_dirty(d):
             res.append("MADV_REMOVE " + ename(e))
         want(m[:] == bytes(exp), "mapping after MADV_REMOVE: " + first_diff(m[:], bytes(exp)))
         m.close()
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        got = os.pread(fd, n + 1, 0)
-        want(got == bytes(exp), "stored after fsync: " + first_diff(got, bytes(exp)))
+        want_stored(fd, exp, "stored after fsync")
     finally:
         os.close(fd)
     return ", ".join(res) + "; read(), mapping and stored file agree"
