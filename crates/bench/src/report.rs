@@ -160,9 +160,12 @@ impl Report {
             serde_json::to_string_pretty(&self.json())?,
         )
         .with_context(|| format!("writing {}/report.json", self.out.display()))?;
-        println!("{txt}");
-        println!(
-            "wrote {}/report.txt and {}/report.json",
+        // The files hold the report; a reader that went away (`flashlog bench ... | head`)
+        // misses only the copy on stdout, without a panic at the end of a long run.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stdout(),
+            "{txt}\nwrote {}/report.txt and {}/report.json",
             self.out.display(),
             self.out.display()
         );

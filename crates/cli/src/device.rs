@@ -94,8 +94,12 @@ pub fn open_device(path: &Path, read_only: bool) -> Result<FileDevice> {
 /// `dev`, unless it has no blocks: an empty image holds no volume.
 fn not_empty(path: &Path, dev: FileDevice) -> Result<FileDevice> {
     if dev.capabilities().block_count == 0 {
+        let what = match std::fs::metadata(path).map(|m| m.len()) {
+            Ok(n) if n > 0 => format!("holds {n} bytes, less than one 4 KiB block"),
+            _ => "is empty".to_string(),
+        };
         bail!(
-            "{} is empty; make a volume with `flashlog mkfs --size 1G {}`",
+            "{} {what}; make a volume with `flashlog mkfs --size 1G {}`",
             path.display(),
             path.display()
         );

@@ -384,7 +384,8 @@ fn daemonize(log: &Path, p: &Prepared) -> Result<Ready> {
             let mut msg = String::new();
             let _ = File::from(rd).read_to_string(&mut msg);
             if let Some(ok) = msg.strip_prefix("OK ") {
-                println!("{ok}");
+                // The mount is up whether or not anyone still reads this line.
+                let _ = writeln!(std::io::stdout(), "{ok}");
                 std::process::exit(0);
             }
             match msg.strip_prefix("ERR ") {

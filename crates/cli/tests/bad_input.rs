@@ -100,6 +100,7 @@ fn bad_sizes_and_options_are_clear_errors() {
 fn fsck_and_inspect_refuse_what_is_not_a_volume_and_leave_it_alone() {
     let d = scratch("notvol");
     std::fs::write(d.join("empty.img"), b"").unwrap();
+    std::fs::write(d.join("tiny.img"), [7u8; 3000]).unwrap();
     user_file(&d.join("random.img"), 8 << 20);
     std::fs::create_dir(d.join("dir")).unwrap();
     // A real volume, cut short.
@@ -112,7 +113,14 @@ fn fsck_and_inspect_refuse_what_is_not_a_volume_and_leave_it_alone() {
         .unwrap();
     f.set_len(40 << 20).unwrap();
     drop(f);
-    for img in ["empty.img", "random.img", "dir", "cut.img", "missing.img"] {
+    for img in [
+        "empty.img",
+        "tiny.img",
+        "random.img",
+        "dir",
+        "cut.img",
+        "missing.img",
+    ] {
         let before = d.join(img).is_file().then(|| digest(&d.join(img)));
         let o = flashlog(&["fsck", img], &d);
         assert_eq!(o.status.code(), Some(8), "fsck {img}: {}", stderr(&o));
@@ -124,6 +132,15 @@ fn fsck_and_inspect_refuse_what_is_not_a_volume_and_leave_it_alone() {
         let after = d.join(img).is_file().then(|| digest(&d.join(img)));
         assert_eq!(before, after, "{img} changed");
     }
+    // Less than a block is not called empty (it said "is empty" of these 3,000 bytes).
+    let o = flashlog(&["mkfs", "tiny.img"], &d);
+    assert!(
+        stderr(&o).contains("holds 3000 bytes, less than one 4 KiB block"),
+        "{}",
+        stderr(&o)
+    );
+    let o = flashlog(&["mkfs", "empty.img"], &d);
+    assert!(stderr(&o).contains("is empty"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
 
