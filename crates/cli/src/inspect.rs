@@ -149,7 +149,7 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
         "target": target,
         "mounted": mounted,
         "superblock": {
-            "label": sb.label, "uuid": hex(&sb.uuid), "created_unix": sb.created_unix, "features": sb.features,
+            "format_version": sb.version, "label": sb.label, "uuid": hex(&sb.uuid), "created_unix": sb.created_unix, "features": sb.features,
             "block_size": BLOCK_SIZE, "block_count": g.block_count, "segments_per_section": g.segs_per_sec,
             "checkpoint_addr": g.cp_addr, "checkpoint_pack_blocks": g.cp_pack_blocks, "orphan_slots": g.orphan_slots,
             "sit_addr": g.sit_addr, "sit_blocks": g.sit_blocks, "nat_addr": g.nat_addr, "nat_blocks": g.nat_blocks,
@@ -183,7 +183,8 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
     writeln!(out, "Superblock")?;
     writeln!(
         out,
-        "  label {:?}, uuid {}, created {} (unix)",
+        "  format version {}, label {:?}, uuid {}, created {} (unix)",
+        sb.version,
         sb.label,
         hex(&sb.uuid),
         sb.created_unix

@@ -146,7 +146,11 @@ pub fn detect_signature(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
         return Ok(None);
     }
     dev.read(0, &mut b[..])?;
-    if Superblock::decode(&b).is_ok() {
+    // A sealed superblock block, even one this code cannot decode (a later format version
+    // or feature): mkfs must not take a newer Flashlog's volume for free space.
+    if Superblock::decode(&b).is_ok()
+        || flashlog_format::codec::check(&b, flashlog_format::tag::SUPERBLOCK, "superblock").is_ok()
+    {
         return Ok(Some("Flashlog"));
     }
     let le16 = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
@@ -284,6 +288,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
     let mut seed = [0u8; 16];
     rng.fill_bytes(&mut seed);
     let sb = Superblock {
+        version: flashlog_format::sb::FORMAT_VERSION,
         geo: geo.clone(),
         hash_seed: u32::from_le_bytes([seed[0], seed[1], seed[2], seed[3]]),
         created_unix: if opts.seed.is_some() {
@@ -457,6 +462,33 @@ pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
     )))
 }
 
+/// A read-write mount of a volume of an older format version marks it
+/// [`FORMAT_VERSION`](flashlog_format::sb::FORMAT_VERSION) before it writes anything else:
+/// what this code writes, binaries that only read the older version misread (docs/FORMAT.md,
+/// "Versions"), and they refuse the new one. Copy 1 first: a cut between the two leaves
+/// copy 0 old and copy 1 new, which an old binary still mounts, but nothing new-format has
+/// been written yet; after copy 0, both copies refuse it.
+fn upgrade_superblock(dev: &dyn BlockDevice, sb: &Superblock) -> Result<()> {
+    let latest = flashlog_format::sb::FORMAT_VERSION;
+    if sb.version >= latest {
+        return Ok(());
+    }
+    let enc = Superblock {
+        version: latest,
+        ..sb.clone()
+    }
+    .encode();
+    for copy in [1u64, 0] {
+        dev.write(copy, &enc[..])?;
+        dev.flush()?;
+    }
+    tracing::info!(
+        "format version {} marked {latest} (binaries before 2026-11-28 no longer mount it)",
+        sb.version
+    );
+    Ok(())
+}
+
 /// Read and check one checkpoint pack.
 pub fn read_pack(dev: &dyn BlockDevice, geo: &Geometry, pack: u8) -> Result<Checkpoint> {
     let start = geo.cp_pack_addr(pack);
@@ -529,6 +561,9 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         )));
     }
     crate::gc_none::check_volume(dev.capabilities(), &geo)?;
+    if !opts.read_only {
+        upgrade_superblock(&*dev, &sb)?;
+    }
     let nat = NatTable::load(&*dev, &geo, &cpk.nat_bitmap)?;
     let mut seg = SegManager::load(
         dev.clone(),

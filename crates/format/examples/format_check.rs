@@ -81,7 +81,7 @@ fn main() {
     r.eq("superblock copy 1 == copy 0", true, b0[..] == b1[..]);
     let sb = Superblock::decode(&b0).expect("superblock decodes");
     let g = &sb.geo;
-    r.eq("sb@8 version", 1, u32_(&b0[..], 8));
+    r.eq("sb@8 version", 2, u32_(&b0[..], 8));
     r.eq("sb@12 log2 block size", 12, u32_(&b0[..], 12));
     r.eq("sb@16 blocks/segment", 512, u32_(&b0[..], 16));
     r.eq("sb@20 segs/sec", g.segs_per_sec, u32_(&b0[..], 20));

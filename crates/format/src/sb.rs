@@ -19,8 +19,15 @@ use crate::codec::*;
 use crate::meta::{NAT_ENTRIES_PER_BLOCK, SIT_ENTRIES_PER_BLOCK};
 use crate::{tag, BlkAddr, Nid, SegNo, BLOCKS_PER_SEG, BLOCK_SIZE, BLOCK_SIZE_LOG2, ROOT_INO};
 
-/// Format version written by this code.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written by this code. Version 2 (2026-11-28) is version 1 as the code
+/// of 2026-11-27 wrote it: node footers with a checkpoint tag and a sequence (u32 each),
+/// orphan slots per nid (`orphan_slots`). Binaries from before those changes read version 1
+/// and misread such volumes (an older checkpoint chosen, fsync'd nodes not rolled forward),
+/// so this code writes 2, which they refuse, and marks a version-1 volume 2 at its first
+/// read-write mount (`upgrade_superblock` in the core). It reads both.
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest format version this code reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Smallest volume mkfs accepts (bytes).
 pub const MIN_VOLUME_BYTES: u64 = 64 << 20;
 /// Largest number of nids (inodes + other nodes). Bounds the in-memory NAT (about 13 B per
@@ -48,6 +55,9 @@ pub const DEFAULT_LOG_HEADS: u32 = 6;
 /// is infinite: no SIT, no SSA, each log head appends in its own region (docs/FORMAT.md
 /// "Infinite volumes").
 pub const FEATURE_INFINITE: u64 = 0x1;
+/// Every `features` bit this code knows. A volume with any other bit set was made by a
+/// newer Flashlog for something this one cannot do right: it is refused, never misread.
+pub const KNOWN_FEATURES: u64 = FEATURE_INFINITE;
 /// log2 of the blocks of one region of an infinite volume: region 0 holds the metadata,
 /// log head `i` appends in region `i + 1`, from `(i + 1) << 56`, and never wraps.
 pub const REGION_BLOCKS_LOG2: u32 = 56;
@@ -130,6 +140,9 @@ pub struct Geometry {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// Format version stored ([`OLDEST_FORMAT_VERSION`]..=[`FORMAT_VERSION`]); mkfs
+    /// writes [`FORMAT_VERSION`].
+    pub version: u32,
     pub geo: Geometry,
     pub hash_seed: u32,
     pub created_unix: u64,
@@ -733,7 +746,7 @@ impl Superblock {
     pub fn encode(&self) -> Box<Block> {
         let g = &self.geo;
         let mut b = zero_block();
-        put_u32(&mut b[..], O_VERSION, FORMAT_VERSION);
+        put_u32(&mut b[..], O_VERSION, self.version);
         put_u32(&mut b[..], O_BLOCK_LOG, BLOCK_SIZE_LOG2);
         put_u32(&mut b[..], O_BLOCKS_PER_SEG, BLOCKS_PER_SEG as u32);
         put_u32(&mut b[..], O_SEGS_PER_SEC, g.segs_per_sec);
@@ -780,8 +793,18 @@ impl Superblock {
             value,
         };
         let version = get_u32(b, O_VERSION);
-        if version != FORMAT_VERSION {
-            return Err(bad("version", version as u64));
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+            return Err(bad(
+                "version (this Flashlog reads versions 1 and 2; a newer one made the volume, or it is damaged)",
+                version as u64,
+            ));
+        }
+        let unknown = get_u64(b, O_FEATURES) & !KNOWN_FEATURES;
+        if unknown != 0 {
+            return Err(bad(
+                "features (bits this Flashlog does not know: a newer one made the volume, or it is damaged)",
+                unknown,
+            ));
         }
         if get_u32(b, O_BLOCK_LOG) != BLOCK_SIZE_LOG2 {
             return Err(bad("block_size_log2", get_u32(b, O_BLOCK_LOG) as u64));
@@ -823,6 +846,7 @@ impl Superblock {
         let raw = &b[O_LABEL..O_LABEL + LABEL_LEN];
         let end = raw.iter().position(|&c| c == 0).unwrap_or(LABEL_LEN);
         Ok(Superblock {
+            version,
             geo,
             hash_seed: get_u32(b, O_HASH_SEED),
             created_unix: get_u64(b, O_CREATED),
@@ -843,6 +867,7 @@ mod tests {
 
     fn test_superblock(g: &Geometry) -> Superblock {
         Superblock {
+            version: FORMAT_VERSION,
             geo: g.clone(),
             hash_seed: 1,
             created_unix: 0,
@@ -906,6 +931,7 @@ mod tests {
     fn superblock_roundtrip_and_corruption() {
         let geo = Geometry::compute((1u64 << 30) / 4096, 1, 1).unwrap();
         let sb = Superblock {
+            version: FORMAT_VERSION,
             geo,
             hash_seed: 7,
             created_unix: 1,
@@ -917,6 +943,30 @@ mod tests {
         assert_eq!(Superblock::decode(&b).unwrap(), sb);
         b[O_MAIN_SEGS] ^= 0xff;
         assert!(Superblock::decode(&b).is_err());
+    }
+
+    /// Version 1 reads as version 1 (and re-encodes as it was); a version after ours and
+    /// a feature bit we do not know are refused with a message that says why, even with
+    /// the checksum right.
+    #[test]
+    fn older_versions_read_newer_ones_and_unknown_features_refused() {
+        let geo = Geometry::compute((1u64 << 30) / 4096, 1, 1).unwrap();
+        let mut sb = test_superblock(&geo);
+        assert_eq!(get_u32(&sb.encode()[..], O_VERSION), FORMAT_VERSION);
+        sb.version = OLDEST_FORMAT_VERSION;
+        let b = sb.encode();
+        assert_eq!(get_u32(&b[..], O_VERSION), 1);
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        let mut b = sb.encode();
+        put_u32(&mut b[..], O_VERSION, FORMAT_VERSION + 1);
+        seal(&mut b, tag::SUPERBLOCK);
+        let e = Superblock::decode(&b).unwrap_err().to_string();
+        assert!(e.contains("a newer one made the volume"), "{e}");
+        let mut b = sb.encode();
+        put_u64(&mut b[..], O_FEATURES, 0x10);
+        seal(&mut b, tag::SUPERBLOCK);
+        let e = Superblock::decode(&b).unwrap_err().to_string();
+        assert!(e.contains("features") && e.contains("value 16"), "{e}");
     }
 
     #[test]
