@@ -52,6 +52,20 @@ fn mapped_in_main(ssd: &SsdDevice) -> u64 {
     all - meta
 }
 
+/// Wait (30 s at most) until `done` holds, polling every 10 ms; false if it never did. The
+/// discard dispatcher issues 16 commands every 50 ms when its thread runs, which a loaded
+/// machine may delay well past a few rounds.
+fn eventually(done: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
+
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed) as u8)
@@ -117,7 +131,7 @@ fn overwrites_are_discarded_after_the_checkpoint_and_addresses_never_reused() {
         let r_heads: u64 = fs.stats().live_blocks;
         assert!(r_heads >= 2048, "{r_heads}");
         // The dispatcher (50 ms, 16 commands) catches up.
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        eventually(|| fs.stats().discards_queued == 0);
         let s = fs.stats();
         assert_eq!(s.discards_queued, 0, "round {round}");
         let top = ssd
@@ -251,8 +265,8 @@ fn crash_keeps_fsynced_bytes_and_leaves_no_dead_block_mapped() {
     // Everything dead (the overwritten half of `a`'s first version was never dead in the
     // checkpoint, the residue after the heads is) is discarded by the recovery checkpoint.
     fs.sync().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
     let live = fs.stats().live_blocks;
+    eventually(|| mapped_in_main(&ssd) == live);
     assert_eq!(
         mapped_in_main(&ssd),
         live,
@@ -331,6 +345,8 @@ fn a_writer_short_of_capacity_issues_queued_discards_without_a_checkpoint() {
     // space target, less than that plus what the queue gives back.
     let t0 = std::time::Instant::now();
     write_all(1000);
+    let took = t0.elapsed();
+    eprintln!("the overwrite took {took:?}");
     let after = fs.stats();
     assert_eq!(
         after.checkpoints, before.checkpoints,
@@ -389,8 +405,8 @@ fn a_cut_before_the_first_checkpoint_after_a_clean_mount_loses_nothing_and_leaks
             "fsync'd bytes lost (clean unmount first: {clean_unmount_first})"
         );
         fs.sync().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(300));
         let live = fs.stats().live_blocks;
+        eventually(|| mapped_in_main(&ssd) == live);
         assert_eq!(
             mapped_in_main(&ssd),
             live,
@@ -625,7 +641,8 @@ fn a_sync_beside_a_checkpoints_tail_waits_for_it_without_excluding_operations() 
             let _ = done.send(b);
         })
     };
-    let b = ran.recv_timeout(Duration::from_secs(2));
+    // Returns at once unless it waits for the held tail (then never, until `go`).
+    let b = ran.recv_timeout(Duration::from_secs(20));
     assert!(
         !sync.is_finished(),
         "sync returned while the tail before it was held"
