@@ -164,10 +164,13 @@ fn a_stalled_flusher_never_hangs_a_writer() {
 
 /// `own_writeback`: a writer over the hard cap writes back the file it wrote instead of
 /// waiting for the flusher. With the flusher paused, two writers of 8 MiB each through a
-/// 1 MiB cap write their pages back themselves and never reach the last resort (without
-/// the option each waits two 100 ms rounds, then writes back whatever it can: an inline
-/// fallback); a writer may still wait while the other's pages keep the volume over the
-/// cap. The dirty pages stay near the cap; the files read back exactly after a remount.
+/// 1 MiB cap write their pages back themselves and reach the last resort at most twice
+/// (without the option each waits two 100 ms rounds, then writes back whatever it can: an
+/// inline fallback, about one per 2 MiB written, 4 for the one 8 MiB writer of
+/// `a_stalled_flusher_never_hangs_a_writer`); a writer may still wait while the other's
+/// pages keep the volume over the cap, and where the other is not run for those 200 ms
+/// (a loaded machine: 3 runs of 40 with 3 busy loops beside) it takes the last resort.
+/// The dirty pages stay near the cap; the files read back exactly after a remount.
 #[test]
 fn own_writeback_writers_write_their_files_back_instead_of_waiting() {
     let cap = 1u64 << 20;
@@ -204,9 +207,10 @@ fn own_writeback_writers_write_their_files_back_instead_of_waiting() {
     let wb = fs.writeback_stats();
     eprintln!("{wb:?}");
     assert_eq!(wb.background_pages, 0, "paused flusher wrote: {wb:?}");
-    assert_eq!(
-        wb.inline_fallbacks, 0,
-        "a writer took the last resort: {wb:?}"
+    assert!(
+        wb.inline_fallbacks <= 2,
+        "the writers took the last resort {} times: {wb:?}",
+        wb.inline_fallbacks
     );
     assert!(
         wb.inline_pages >= 2 * 8 * (MIB as u64 / BS) - 2 * (cap / BS),
