@@ -799,22 +799,30 @@ mod tests {
         ] {
             let before = waits(point, holder);
             let _r = as_role(holder_role);
-            let held = c.lock();
-            let started = Arc::new(AtomicBool::new(false));
-            let t = {
-                let (c, started) = (c.clone(), started.clone());
-                std::thread::spawn(move || {
-                    let _r = as_role(waiter_role);
-                    started.store(true, Ordering::Release);
-                    drop(c.lock());
-                })
-            };
-            while !started.load(Ordering::Acquire) {
-                std::thread::yield_now();
+            // The wait is one only if the thread reaches the lock before it is let go: on a
+            // loaded machine it may be preempted between its flag and the lock for longer
+            // than the hold, so the hold doubles (20 ms to 640 ms) until a wait was seen.
+            for attempt in 0..6 {
+                let held = c.lock();
+                let started = Arc::new(AtomicBool::new(false));
+                let t = {
+                    let (c, started) = (c.clone(), started.clone());
+                    std::thread::spawn(move || {
+                        let _r = as_role(waiter_role);
+                        started.store(true, Ordering::Release);
+                        drop(c.lock());
+                    })
+                };
+                while !started.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
+                drop(held);
+                t.join().unwrap();
+                if waits(point, holder) > before {
+                    break;
+                }
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            drop(held);
-            t.join().unwrap();
             assert!(waits(point, holder) > before, "{point} < {holder}");
         }
     }

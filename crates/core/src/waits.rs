@@ -304,20 +304,28 @@ mod tests {
             assert_eq!(cell_point(), Point::CellGc, "guards nest");
         }
         assert_eq!(cell_point(), Point::Cell);
-        // A contended acquisition as a collector lands on the collector's point.
+        // A contended acquisition as a collector lands on the collector's point. The
+        // acquisition is contended only if the thread reaches it before the lock is let go:
+        // a loaded machine may not run a new thread within the wait, so the wait doubles
+        // (20 ms to 640 ms) until it did. Counted elsewhere, it never lands here.
         let m = Arc::new(Mutex::new(()));
-        let held = m.lock();
         let before = count(Point::CellGc);
-        let t = {
-            let m = m.clone();
-            std::thread::spawn(move || {
-                let _g = as_role(Role::Gc);
-                drop(lock(cell_point(), &m));
-            })
-        };
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        drop(held);
-        t.join().unwrap();
+        for attempt in 0..6 {
+            let held = m.lock();
+            let t = {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    let _g = as_role(Role::Gc);
+                    drop(lock(cell_point(), &m));
+                })
+            };
+            std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
+            drop(held);
+            t.join().unwrap();
+            if count(Point::CellGc) > before {
+                break;
+            }
+        }
         assert!(count(Point::CellGc) > before);
     }
 }
