@@ -142,17 +142,28 @@ mod tests {
     #[test]
     fn a_waiting_checkpoint_admits_no_new_operation_on_any_shard() {
         let l = Arc::new(OpLock::new());
-        let (held_tx, held_rx) = std::sync::mpsc::channel();
-        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let holder = {
+        // The holder needs a shard with one after it. Thread slots are handed out
+        // process-wide, to the other tests of this binary too, so the holder's may be any;
+        // one on the last shard gives way to another thread.
+        let (holder, a, release_tx) = loop {
+            let (held_tx, held_rx) = std::sync::mpsc::channel();
+            let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
             let l = l.clone();
-            std::thread::spawn(move || {
+            let h = std::thread::spawn(move || {
+                let shard = thread_slot() % OP_LOCK_SHARDS;
+                if shard == OP_LOCK_SHARDS - 1 {
+                    held_tx.send(None).unwrap();
+                    return;
+                }
                 let _g = l.op();
-                held_tx.send(thread_slot() % OP_LOCK_SHARDS).unwrap();
-                release_rx.recv().unwrap();
-            })
+                held_tx.send(Some(shard)).unwrap();
+                let _ = release_rx.recv();
+            });
+            match held_rx.recv().unwrap() {
+                Some(a) => break (h, a, release_tx),
+                None => h.join().unwrap(),
+            }
         };
-        let a = held_rx.recv().unwrap();
         let in_cp = Arc::new(AtomicBool::new(false));
         let cp = {
             let (l, in_cp) = (l.clone(), in_cp.clone());
@@ -167,38 +178,39 @@ mod tests {
         while l.gate.try_lock().is_some() {
             std::thread::yield_now();
         }
-        // An operation on a later shard than `a`: a new thread until one has one (thread
-        // slots are handed out in order, so one comes within a turn of the shards).
+        // An operation on a later shard than `a`: a new thread until one has one. Each says
+        // which before it asks for the lock, so a thread on an earlier shard that a loaded
+        // machine runs late is not taken for one waiting at the gate.
         let ran = Arc::new(AtomicBool::new(false));
         let mut late = None;
-        for _ in 0..2 * OP_LOCK_SHARDS {
+        for _ in 0..100 * OP_LOCK_SHARDS {
+            let (said_tx, said_rx) = std::sync::mpsc::channel();
             let (l, ran) = (l.clone(), ran.clone());
             let t = std::thread::spawn(move || {
-                if thread_slot() % OP_LOCK_SHARDS <= a {
-                    return false;
+                let later = thread_slot() % OP_LOCK_SHARDS > a;
+                said_tx.send(later).unwrap();
+                if later {
+                    let _g = l.op();
+                    ran.store(true, Ordering::SeqCst);
                 }
-                let _g = l.op();
-                ran.store(true, Ordering::SeqCst);
-                true
             });
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            if !t.is_finished() {
+            if said_rx.recv().unwrap() {
                 late = Some(t);
                 break;
             }
-            if t.join().unwrap() {
-                break;
-            }
+            t.join().unwrap();
         }
+        let late = late.expect("a thread on a later shard");
+        // Time for it to get in, had the gate let it.
+        std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(
             !ran.load(Ordering::SeqCst),
             "an operation started while a checkpoint waited for another"
         );
-        let late = late.expect("a thread on a later shard");
         release_tx.send(()).unwrap();
         holder.join().unwrap();
         cp.join().unwrap();
-        assert!(late.join().unwrap());
+        late.join().unwrap();
         assert!(ran.load(Ordering::SeqCst));
     }
 }
