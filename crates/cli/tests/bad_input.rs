@@ -260,10 +260,6 @@ fn commands_wait_for_a_volume_in_use_and_mkfs_survives_a_closed_pipe() {
     assert!(o.status.success(), "{}", stderr(&o));
     let holder = std::fs::File::open(&img).unwrap();
     holder.lock().unwrap();
-    let release = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        drop(holder);
-    });
     let o = flashlog(&["inspect", img.to_str().unwrap()], &d);
     assert!(
         o.status.success(),
@@ -275,20 +271,52 @@ fn commands_wait_for_a_volume_in_use_and_mkfs_survives_a_closed_pipe() {
         out.contains("is mounted"),
         "inspect did not say the volume is in use:\n{out}"
     );
+    // The lock is let go once fsck says it waits for it (it does after waiting 1 s), not
+    // at a fixed time: a release timed from before inspect left fsck less than the 1 s it
+    // waits before it says so whenever inspect and fsck's start were slow (a loaded
+    // machine), and a fsck that never waits says nothing and gets the lock only when its
+    // stderr ends.
     let t = std::time::Instant::now();
-    let o = flashlog(&["fsck", img.to_str().unwrap()], &d);
-    release.join().unwrap();
+    let mut fsck = Command::new(env!("CARGO_BIN_EXE_flashlog"))
+        .args(["fsck", img.to_str().unwrap()])
+        .current_dir(&d)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run flashlog");
+    let (said_tx, said_rx) = std::sync::mpsc::channel();
+    let err = fsck.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(err).lines() {
+            let line = line.unwrap();
+            if line.contains("waiting for") {
+                let _ = said_tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    // fsck gives up after 30 s of waiting.
+    let said = said_rx.recv_timeout(std::time::Duration::from_secs(60));
+    drop(holder);
+    let o = fsck.wait_with_output().unwrap();
+    let err = reader.join().unwrap();
+    assert!(
+        said.is_ok(),
+        "fsck did not say it waits for the lock: {err}"
+    );
     assert!(
         o.status.success(),
-        "fsck after the lock was released: {}",
-        stderr(&o)
+        "fsck after the lock was released: {err}"
     );
     assert!(
         t.elapsed() >= std::time::Duration::from_millis(1000),
         "fsck did not wait for the lock ({:?})",
         t.elapsed()
     );
-    assert!(stderr(&o).contains("waiting for"), "{}", stderr(&o));
     // mkfs into a pipe closed after its first line.
     let made = d.join("piped.img");
     let sh = format!(
