@@ -570,15 +570,26 @@ mod tests {
         for i in 0..3 {
             dev.write(i, &b).unwrap();
         }
-        let mut at = None;
-        dev.write_hinted_ordered(3, &b, WriteHint::Data, &mut || at = Some(Instant::now()))
-            .unwrap();
-        let early = Instant::now().duration_since(at.expect("accepted was called"));
+        // A loaded machine may preempt the thread between the submission and `accepted`
+        // for most of the 510 us: the best of up to 5 writes counts (accepted only as the
+        // write returns, none would pass).
+        let mut best = std::time::Duration::ZERO;
+        let mut writes = 3;
+        for a in 3..8 {
+            let mut at = None;
+            dev.write_hinted_ordered(a, &b, WriteHint::Data, &mut || at = Some(Instant::now()))
+                .unwrap();
+            writes += 1;
+            best = best.max(Instant::now().duration_since(at.expect("accepted was called")));
+            if best >= std::time::Duration::from_micros(200) {
+                break;
+            }
+        }
         assert!(
-            early >= std::time::Duration::from_micros(200),
-            "accepted only {early:?} before the write returned"
+            best >= std::time::Duration::from_micros(200),
+            "accepted only {best:?} before the write returned (the best of 5)"
         );
-        assert_eq!(dev.bytes().1, 4 * 4096);
+        assert_eq!(dev.bytes().1, writes * 4096);
     }
 
     #[test]

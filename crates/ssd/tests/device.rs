@@ -251,22 +251,34 @@ fn wall_clock_accepts_an_ordered_write_before_its_time_passes() {
     for i in 0..3 {
         dev.write(i, &block(i)).unwrap();
     }
-    let mut at = None;
-    dev.write_hinted_ordered(3, &block(3), WriteHint::Data, &mut || {
-        at = Some(std::time::Instant::now())
-    })
-    .unwrap();
-    let returned = std::time::Instant::now();
-    let early = returned.duration_since(at.expect("accepted was called"));
     // The write's modelled time is 510 us from its submission; accepting it takes
-    // microseconds of CPU, so most of those 510 us pass after `accepted`.
+    // microseconds of CPU, so most of those 510 us pass after `accepted`. A loaded machine
+    // may preempt the thread between the submission and `accepted` for longer than that:
+    // the best of 5 writes counts (accepted only as the write returns, none would pass).
+    let mut best = std::time::Duration::ZERO;
+    let mut written = 3;
+    for a in 3..8 {
+        written = a + 1;
+        let mut at = None;
+        dev.write_hinted_ordered(a, &block(a), WriteHint::Data, &mut || {
+            at = Some(std::time::Instant::now())
+        })
+        .unwrap();
+        let returned = std::time::Instant::now();
+        best = best.max(returned.duration_since(at.expect("accepted was called")));
+        if best >= std::time::Duration::from_micros(200) {
+            break;
+        }
+    }
     assert!(
-        early >= std::time::Duration::from_micros(200),
-        "accepted only {early:?} before the write returned"
+        best >= std::time::Duration::from_micros(200),
+        "accepted only {best:?} before the write returned (the best of 5)"
     );
     let mut b = vec![0u8; 4096];
-    dev.read(3, &mut b).unwrap();
-    assert_eq!(b, block(3));
+    for a in 3..written {
+        dev.read(a, &mut b).unwrap();
+        assert_eq!(b, block(a));
+    }
 }
 
 #[test]
