@@ -346,36 +346,49 @@ fn every_file_created(
 /// previous one's pre-pass), 16 checkpoints where one was due: fxmark MWCL made 192 a
 /// second on 16 cores. The hook holds each pre-pass 20 ms, the window in which the other
 /// threads cross the cap (16 cores open it without help).
+///
+/// The count depends on scheduling: on 2 cores the code as it is makes 1 relief (quiet
+/// machine), and once made 8 in 50 runs of the whole file beside 3 busy loops (a relief
+/// that could not evict cells creators held left the cache over the cap sooner), where
+/// one relief per crossing thread (every creator that found the cap crossed waiting for
+/// the relief lock and relieving again, checked) makes 6-8 in every run. So the run is
+/// repeated, on a fresh volume, up to 3 times until it is within the bound: the
+/// one-per-thread code fails all 3, a loaded machine's outlier passes the next.
 #[test]
 fn a_crossed_cap_makes_one_relief_not_one_per_thread() {
     const THREADS: usize = 8;
     const FILES: usize = 600;
     const CACHE: usize = 2048;
-    let (dev, o, fs) = small_cache_mount(CACHE);
-    fs.set_test_hook(Some(Arc::new(|at: &str| {
-        if at == "checkpoint:prepass" {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    })));
-    let s0 = fs.stats();
-    create_in_parallel(&fs, THREADS, FILES, &Arc::new(AtomicUsize::new(0)));
-    let s = fs.stats();
-    let (reliefs, cps) = (
-        s.cap_reliefs - s0.cap_reliefs,
-        s.checkpoints - s0.checkpoints,
-    );
     // Each relief evicts down to half the cache: one is due per CACHE / 2 creates.
     let due = (THREADS * FILES / (CACHE / 2)) as u64;
-    eprintln!(
-        "{reliefs} cap reliefs and {cps} checkpoints for {} creates ({due} due)",
-        THREADS * FILES
-    );
-    assert!(
-        reliefs >= 1 && reliefs <= due + 1,
-        "{reliefs} reliefs, {due} due"
-    );
-    assert!(cps <= reliefs, "{cps} checkpoints for {reliefs} reliefs");
-    every_file_created(fs, &dev, o, THREADS, FILES);
+    let mut runs = Vec::new();
+    for attempt in 0..3 {
+        let (dev, o, fs) = small_cache_mount(CACHE);
+        fs.set_test_hook(Some(Arc::new(|at: &str| {
+            if at == "checkpoint:prepass" {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })));
+        let s0 = fs.stats();
+        create_in_parallel(&fs, THREADS, FILES, &Arc::new(AtomicUsize::new(0)));
+        let s = fs.stats();
+        let (reliefs, cps) = (
+            s.cap_reliefs - s0.cap_reliefs,
+            s.checkpoints - s0.checkpoints,
+        );
+        eprintln!(
+            "run {attempt}: {reliefs} cap reliefs and {cps} checkpoints for {} creates ({due} due)",
+            THREADS * FILES
+        );
+        assert!(reliefs >= 1, "no relief");
+        assert!(cps <= reliefs, "{cps} checkpoints for {reliefs} reliefs");
+        every_file_created(fs, &dev, o, THREADS, FILES);
+        runs.push(reliefs);
+        if reliefs <= due + 1 {
+            return;
+        }
+    }
+    panic!("reliefs per run {runs:?}, {due} due in each");
 }
 
 /// The creators that find a cap crossed while another thread's cap relief runs its
