@@ -491,32 +491,71 @@ fn upgrade_superblock(dev: &dyn BlockDevice, sb: &Superblock) -> Result<()> {
 
 /// Read and check one checkpoint pack.
 pub fn read_pack(dev: &dyn BlockDevice, geo: &Geometry, pack: u8) -> Result<Checkpoint> {
+    read_pack_whole(dev, geo, pack).0
+}
+
+/// `read_pack`, and the pack's version if it was written whole
+/// (`Checkpoint::intact_version`), whether or not its fields decode. (A sealed header whose
+/// pack size is out of range counts as torn: nothing after it is read.)
+fn read_pack_whole(
+    dev: &dyn BlockDevice,
+    geo: &Geometry,
+    pack: u8,
+) -> (Result<Checkpoint>, Option<u64>) {
     let start = geo.cp_pack_addr(pack);
-    let mut hdr = zero_block();
-    dev.read(start, &mut hdr[..])?;
-    let h = Checkpoint::decode_header(&hdr, geo.cp_pack_blocks)?;
-    let mut blocks: Vec<Box<Block>> = vec![hdr];
-    let mut buf = vec![0u8; (h.pack_blocks as usize - 1) * BLOCK_SIZE];
-    dev.read(start + 1, &mut buf)?;
-    for c in buf.chunks_exact(BLOCK_SIZE) {
-        let mut b = zero_block();
-        b.copy_from_slice(c);
-        blocks.push(b);
-    }
-    Ok(Checkpoint::decode(
+    let read = || -> Result<Vec<Box<Block>>> {
+        let mut hdr = zero_block();
+        dev.read(start, &mut hdr[..])?;
+        let h = Checkpoint::decode_header(&hdr, geo.cp_pack_blocks)?;
+        let mut blocks: Vec<Box<Block>> = vec![hdr];
+        let mut buf = vec![0u8; (h.pack_blocks as usize - 1) * BLOCK_SIZE];
+        dev.read(start + 1, &mut buf)?;
+        for c in buf.chunks_exact(BLOCK_SIZE) {
+            let mut b = zero_block();
+            b.copy_from_slice(c);
+            blocks.push(b);
+        }
+        Ok(blocks)
+    };
+    let blocks = match read() {
+        Ok(b) => b,
+        Err(e) => return (Err(e), None),
+    };
+    let decoded = Checkpoint::decode(
         &blocks,
         bitmap_len(geo.nat_blocks),
         bitmap_len(geo.sit_blocks),
         bitmap_len(geo.ssa_blocks),
-    )?)
+    );
+    (
+        decoded.map_err(Error::from),
+        Checkpoint::intact_version(&blocks),
+    )
 }
 
-/// The newest valid checkpoint (roll-back), per `cp::choose_pack`.
+/// The newest valid checkpoint (roll-back), per `cp::choose_pack`. A pack written whole
+/// whose fields do not decode, and newer than the pack that does, is not a torn pack:
+/// the mount is refused, as F2FS's checkpoint sanity check refuses it, instead of rolling
+/// back to the older pack without a word (binaries of 2026-11-27 did so on the packs of
+/// later code, losing what the newer pack held; found in review, 2026-11-28).
 pub fn read_checkpoint(dev: &dyn BlockDevice, geo: &Geometry) -> Result<Checkpoint> {
-    let a = read_pack(dev, geo, 0);
-    let b = read_pack(dev, geo, 1);
+    let (a, wa) = read_pack_whole(dev, geo, 0);
+    let (b, wb) = read_pack_whole(dev, geo, 1);
     let va = a.as_ref().ok().map(|c| c.version);
     let vb = b.as_ref().ok().map(|c| c.version);
+    for (pack, r, whole, other) in [(0, &a, wa, vb), (1, &b, wb, va)] {
+        if let (Err(e), Some(v)) = (r, whole) {
+            if other.is_none_or(|o| v > o) {
+                return Err(Error::Corrupt(format!(
+                    "checkpoint pack {pack} (version {v}) was written whole but does not decode ({e}), and the other pack is {}: not mounted, so as not to roll the volume back to it (a format this Flashlog does not know, or damage)",
+                    match other {
+                        Some(o) => format!("older (version {o})"),
+                        None => "not valid either".to_string(),
+                    }
+                )));
+            }
+        }
+    }
     match cp::choose_pack(va, vb) {
         PackChoice::Newer(0) | PackChoice::Only(0) => a,
         PackChoice::Newer(_) | PackChoice::Only(_) => b,

@@ -115,3 +115,69 @@ fn a_newer_version_or_an_unknown_feature_is_refused_and_left_alone() {
         assert!(e.contains("Flashlog"), "{label}: {e}");
     }
 }
+
+/// Make the header field at `at` (u32) of pack `pack` hold `value`, resealing the header
+/// and the footer's copy of its checksum, so that the pack is whole but its field wrong.
+fn patch_pack_header(dev: &dyn BlockDevice, pack: u8, at: usize, value: u32) {
+    use flashlog_format::{codec, tag};
+    let sb = checkpoint::read_superblock(dev).unwrap();
+    let start = sb.geo.cp_pack_addr(pack);
+    let mut hdr = codec::zero_block();
+    dev.read(start, &mut hdr[..]).unwrap();
+    let blocks = u32::from_le_bytes(hdr[16..20].try_into().unwrap()) as u64;
+    hdr[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    codec::seal(&mut hdr, tag::CP_HEADER);
+    dev.write(start, &hdr[..]).unwrap();
+    let mut foot = codec::zero_block();
+    dev.read(start + blocks - 1, &mut foot[..]).unwrap();
+    foot[16..20].copy_from_slice(&hdr[4..8]);
+    codec::seal(&mut foot, tag::CP_FOOTER);
+    dev.write(start + blocks - 1, &foot[..]).unwrap();
+}
+
+/// The newest checkpoint pack written whole but with a field this code refuses (here: no
+/// log heads): mount and fsck refuse the volume instead of mounting the older pack, which
+/// lost everything since without a word (what binaries of 2026-11-27 did with a pack of
+/// more than 8,192 orphans). The same field wrong in the older pack changes nothing: the
+/// newer one mounts. Fails without the check: the volume mounts without `/second`.
+#[test]
+fn a_whole_newest_pack_that_does_not_decode_is_refused_not_rolled_back() {
+    // A volume whose newest pack holds `/second` and whose older pack does not.
+    let two_packs = || {
+        let dev = volume_with_a_file();
+        let fs = Fs::mount(dev.clone(), MountOptions::default()).unwrap();
+        fs.write_file("/second", b"in the newest pack only")
+            .unwrap();
+        fs.unmount().unwrap();
+        let sb = checkpoint::read_superblock(&*dev).unwrap();
+        let newest = checkpoint::read_checkpoint(&*dev, &sb.geo).unwrap().version;
+        (dev, (newest % 2) as u8, ((newest + 1) % 2) as u8)
+    };
+
+    // The older pack whole but wrong: the newest still mounts, with everything.
+    let (dev, _, old_pack) = two_packs();
+    patch_pack_header(&*dev, old_pack, 76, 0);
+    let fs = Fs::mount(dev.clone(), MountOptions::default()).unwrap();
+    assert_eq!(fs.read_file("/second").unwrap(), b"in the newest pack only");
+    fs.unmount().unwrap();
+    let rep = fsck(&*dev).unwrap();
+    assert!(rep.is_clean(), "{rep}");
+
+    // The newest whole but wrong, the older valid: refused, by mount and by fsck.
+    let (dev, new_pack, _) = two_packs();
+    patch_pack_header(&*dev, new_pack, 76, 0);
+    let e = match Fs::mount(dev.clone(), MountOptions::default()) {
+        Ok(fs) => {
+            let second = fs.read_file("/second");
+            fs.abandon();
+            panic!("mounted the older pack: /second is {second:?}");
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("written whole but does not decode") && e.contains("not mounted"),
+        "{e}"
+    );
+    let rep = fsck(&*dev).unwrap();
+    assert!(!rep.is_clean(), "fsck said clean");
+}
