@@ -546,6 +546,10 @@ pub fn read_checkpoint(dev: &dyn BlockDevice, geo: &Geometry) -> Result<Checkpoi
     for (pack, r, whole, other) in [(0, &a, wa, vb), (1, &b, wb, va)] {
         if let (Err(e), Some(v)) = (r, whole) {
             if other.is_none_or(|o| v > o) {
+                let e = match e {
+                    Error::Corrupt(why) => why.clone(),
+                    e => e.to_string(),
+                };
                 return Err(Error::Corrupt(format!(
                     "checkpoint pack {pack} (version {v}) was written whole but does not decode ({e}), and the other pack is {}: not mounted, so as not to roll the volume back to it (a format this Flashlog does not know, or damage)",
                     match other {
