@@ -1,5 +1,10 @@
 //! mkfs, mount (roll-back to the newest valid checkpoint) and the checkpoint itself.
 //!
+//! Mount reads format versions 1 and 2 and marks a version-1 volume 2 before its first
+//! read-write mount writes anything (`upgrade_superblock`); it refuses a version or
+//! feature bit it does not know, and a newest pack written whole that does not decode
+//! (`read_checkpoint`): never roll back or misread without a word.
+//!
 //! Checkpoint protocol (docs/DESIGN.md "Checkpoint"), with every operation excluded:
 //! 1. write back all dirty data and nodes to the logs; submit the log buffers;
 //! 2. write dirty NAT, SIT and SSA blocks to their *other* copies (flipping bits in memory),
