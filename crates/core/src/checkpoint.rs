@@ -153,9 +153,7 @@ pub fn detect_signature(dev: &dyn BlockDevice) -> Result<Option<&'static str>> {
     dev.read(0, &mut b[..])?;
     // A sealed superblock block, even one this code cannot decode (a later format version
     // or feature): mkfs must not take a newer Flashlog's volume for free space.
-    if Superblock::decode(&b).is_ok()
-        || flashlog_format::codec::check(&b, flashlog_format::tag::SUPERBLOCK, "superblock").is_ok()
-    {
+    if flashlog_format::codec::check(&b, flashlog_format::tag::SUPERBLOCK, "superblock").is_ok() {
         return Ok(Some("Flashlog"));
     }
     let le16 = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
@@ -532,10 +530,13 @@ fn read_pack_whole(
         bitmap_len(geo.sit_blocks),
         bitmap_len(geo.ssa_blocks),
     );
-    (
-        decoded.map_err(Error::from),
-        Checkpoint::intact_version(&blocks),
-    )
+    // Only a pack that does not decode is asked whether it was whole (one more pass over
+    // its blocks); a decoded one was.
+    let whole = match &decoded {
+        Ok(c) => Some(c.version),
+        Err(_) => Checkpoint::intact_version(&blocks),
+    };
+    (decoded.map_err(Error::from), whole)
 }
 
 /// The newest valid checkpoint (roll-back), per `cp::choose_pack`. A pack written whole
