@@ -9,7 +9,8 @@ race, holes, two processes sharing a mapping), O_DIRECT mixed with buffered and 
 O_SYNC/O_DSYNC/fdatasync/msync/syncfs then SIGKILL (also while writers run: every
 acknowledged record must be there), SEEK_HOLE/SEEK_DATA, every fallocate mode over clean
 and dirty/mapped pages, MADV_REMOVE, fallocate past the free space, copy_file_range /
-sendfile / splice, O_TMPFILE + linkat(AT_EMPTY_PATH), renameat2 flags, statx, POSIX/OFD/flock
+sendfile / splice, O_TMPFILE + linkat(AT_EMPTY_PATH), renameat2 flags, statx, file handles
+(name_to_handle_at / open_by_handle_at, the inode's generation in them), POSIX/OFD/flock
 locks between processes, inotify, utimensat UTIME_NOW/UTIME_OMIT, PATH_MAX-deep paths,
 getdents with the directory changed between calls (and seekdir to a saved d_off), 100k
 entries in one directory (ls -f, readdir while others create and remove), overlayfs with
@@ -39,7 +40,9 @@ check (clean unmount of the recovered volume) and at the end.
 Found by this script (2026-11-28, Linux 6.18) and fixed: a failed fallocate kept its blocks
 past EOF with the size unchanged (now the size covers them, as F2FS and ext4), and
 overlay_upper failed while RENAME_WHITEOUT was refused (overlayfs requires it of a FUSE
-upper). Known: tmpfile SKIPs (fuser 0.18 has no TMPFILE request); on tmpfs as --ref,
+upper); file handles carried generation 0 (now the inode's own: with 0, a reused inode
+number would match an old handle). Known: tmpfile SKIPs (fuser 0.18 has no TMPFILE
+request); on tmpfs as --ref,
 mmap_past_eof FAILs (tmpfs's own behaviour). scripts/mount-tests.sh runs it as the step
 t_kernel_features (--big 20000).
 """
@@ -834,6 +837,53 @@ def c_statx(d):
         want(abs(bt[0] - t0) < 5, "btime %r far from now %d" % (bt, t0))
         return "basic stats + btime (%d.%09d)" % bt
     return "basic stats; no STATX_BTIME (mask %#x)" % mask
+
+
+class FileHandleBuf(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint), ("type", ctypes.c_int), ("h", ctypes.c_ubyte * 128)]
+
+
+def name_to_handle(path):
+    fh = FileHandleBuf()
+    fh.bytes = 128
+    mnt = ctypes.c_int()
+    _check(libc.name_to_handle_at(AT_FDCWD, os.fsencode(path), ctypes.byref(fh), ctypes.byref(mnt), 0))
+    return fh
+
+
+def c_file_handles(d):
+    """name_to_handle_at / open_by_handle_at (NFS export, fanotify, backup tools): a handle
+    opens its file while it lives and is stale once it is unlinked; through FUSE the handle
+    carries the inode's generation, which must tell two lives of one inode number apart."""
+    a, b = os.path.join(d, "a"), os.path.join(d, "b")
+    write_file(a, b"first")
+    write_file(b, b"second")
+    ha, hb = name_to_handle(a), name_to_handle(b)
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = _check(libc.open_by_handle_at(dfd, ctypes.byref(ha), os.O_RDONLY))
+        try:
+            want(os.read(fd, 16) == b"first", "the handle of a opened another file")
+        finally:
+            os.close(fd)
+        gens = ""
+        if ha.type in (0x81, 0x82):  # FUSE: nodeid high, nodeid low, generation
+            ga = struct.unpack_from("<3I", bytes(ha.h))[2]
+            gb = struct.unpack_from("<3I", bytes(hb.h))[2]
+            want(ga != 0 and gb != 0 and ga != gb,
+                 "generations %#x and %#x: the daemon does not give the kernel the inode's "
+                 "generation, so a reused inode number would match an old handle" % (ga, gb))
+            gens = ", generations %#x %#x" % (ga, gb)
+        os.unlink(a)
+        os.sync()
+        r = libc.open_by_handle_at(dfd, ctypes.byref(ha), os.O_RDONLY)
+        if r >= 0:
+            os.close(r)
+            raise Fail("the handle of an unlinked file still opens a file")
+        want(ctypes.get_errno() == errno.ESTALE, "unlinked: %s, want ESTALE" % ename(OSError(ctypes.get_errno(), "")))
+    finally:
+        os.close(dfd)
+    return "handle type %#x opens its file, ESTALE after unlink%s" % (ha.type, gens)
 
 
 def c_locks(d):
@@ -1780,6 +1830,7 @@ CHECKS = [
     ("tmpfile", c_tmpfile),
     ("renameat2", c_renameat2),
     ("statx", c_statx),
+    ("file_handles", c_file_handles),
     ("overlay_upper", c_overlay_upper),
     ("locks", c_locks),
     ("inotify", c_inotify),

@@ -759,7 +759,7 @@ impl Filesystem for FlashlogFuse {
         let parent = ino!(reply, parent);
         let a = tri!(reply, self.fs.lookup(parent, name.as_bytes()));
         self.lookups.looked_up(a.ino as u64);
-        reply.entry(&TTL, &file_attr(&a), Generation(0));
+        reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation)));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -852,7 +852,7 @@ impl Filesystem for FlashlogFuse {
                 .make_node(parent, name.as_bytes(), mode, rdev, creator(req, umask))
         );
         self.lookups.looked_up(a.ino as u64);
-        reply.entry(&TTL, &file_attr(&a), Generation(0));
+        reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation)));
     }
 
     fn mkdir(
@@ -877,7 +877,7 @@ impl Filesystem for FlashlogFuse {
             )
         );
         self.lookups.looked_up(a.ino as u64);
-        reply.entry(&TTL, &file_attr(&a), Generation(0));
+        reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation)));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -929,7 +929,7 @@ impl Filesystem for FlashlogFuse {
             )
         );
         self.lookups.looked_up(a.ino as u64);
-        reply.entry(&TTL, &file_attr(&a), Generation(0));
+        reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation)));
     }
 
     fn rename(
@@ -996,7 +996,7 @@ impl Filesystem for FlashlogFuse {
         let newparent = ino!(reply, newparent);
         let a = tri!(reply, self.fs.link(ino, newparent, newname.as_bytes()));
         self.lookups.looked_up(a.ino as u64);
-        reply.entry(&TTL, &file_attr(&a), Generation(0));
+        reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation)));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -1308,7 +1308,7 @@ impl Filesystem for FlashlogFuse {
         reply.created(
             &TTL,
             &file_attr(&a),
-            Generation(0),
+            Generation(u64::from(a.generation)),
             FileHandle(0),
             self.open_flags(&a),
         );

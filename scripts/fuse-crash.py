@@ -1,0 +1,983 @@
+#!/usr/bin/env python3
+"""Randomized crash tester: kill -9 the Flashlog daemon at random times, check every
+durability promise through the real kernel + FUSE + daemon path.
+
+Each round mounts the volume (`flashlog mount --daemon IMG MNT -o ...`), makes one directory
+per worker (made durable by an fsync of the directory above it, which checkpoints), forks
+--workers processes that run random operations in their own directory, and after a random
+delay kills the daemon with SIGKILL, then the workers, unmounts lazily, fscks the image
+(before recovery: must report no error), remounts (roll-forward), checks every promise the
+workers logged, unmounts cleanly and fscks again (must be clean). The volume ages over the
+rounds (the directories of round r-3 are removed at round r), or is made afresh each round
+with --fresh.
+
+Each worker logs (outside the mount, one JSON line per record, written with write(2) so a
+SIGKILL of the worker loses nothing) an intent line BEFORE every mutating operation, its
+result after it, and a promise line AFTER a durability call returned 0. The checker replays
+the log into a model, and for every file whose last promise still stands checks:
+  data    fsync, fdatasync, an O_SYNC or O_DSYNC pwrite, msync(MS_SYNC) of a shared map:
+          the file's bytes and size at that moment are durable, except where an operation
+          logged after the promise (finished or in flight at the kill) may have changed
+          them (every byte must then be its promised value or one of the later writes',
+          or zero after a later truncate / punch / zero range; the size must lie between
+          the smallest and largest size it had since). fsync also promises the mode.
+  name    docs/DESIGN.md "What fsync promises": after fsync(f) f is reachable under at
+          least one name it had (unless it was unlinked to 0 links since), never under a
+          name it never had.
+  dir     fsync of a directory writes a checkpoint ("f is a directory: checkpoint:
+          everything"): every name of the worker's tree at that moment (file identity by
+          inode number, symlink target, subdirectory) is durable unless a later operation
+          touched that name, and no name absent then appears unless a later op made it.
+  sync    sync() and syncfs(): the DESIGN.md table says "checkpoint, everything"; checked
+          like a dir fsync plus the data of every file only with --check-sync (through
+          FUSE the kernel does not forward sync/syncfs to a /dev/fuse daemon at all:
+          FUSE_SYNCFS is sent only when fc->sync_fs, which only virtiofs sets).
+sync_file_range is not a durability call and is not used.
+
+  scripts/fuse-crash.py --setup --bin target/release/flashlog --rounds 20 --seed 1
+  scripts/fuse-crash.py --setup -o gc=scale --mkfs-arg=--mlogs=4 --seconds 600
+  scripts/fuse-crash.py --setup --fill 85 -o nowriteback --rounds 10
+
+Failures print the failing file's whole operation history (from the worker's log, which is
+kept under --logdir). A round is reproducible in its operations from --seed (the kill time
+and the interleaving of workers are not). Exit status 1 when any promise failed or an fsck
+was not clean. Standard library only; run as root.
+"""
+
+import argparse
+import ctypes
+import errno
+import hashlib
+import json
+import mmap
+import os
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+libc.syncfs.argtypes = [ctypes.c_int]
+FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE = 0x01, 0x02, 0x10
+MAXF = 192 * 1024  # largest offset + length a write reaches
+
+
+def fallocate(fd, mode, off, length):
+    if libc.fallocate(fd, mode, off, length) < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def syncfs(fd):
+    if libc.syncfs(fd) < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def data_of(dseed, n):
+    return random.Random(dseed).randbytes(n)
+
+
+def sh(*cmd, check=True, timeout=120):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    out = r.stdout.decode(errors="replace")
+    if check and r.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), r.returncode, out))
+    return r.returncode, out
+
+
+def is_mounted(d):
+    d = os.path.realpath(d)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == d for line in f)
+
+
+# ---------------------------------------------------------------------------------------
+# The model: one worker's tree. Used by the worker (to choose operations) and by the
+# checker (to replay the log), so both see exactly the same states.
+
+class Model:
+    def __init__(self):
+        self.names = {}  # path -> ("f", fid) | ("l", target) | ("d",)
+        self.files = {}  # fid -> dict(data=bytearray, mode=int, ino=int|None, names=set)
+        self.next_fid = 0
+
+    def dirs(self):
+        return [p for p, v in self.names.items() if v[0] == "d"]
+
+    def file_paths(self):
+        return [p for p, v in self.names.items() if v[0] == "f"]
+
+    def children(self, d):
+        pre = d + "/"
+        return [p for p in self.names if p.startswith(pre)]
+
+    def size(self, fid):
+        return len(self.files[fid]["data"])
+
+    def apply(self, op):
+        """Apply a finished op to the model. Returns the fids it affected."""
+        k = op["k"]
+        if k == "create":
+            fid = op["fid"]
+            self.next_fid = max(self.next_fid, fid + 1)
+            self.files[fid] = dict(data=bytearray(), mode=0o644, ino=op.get("ino"), names={op["p"]},
+                                   ever={op["p"]})
+            self.names[op["p"]] = ("f", fid)
+            return [fid]
+        if k in ("write", "osync", "odsync", "append", "mmap"):
+            d = self.files[op["fid"]]["data"]
+            buf = data_of(op["ds"], op["n"])
+            off = op["off"]
+            if len(d) < off:
+                d.extend(bytes(off - len(d)))
+            d[off:off + len(buf)] = buf
+            return [op["fid"]]
+        if k in ("truncate", "ftruncate"):
+            d = self.files[op["fid"]]["data"]
+            n = op["n"]
+            if n < len(d):
+                del d[n:]
+            else:
+                d.extend(bytes(n - len(d)))
+            return [op["fid"]]
+        if k == "falloc":
+            d = self.files[op["fid"]]["data"]
+            mode, off, n = op["mode"], op["off"], op["n"]
+            end = off + n
+            if mode & (FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE):
+                z = min(end, len(d))
+                if z > off:
+                    d[off:z] = bytes(z - off)
+            if not mode & FALLOC_KEEP_SIZE and end > len(d):
+                d.extend(bytes(end - len(d)))
+            return [op["fid"]]
+        if k == "chmod":
+            self.files[op["fid"]]["mode"] = op["mode"]
+            return [op["fid"]]
+        if k == "utime":
+            return [op["fid"]]
+        if k == "mkdir":
+            self.names[op["p"]] = ("d",)
+            return []
+        if k == "rmdir":
+            del self.names[op["p"]]
+            return []
+        if k == "symlink":
+            self.names[op["p"]] = ("l", op["tg"])
+            return []
+        if k == "link":
+            fid = op["fid"]
+            self.names[op["dst"]] = ("f", fid)
+            self.files[fid]["names"].add(op["dst"])
+            self.files[fid]["ever"].add(op["dst"])
+            return [fid]
+        if k == "unlink":
+            v = self.names.pop(op["p"])
+            if v[0] == "f":
+                self.files[v[1]]["names"].discard(op["p"])
+                return [v[1]]
+            return []
+        if k == "rename":
+            if self.names.get(op["dst"]) == self.names[op["src"]]:
+                return []  # two names of one file: rename(2) does nothing
+            v = self.names.pop(op["src"])
+            out = []
+            old = self.names.get(op["dst"])
+            if old is not None and old[0] == "f":
+                self.files[old[1]]["names"].discard(op["dst"])
+                out.append(old[1])
+            self.names[op["dst"]] = v
+            if v[0] == "f":
+                f = self.files[v[1]]
+                f["names"].discard(op["src"])
+                f["names"].add(op["dst"])
+                f["ever"].add(op["dst"])
+                out.append(v[1])
+            return out
+        return []
+
+
+# Which paths an op touches (for the directory promise) and which fids.
+def op_paths(op):
+    return [op[x] for x in ("p", "src", "dst") if x in op]
+
+
+# ---------------------------------------------------------------------------------------
+# The worker.
+
+class Worker:
+    def __init__(self, base, rel, seed, logpath, args):
+        self.base, self.rel, self.args = base, rel, args
+        self.rng = random.Random(seed)
+        self.m = Model()
+        self.log = os.open(logpath, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.seq = 0
+
+    def emit(self, rec, sync=False):
+        os.write(self.log, (json.dumps(rec) + "\n").encode())
+        if sync:
+            os.fsync(self.log)
+
+    def P(self, p):
+        return os.path.join(self.base, p)
+
+    def pick_file(self):
+        fp = self.m.file_paths()
+        return self.rng.choice(fp) if fp else None
+
+    def new_name(self):
+        rng = self.rng
+        dirs = [""] + self.m.dirs()
+        d = rng.choice(dirs)
+        n = "f%d" % rng.randrange(12)
+        return (d + "/" + n) if d else n
+
+    def run(self):
+        kinds = {
+            "create": 8, "write": 18, "append": 6, "truncate": 3, "ftruncate": 3, "falloc": 5,
+            "mkdir": 2, "rmdir": 2, "rename": 6, "link": 3, "unlink": 4, "symlink": 2,
+            "chmod": 3, "utime": 2, "fsync": 10, "fdatasync": 6, "osync": 4, "odsync": 4,
+            "dirfsync": 4, "mmap": 3, "sync": 1 if self.args.sync_ops else 0,
+            "syncfs": 1 if self.args.sync_ops else 0,
+        }
+        names, weights = list(kinds), [kinds[k] for k in kinds]
+        while True:
+            k = self.rng.choices(names, weights)[0]
+            try:
+                self.step(k)
+            except OSError as e:
+                if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+                    time.sleep(1)
+                    continue
+                raise
+            if self.args.op_delay:
+                time.sleep(self.rng.random() * self.args.op_delay)
+
+    def do(self, op, fn):
+        """Log the intent, run fn, log the result and apply it to the model on success."""
+        self.seq += 1
+        op["i"] = self.seq
+        self.emit({"t": "op", **op})
+        try:
+            r = fn()
+        except OSError as e:
+            self.emit({"t": "err", "i": self.seq, "e": errno.errorcode.get(e.errno, str(e.errno))})
+            if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+                raise
+            return None
+        res = {"t": "ok", "i": self.seq}
+        if isinstance(r, dict):
+            res.update(r)
+            op.update(r)
+        self.emit(res)
+        self.m.apply(op)
+        return True if r is None else r
+
+    def promise(self, kind, **kw):
+        self.emit({"t": "promise", "kind": kind, "after": self.seq, **kw}, sync=self.args.fsync_log)
+
+    def fsync_file(self, p, data_only):
+        fd = os.open(self.P(p), os.O_RDONLY)
+        try:
+            (os.fdatasync if data_only else os.fsync)(fd)
+        finally:
+            os.close(fd)
+
+    def step(self, k):
+        rng, m = self.rng, self.m
+        if k == "create":
+            p = self.new_name()
+            if p in m.names or (os.path.dirname(p) and os.path.dirname(p) not in m.names):
+                return
+            fid = m.next_fid
+            m.next_fid += 1
+
+            def fn():
+                fd = os.open(self.P(p), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                try:
+                    os.fchmod(fd, 0o644)
+                    return {"ino": os.fstat(fd).st_ino}
+                finally:
+                    os.close(fd)
+            self.do({"k": "create", "p": p, "fid": fid}, fn)
+            return
+        if k == "mkdir":
+            p = "s%d" % rng.randrange(3)
+            if p not in m.names:
+                self.do({"k": "mkdir", "p": p}, lambda: os.mkdir(self.P(p)))
+            return
+        if k == "rmdir":
+            ds = [d for d in m.dirs() if not m.children(d)]
+            if ds:
+                p = rng.choice(ds)
+                self.do({"k": "rmdir", "p": p}, lambda: os.rmdir(self.P(p)))
+            return
+        if k == "symlink":
+            p = self.new_name()
+            if p in m.names or (os.path.dirname(p) and os.path.dirname(p) not in m.names):
+                return
+            t = "target-%d" % rng.randrange(1000)
+            self.do({"k": "symlink", "p": p, "tg": t}, lambda: os.symlink(t, self.P(p)))
+            return
+        if k == "dirfsync":
+            d = rng.choice([""] + m.dirs())
+            fd = os.open(self.P(d) if d else self.base, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                self.emit({"t": "err", "i": self.seq, "k": "dirfsync", "e": errno.errorcode.get(e.errno)})
+                if e.errno == errno.ENOTCONN:
+                    raise
+                return
+            finally:
+                os.close(fd)
+            self.promise("dir", d=d)
+            return
+        if k in ("sync", "syncfs"):
+            try:
+                if k == "sync":
+                    os.sync()
+                else:
+                    fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY)
+                    try:
+                        syncfs(fd)
+                    finally:
+                        os.close(fd)
+            except OSError as e:
+                self.emit({"t": "err", "i": self.seq, "k": k, "e": errno.errorcode.get(e.errno)})
+                return
+            self.promise("sync", how=k)
+            return
+        # Ops on an existing name.
+        if k == "rename":
+            srcs = [p for p, v in m.names.items() if v[0] in ("f", "l")]
+            if not srcs:
+                return
+            src = rng.choice(srcs)
+            dst = self.new_name()
+            if dst == src or (os.path.dirname(dst) and os.path.dirname(dst) not in m.names):
+                return
+            if dst in m.names and m.names[dst][0] == "d":
+                return
+            self.do({"k": "rename", "src": src, "dst": dst,
+                     "fid": m.names[src][1] if m.names[src][0] == "f" else None,
+                     "victim": m.names[dst][1] if dst in m.names and m.names[dst][0] == "f" else None},
+                    lambda: os.rename(self.P(src), self.P(dst)))
+            return
+        if k == "unlink":
+            ps = [p for p, v in m.names.items() if v[0] in ("f", "l")]
+            if ps:
+                p = rng.choice(ps)
+                v = m.names[p]
+                self.do({"k": "unlink", "p": p, "fid": v[1] if v[0] == "f" else None},
+                        lambda: os.unlink(self.P(p)))
+            return
+        p = self.pick_file()
+        if p is None:
+            return
+        fid = m.names[p][1]
+        f = m.files[fid]
+        size = len(f["data"])
+        if k == "link":
+            dst = self.new_name()
+            if dst in m.names or (os.path.dirname(dst) and os.path.dirname(dst) not in m.names):
+                return
+            self.do({"k": "link", "src": p, "dst": dst, "fid": fid}, lambda: os.link(self.P(p), self.P(dst)))
+            return
+        if k in ("write", "osync", "odsync", "append"):
+            n = rng.choice([1, 17, 512, 4096, 4096, 5000, 12288, 40000])
+            if k == "append" and size + n > MAXF:
+                k = "write"
+            off = size if k == "append" else rng.choice(
+                [0, rng.randrange(0, max(1, size + 1)), rng.randrange(0, MAXF - n), (rng.randrange(0, 40) * 4096)])
+            off = min(off, MAXF - n)
+            ds = rng.getrandbits(48)
+            flags = os.O_WRONLY | {"write": 0, "osync": os.O_SYNC, "odsync": os.O_DSYNC,
+                                   "append": os.O_APPEND}[k]
+
+            def fn():
+                fd = os.open(self.P(p), flags)
+                try:
+                    buf = data_of(ds, n)
+                    if k == "append":
+                        w = os.write(fd, buf)
+                    else:
+                        w = os.pwrite(fd, buf, off)
+                    if w != n:
+                        raise OSError(errno.EIO, "short write %d of %d" % (w, n))
+                finally:
+                    os.close(fd)
+            if self.do({"k": k, "p": p, "fid": fid, "off": off, "n": n, "ds": ds}, fn) and k in ("osync", "odsync"):
+                self.promise("data", fid=fid, mode=(k == "osync"), via=k)
+            return
+        if k == "mmap":
+            if size == 0:
+                return
+            n = rng.randrange(1, min(size, 9000) + 1)
+            off = rng.randrange(0, size - n + 1)
+            ds = rng.getrandbits(48)
+
+            def fn():
+                fd = os.open(self.P(p), os.O_RDWR)
+                try:
+                    mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                    try:
+                        mm[off:off + n] = data_of(ds, n)
+                        mm.flush()  # msync(MS_SYNC)
+                    finally:
+                        mm.close()
+                finally:
+                    os.close(fd)
+            if self.do({"k": "mmap", "p": p, "fid": fid, "off": off, "n": n, "ds": ds}, fn):
+                self.promise("data", fid=fid, mode=False, via="msync")
+            return
+        if k in ("truncate", "ftruncate"):
+            n = rng.choice([0, size // 2, max(0, size - 1), size + 1, size + 5000, rng.randrange(0, MAXF)])
+
+            def fn():
+                if k == "truncate":
+                    os.truncate(self.P(p), n)
+                else:
+                    fd = os.open(self.P(p), os.O_WRONLY)
+                    try:
+                        os.ftruncate(fd, n)
+                    finally:
+                        os.close(fd)
+            self.do({"k": k, "p": p, "fid": fid, "n": n}, fn)
+            return
+        if k == "falloc":
+            mode = rng.choice([0, FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE, FALLOC_ZERO_RANGE,
+                               FALLOC_ZERO_RANGE | FALLOC_KEEP_SIZE])
+            off = rng.randrange(0, MAXF - 1)
+            n = rng.randrange(1, min(MAXF - off, 50000) + 1)
+
+            def fn():
+                fd = os.open(self.P(p), os.O_WRONLY)
+                try:
+                    fallocate(fd, mode, off, n)
+                finally:
+                    os.close(fd)
+            self.do({"k": "falloc", "p": p, "fid": fid, "mode": mode, "off": off, "n": n}, fn)
+            return
+        if k == "chmod":
+            mode = rng.choice([0o600, 0o640, 0o644, 0o664, 0o700, 0o755])
+            self.do({"k": "chmod", "p": p, "fid": fid, "mode": mode}, lambda: os.chmod(self.P(p), mode))
+            return
+        if k == "utime":
+            t = rng.randrange(10 ** 9, 2 * 10 ** 9)
+            self.do({"k": "utime", "p": p, "fid": fid, "tm": t}, lambda: os.utime(self.P(p), (t, t)))
+            return
+        if k in ("fsync", "fdatasync"):
+            try:
+                self.fsync_file(p, k == "fdatasync")
+            except OSError as e:
+                self.emit({"t": "err", "i": self.seq, "k": k, "fid": fid, "e": errno.errorcode.get(e.errno)})
+                if e.errno == errno.ENOTCONN:
+                    raise
+                return
+            self.promise("data", fid=fid, mode=(k == "fsync"), via=k, name=True)
+            return
+
+
+# ---------------------------------------------------------------------------------------
+# The checker.
+
+class Fail(Exception):
+    pass
+
+
+def read_log(path):
+    recs = []
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                recs.append(json.loads(line))
+            except ValueError:
+                break  # a torn last line (the worker was killed in its write)
+    return recs
+
+
+def scan_tree(base):
+    """path -> (kind, ino, extra) of everything under base after the crash."""
+    out = {}
+    for root, dirs, files in os.walk(base):
+        for n in dirs + files:
+            full = os.path.join(root, n)
+            rel = os.path.relpath(full, base)
+            st = os.lstat(full)
+            if stat.S_ISDIR(st.st_mode):
+                out[rel] = ("d", st.st_ino, None)
+            elif stat.S_ISLNK(st.st_mode):
+                out[rel] = ("l", st.st_ino, os.readlink(full))
+            else:
+                out[rel] = ("f", st.st_ino, st)
+    return out
+
+
+def check_worker(base, logpath, args, stats, sync_checked):
+    """Replay one worker's log and check its promises against the tree under base."""
+    recs = read_log(logpath)
+    m = Model()
+    ops = {}  # i -> op
+    results = {}  # i -> "ok" | errno
+    for r in recs:
+        if r["t"] == "op":
+            ops[r["i"]] = r
+        elif r["t"] in ("ok", "err") and "i" in r and r["i"] in ops and "k" not in r:
+            results[r["i"]] = r
+    # Per fid: the standing data promise: dict(i, data, mode, name, via) and the ops after it.
+    prom = {}
+    later = {}  # fid -> list of ops (finished or in flight) after its promise
+    tainted = set()
+    dirprom = None  # (after, names snapshot)
+    touched_after_dir = set()
+    gone = set()  # fids unlinked to zero links (or with an in-flight op that may)
+    history = {}  # fid -> list of strings
+    failures = []
+    inflight = None
+    dead = False  # once the connection is gone every result is unknown (EIO, ENOTCONN, ...)
+    for r in recs:
+        t = r["t"]
+        if t == "err" and r.get("e") in ("ENOTCONN", "ECONNABORTED"):
+            dead = True
+        if t == "op":
+            op = r
+            res = results.get(op["i"])
+            if res is not None and res["t"] == "err" and res.get("e") in ("ENOTCONN", "ECONNABORTED"):
+                dead = True
+            if dead:
+                res = None  # the daemon died with it: it may have happened
+            desc = "#%d %s" % (op["i"], {k: v for k, v in op.items() if k not in ("t", "i")})
+            fids = set(x for x in (op.get("fid"), op.get("victim")) if x is not None)
+            if op["k"] == "unlink" and op.get("fid") is None and op["p"] in m.names and m.names[op["p"]][0] == "f":
+                fids.add(m.names[op["p"]][1])
+            for fid in fids:
+                history.setdefault(fid, []).append(desc + (" -> " + (res["t"] if res and res["t"] == "ok" else (res.get("e") if res else "IN FLIGHT"))))
+            if res is None:
+                inflight = op
+            for p in op_paths(op):
+                touched_after_dir.add(p)
+            if res is not None and res["t"] == "err":
+                if res.get("e") in ("EIO", "ENOSPC") and op.get("fid") is not None:
+                    # A write the kernel accepted may have failed later; treat the file as unknown.
+                    pass
+                stats["errors"][op["k"] + ":" + str(res.get("e"))] = stats["errors"].get(op["k"] + ":" + str(res.get("e")), 0) + 1
+                continue
+            for fid in fids:
+                if fid in prom:
+                    later.setdefault(fid, []).append(op)
+            if res is None:
+                # In flight: may or may not have happened. Names it removes may be gone.
+                if op["k"] in ("unlink", "rename"):
+                    for fid in fids:
+                        gone.add(fid)
+                continue
+            if op["k"] == "create" and "ino" not in op and "ino" in res:
+                op["ino"] = res["ino"]
+            m.apply(op)
+            for fid in fids:
+                if fid in m.files and not m.files[fid]["names"]:
+                    gone.add(fid)
+        elif t == "err" and "k" in r and not dead:
+            stats["errors"][r["k"] + ":" + str(r.get("e"))] = stats["errors"].get(r["k"] + ":" + str(r.get("e")), 0) + 1
+            if r.get("fid") is not None and r.get("e") in ("EIO", "ENOSPC", "EFBIG"):
+                tainted.add(r["fid"])
+        elif t == "promise":
+            kind = r["kind"]
+            if kind == "data":
+                fid = r["fid"]
+                if fid not in m.files:
+                    continue
+                f = m.files[fid]
+                prom[fid] = dict(after=r["after"], data=bytes(f["data"]), mode=f["mode"] if r.get("mode") else None,
+                                 name=r.get("name", False), via=r["via"], names=set(f["names"]))
+                later[fid] = []
+                history.setdefault(fid, []).append("PROMISE %s after #%d: size %d sha %s mode %s names %s" % (
+                    r["via"], r["after"], len(f["data"]), hashlib.sha1(f["data"]).hexdigest()[:12],
+                    oct(f["mode"]) if r.get("mode") else "-", sorted(f["names"])))
+            elif kind == "dir" or (kind == "sync" and sync_checked):
+                dirprom = (r["after"], dict(m.names), {fid: dict(ino=f["ino"]) for fid, f in m.files.items()})
+                touched_after_dir = set()
+                if kind == "sync":
+                    for fid, f in m.files.items():
+                        prom[fid] = dict(after=r["after"], data=bytes(f["data"]), mode=f["mode"], name=True,
+                                         via=r["how"], names=set(f["names"]))
+                        later[fid] = []
+                        history.setdefault(fid, []).append("PROMISE %s after #%d: size %d" % (r["how"], r["after"], len(f["data"])))
+            stats["promises"][kind] = stats["promises"].get(kind, 0) + 1
+    tree = scan_tree(base)
+    by_ino = {}
+    for p, (kind, ino, extra) in tree.items():
+        by_ino.setdefault(ino, []).append(p)
+    ino_owner = {}
+    for fid, f in m.files.items():
+        if f["ino"] is not None:
+            ino_owner[f["ino"]] = max(fid, ino_owner.get(f["ino"], -1))
+    for fid, pr in prom.items():
+        f = m.files.get(fid)
+        if f is None:
+            continue
+        if fid in tainted:
+            stats["skipped_tainted"] += 1
+            continue
+        if f["ino"] is None or ino_owner.get(f["ino"]) != fid:
+            continue
+        stats["checked"] += 1
+        paths = [p for p in by_ino.get(f["ino"], []) if tree[p][0] == "f"]
+        if not paths:
+            if fid in gone:
+                continue
+            failures.append((fid, "fsync'd file (ino %d, promised via %s) is not reachable under any name (had %s; ever %s)" % (
+                f["ino"], pr["via"], sorted(pr["names"]), sorted(f["ever"]))))
+            continue
+        bad = [p for p in paths if p not in f["ever"]]
+        if bad:
+            failures.append((fid, "ino %d found under names it never had: %s" % (f["ino"], bad)))
+        p = paths[0]
+        try:
+            with open(os.path.join(base, p), "rb") as fh:
+                got = fh.read()
+            st = os.lstat(os.path.join(base, p))
+        except OSError as e:
+            failures.append((fid, "cannot read %s: %s" % (p, e)))
+            continue
+        msg = check_content(pr, later.get(fid, []), got)
+        if msg:
+            failures.append((fid, "%s (path %s, ino %d): %s" % (pr["via"], p, f["ino"], msg)))
+        if pr["mode"] is not None and not any(o["k"] == "chmod" for o in later.get(fid, [])):
+            if stat.S_IMODE(st.st_mode) != pr["mode"]:
+                failures.append((fid, "mode %o after crash, fsync'd %o" % (stat.S_IMODE(st.st_mode), pr["mode"])))
+    # The directory promise.
+    if dirprom is not None:
+        after, names, inos = dirprom
+        stats["dir_names_checked"] += 1
+        # An op in flight or later touching a directory touches everything under it.
+        tdirs = set(touched_after_dir)
+        for p, v in names.items():
+            if p in touched_after_dir or os.path.dirname(p) in tdirs:
+                continue
+            got = tree.get(p)
+            if got is None:
+                failures.append((v[1] if v[0] == "f" else None, "dir-fsync'd name %s (%s) missing after crash" % (p, v[0])))
+                continue
+            if got[0] != v[0]:
+                failures.append((v[1] if v[0] == "f" else None, "dir-fsync'd name %s: type %s, expected %s" % (p, got[0], v[0])))
+            elif v[0] == "l" and got[2] != v[1]:
+                failures.append((None, "symlink %s -> %r, expected %r" % (p, got[2], v[1])))
+            elif v[0] == "f":
+                ino = inos[v[1]]["ino"]
+                if ino is not None and got[1] != ino:
+                    failures.append((v[1], "dir-fsync'd name %s points to ino %d, expected %d" % (p, got[1], ino)))
+        for p in tree:
+            if p not in names and p not in touched_after_dir and os.path.dirname(p) not in tdirs:
+                failures.append((None, "name %s exists after crash but was absent at the last dir fsync and never touched since" % p))
+    out = []
+    for fid, msg in failures:
+        out.append("FAIL %s: %s" % (logpath, msg))
+        if fid is not None:
+            for h in history.get(fid, [])[-args.history:]:
+                out.append("    " + h)
+    return out
+
+
+def bad_byte(i, got, D, S, zeros_ok, touched, writes, bad):
+    base = D[i] if i < S else 0
+    c = got[i]
+    if c == base:
+        return
+    if (c == 0 and zeros_ok[i]) or (touched[i] and any(o <= i < o + len(b) and b[i - o] == c for o, b in writes)):
+        return
+    bad.append(i)
+
+
+def check_content(pr, later, got):
+    D, S = pr["data"], len(pr["data"])
+    sizes = [S]
+    # Model the file through the later ops to know their sizes.
+    cur = bytearray(D)
+    touched = bytearray(max(S, len(got), MAXF + 1))
+    zeros_ok = bytearray(len(touched))
+    writes = []
+    for op in later:
+        k = op["k"]
+        if k in ("write", "osync", "odsync", "append", "mmap"):
+            buf = data_of(op["ds"], op["n"])
+            off = op["off"]
+            if k == "append":
+                off = len(cur)  # the log's offset is the model's, equal for a single writer
+            writes.append((off, buf))
+            e = min(off + len(buf), len(touched))
+            if e > off:
+                touched[off:e] = b"\1" * (e - off)
+            if len(cur) < off:
+                cur.extend(bytes(off - len(cur)))
+            cur[off:off + len(buf)] = buf
+        elif k in ("truncate", "ftruncate"):
+            n = op["n"]
+            if n < len(zeros_ok):
+                zeros_ok[n:] = b"\1" * (len(zeros_ok) - n)
+            if n < len(cur):
+                del cur[n:]
+            else:
+                cur.extend(bytes(n - len(cur)))
+        elif k == "falloc":
+            mode, off, n = op["mode"], op["off"], op["n"]
+            if mode & (FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE):
+                e = min(off + n, len(zeros_ok))
+                if e > off:
+                    zeros_ok[off:e] = b"\1" * (e - off)
+                z = min(off + n, len(cur))
+                if z > off:
+                    cur[off:z] = bytes(z - off)
+            if not mode & FALLOC_KEEP_SIZE and off + n > len(cur):
+                cur.extend(bytes(off + n - len(cur)))
+        sizes.append(len(cur))
+    lo, hi = min(sizes), max(sizes)
+    if not lo <= len(got) <= hi:
+        return "size %d, allowed %d..%d (promised %d, %d ops after)" % (len(got), lo, hi, S, len(later))
+    expect = (D[:len(got)] + bytes(max(0, len(got) - S)))
+    bad = []
+    for c0 in range(0, len(got), 4096):
+        if got[c0:c0 + 4096] == expect[c0:c0 + 4096]:
+            continue
+        for i in range(c0, min(c0 + 4096, len(got))):
+            bad_byte(i, got, D, S, zeros_ok, touched, writes, bad)
+        if len(bad) > 2000:
+            break
+    if bad:
+        first = bad[0]
+        # Describe the run of bad bytes.
+        runs, s, prev = [], bad[0], bad[0]
+        for j in bad[1:]:
+            if j != prev + 1:
+                runs.append((s, prev + 1))
+                s = j
+            prev = j
+        runs.append((s, prev + 1))
+        return "%d wrong bytes, runs %s; at %d got %02x expected %02x (promised size %d, %d ops after)" % (
+            len(bad), runs[:6], first, got[first], D[first] if first < S else 0, S, len(later))
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Rounds.
+
+def daemon_pid(args):
+    try:
+        with open(args.pidfile) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def mount(args):
+    cmd = [args.bin, "mount", "--daemon", "--pid-file", args.pidfile, "--log", args.img + ".log"]
+    for o in args.o:
+        cmd += ["-o", o]
+    sh(*(cmd + [args.img, args.mnt]))
+
+
+def wait_gone(pid, secs=60):
+    for _ in range(int(secs * 10)):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def umount_clean(args):
+    pid = daemon_pid(args)
+    for _ in range(50):
+        if sh("umount", args.mnt, check=False)[0] == 0:
+            break
+        time.sleep(0.2)
+    else:
+        raise RuntimeError("cannot unmount " + args.mnt)
+    if pid and not wait_gone(pid):
+        raise RuntimeError("daemon %d did not exit after umount" % pid)
+
+
+def fsck(args, label):
+    rc, out = sh(args.bin, "fsck", args.img, check=False, timeout=600)
+    last = out.strip().splitlines()[-1:] if out.strip() else [""]
+    ok = rc == 0 and "errors" in last[0] and " 0 errors" in last[0]
+    if not ok:
+        print("  fsck %s: exit %d: %s" % (label, rc, out.strip()[-3000:]))
+    return ok
+
+
+def mkfs(args):
+    sh(*([args.bin, "mkfs", "--force", "--size", args.size] + args.mkfs_arg + [args.img]))
+
+
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fill(args):
+    """Fill the volume to --fill percent with fsync'd filler files."""
+    d = os.path.join(args.mnt, "filler")
+    os.makedirs(d, exist_ok=True)
+    st = os.statvfs(args.mnt)
+    total = st.f_blocks * st.f_frsize
+    want = total * args.fill // 100
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    i = 0
+    chunk = os.urandom(1 << 20)
+    while used < want:
+        with open(os.path.join(d, "fill%d" % i), "wb") as f:
+            for _ in range(min(16, max(1, (want - used) >> 20))):
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        i += 1
+        st = os.statvfs(args.mnt)
+        used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    fsync_dir(d)
+    fsync_dir(args.mnt)
+    print("  filled to %d%% (%d MiB used of %d MiB)" % (used * 100 // total, used >> 20, total >> 20))
+
+
+def worker_main(base, rel, seed, logpath, args):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        Worker(base, rel, seed, logpath, args).run()
+    except BaseException as e:  # noqa: B902
+        try:
+            with open(logpath, "a") as f:
+                f.write(json.dumps({"t": "crash", "e": repr(e)}) + "\n")
+        except OSError:
+            pass
+    os._exit(0)
+
+
+def run_round(args, rnd, stats):
+    rng = random.Random("%d/%d" % (args.seed, rnd))
+    if args.fresh or rnd == 0:
+        if is_mounted(args.mnt):
+            umount_clean(args)
+        mkfs(args)
+        mount(args)
+        if args.fill:
+            fill(args)
+    else:
+        mount(args)
+    # Age: drop round rnd-3's tree.
+    old = os.path.join(args.mnt, "r%d" % (rnd - 3))
+    if os.path.isdir(old):
+        shutil.rmtree(old, ignore_errors=True)
+    rdir = os.path.join(args.mnt, "r%d" % rnd)
+    os.mkdir(rdir)
+    for k in range(args.workers):
+        os.mkdir(os.path.join(rdir, "w%d" % k))
+    fsync_dir(rdir)
+    fsync_dir(args.mnt)
+    pids, logs = [], []
+    for k in range(args.workers):
+        logp = os.path.join(args.logdir, "r%d-w%d.log" % (rnd, k))
+        if os.path.exists(logp):
+            os.unlink(logp)
+        logs.append((os.path.join(rdir, "w%d" % k), logp))
+        pid = os.fork()
+        if pid == 0:
+            worker_main(os.path.join(rdir, "w%d" % k), "r%d/w%d" % (rnd, k), args.seed * 1000003 + rnd * 101 + k, logp, args)
+        pids.append(pid)
+    delay = rng.uniform(args.min_delay, args.max_delay)
+    time.sleep(delay)
+    dpid = daemon_pid(args)
+    os.kill(dpid, signal.SIGKILL)
+    wait_gone(dpid)
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for p in pids:
+        os.waitpid(p, 0)
+    if sh("fusermount3", "-u", args.mnt, check=False)[0] != 0:
+        sh("umount", "-l", args.mnt, check=False)
+    ok = fsck(args, "after kill (before recovery)")
+    if not ok:
+        stats["fsck_bad"] += 1
+    mount(args)
+    out = []
+    for base, logp in logs:
+        for r in read_log(logp):
+            if r["t"] == "crash":
+                out.append("WORKER CRASH %s: %s" % (logp, r["e"]))
+        out += check_worker(base, logp, args, stats, args.check_sync)
+    for line in out:
+        print(line)
+    stats["failures"] += sum(1 for line in out if line.startswith("FAIL") or line.startswith("WORKER"))
+    umount_clean(args)
+    ok = fsck(args, "after recovery + clean unmount")
+    if not ok:
+        stats["fsck_bad"] += 1
+    nops = sum(sum(1 for r in read_log(lp) if r["t"] == "op") for _, lp in logs)
+    print("round %d: killed after %.2fs, %d ops, failures so far %d, promises %s, checked %d files" % (
+        rnd, delay, nops, stats["failures"], dict(stats["promises"]), stats["checked"]), flush=True)
+    stats["ops"] += nops
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="flashlog")
+    ap.add_argument("--img", default="/tmp/fcrash-img")
+    ap.add_argument("--mnt", default="/tmp/fcrash-mnt")
+    ap.add_argument("--logdir", default=None, help="worker logs (default IMG.logs)")
+    ap.add_argument("--size", default="384M")
+    ap.add_argument("--setup", action="store_true", help="mkfs the image (always done for round 0)")
+    ap.add_argument("-o", action="append", default=[], help="mount options (repeatable)")
+    ap.add_argument("--mkfs-arg", action="append", default=[], help="extra mkfs argument, e.g. --mkfs-arg=--mlogs=4")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--seconds", type=float, default=0, help="stop starting rounds after this long")
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--min-delay", type=float, default=0.5)
+    ap.add_argument("--max-delay", type=float, default=6.0)
+    ap.add_argument("--op-delay", type=float, default=0.0, help="random pause up to this many s per op")
+    ap.add_argument("--fresh", action="store_true", help="a fresh volume every round")
+    ap.add_argument("--fill", type=int, default=0, help="fill the volume to PCT percent first")
+    ap.add_argument("--sync-ops", action="store_true", help="also call sync() and syncfs()")
+    ap.add_argument("--check-sync", action="store_true", help="treat sync()/syncfs() as a checkpoint promise")
+    ap.add_argument("--fsync-log", action="store_true", help="fsync the log after every promise line")
+    ap.add_argument("--history", type=int, default=40, help="ops of a failing file's history to print")
+    args = ap.parse_args()
+    args.logdir = args.logdir or args.img + ".logs"
+    args.pidfile = args.img + ".pid"
+    if args.check_sync:
+        args.sync_ops = True
+    os.makedirs(args.logdir, exist_ok=True)
+    os.makedirs(args.mnt, exist_ok=True)
+    if is_mounted(args.mnt):
+        raise SystemExit("%s is mounted; unmount it first" % args.mnt)
+    stats = dict(failures=0, fsck_bad=0, promises={}, checked=0, errors={}, skipped_tainted=0, dir_names_checked=0,
+                 ops=0, rounds=0)
+    t0 = time.time()
+    print("fuse-crash: seed %d, -o %s, mkfs %s, size %s, workers %d, fill %d%%" % (
+        args.seed, ",".join(args.o) or "-", " ".join(args.mkfs_arg) or "-", args.size, args.workers, args.fill), flush=True)
+    for rnd in range(args.rounds):
+        if args.seconds and time.time() - t0 > args.seconds:
+            break
+        run_round(args, rnd, stats)
+        stats["rounds"] += 1
+    print("TOTAL: %d rounds, %d ops, promises %s, %d files' data promises checked (%d skipped after an I/O error), "
+          "%d dir promises checked, %d failures, %d unclean fsck; errors seen: %s" % (
+              stats["rounds"], stats["ops"], stats["promises"], stats["checked"], stats["skipped_tainted"],
+              stats["dir_names_checked"], stats["failures"], stats["fsck_bad"], stats["errors"]))
+    sys.exit(1 if stats["failures"] or stats["fsck_bad"] else 0)
+
+
+if __name__ == "__main__":
+    main()
