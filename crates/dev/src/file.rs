@@ -26,7 +26,10 @@
 //! fsck it under a mount, whether they are `flashlog` commands or programs linking the
 //! core, in one process or several. A busy volume is refused at once
 //! ([`DevError::InUse`]); the CLI retries for a while, since `umount` returns before the
-//! daemon's final checkpoint. [`FileDevice::open_unlocked`] reads a volume in use
+//! daemon's final checkpoint. A loop device takes the lock on its backing image too (two
+//! inodes, one volume), and a block device opened to write is opened `O_EXCL` (a device the
+//! kernel has mounted is [`DevError::Busy`]) and must not be read-only
+//! ([`DevError::ReadOnlyDevice`]). [`FileDevice::open_unlocked`] reads a volume in use
 //! (`flashlog inspect` of a mounted volume). A process killed with SIGKILL releases its
 //! lock with its descriptors.
 //!
@@ -39,7 +42,7 @@ use crate::{
 };
 use rustix::fs::{FallocateFlags, FileType, FlockOperation};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,20 +64,40 @@ pub struct FileDevice {
     caps: Capabilities,
     is_block_device: bool,
     read_only: bool,
+    /// A loop device's backing file, held for its volume lock (`lock_loop_backing_file`).
+    backing: Option<File>,
 }
 
-// From linux/fs.h: _IO(0x12, 119) and _IOR(0x12, 114, size_t).
+// From linux/fs.h: _IO(0x12, 119), _IOR(0x12, 114, size_t) and _IO(0x12, 94).
 const BLKDISCARD: libc::c_ulong = 0x1277;
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+const BLKROGET: libc::c_ulong = 0x125e;
 
 impl FileDevice {
     /// Open an existing image file or block device, and take its volume lock (module
     /// header): exclusive for reading and writing, shared for `read_only`. A volume that
     /// another user holds is refused with [`DevError::InUse`].
     pub fn open(path: &Path, read_only: bool) -> DevResult<Self> {
-        let file = OpenOptions::new().read(true).write(!read_only).open(path)?;
+        let is_block_device = std::fs::metadata(path)
+            .map(|m| m.file_type().is_block_device())
+            .unwrap_or(false);
+        let file = if is_block_device && !read_only {
+            open_block_device_to_write(path)?
+        } else {
+            OpenOptions::new().read(true).write(!read_only).open(path)?
+        };
         lock(&file, path, !read_only)?;
-        Self::from_file(file, read_only)
+        let backing = if is_block_device {
+            lock_loop_backing_file(&file, path, !read_only)?
+        } else {
+            None
+        };
+        let mut dev = Self::from_file(file, read_only)?;
+        if is_block_device && !read_only && block_device_read_only(&dev.file)? {
+            return Err(DevError::ReadOnlyDevice(path.display().to_string()));
+        }
+        dev.backing = backing;
+        Ok(dev)
     }
 
     /// Open an image file or block device read-only without its volume lock, to read a
@@ -147,6 +170,7 @@ impl FileDevice {
             caps,
             is_block_device,
             read_only,
+            backing: None,
         })
     }
 
@@ -189,6 +213,69 @@ impl FileDevice {
 }
 
 /// Take `file`'s volume lock (module header) without waiting.
+/// Open a block device to write it, exclusively (`O_EXCL`): a device the kernel has mounted
+/// or another program claimed (device-mapper, RAID, `O_EXCL` openers) is refused with
+/// [`DevError::Busy`] before anything is written. A device busy only because a flashlog
+/// user holds it (its own `O_EXCL` open, released when its daemon exits) is opened without
+/// `O_EXCL`, so that `lock` sees that user's lock and says [`DevError::InUse`], which the
+/// CLI waits for.
+fn open_block_device_to_write(path: &Path) -> DevResult<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(true);
+    match opts.clone().custom_flags(libc::O_EXCL).open(path) {
+        Ok(f) => Ok(f),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            let f = opts.open(path)?;
+            match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    Err(DevError::InUse(path.display().to_string()))
+                }
+                _ => Err(DevError::Busy(path.display().to_string())),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The kernel's read-only flag of a block device (`BLKROGET`): a read-only loop device
+/// (`losetup -r`) still opens for writing, and every write then fails.
+fn block_device_read_only(file: &File) -> DevResult<bool> {
+    let mut ro: libc::c_int = 0;
+    // SAFETY: BLKROGET writes one int through the pointer, which points at `ro`.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKROGET as _, &mut ro as *mut libc::c_int) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(ro != 0)
+}
+
+/// When `file` is a loop device, take the volume lock on its backing file too (kept open
+/// for the device's life): the loop device and its image are different inodes, so without
+/// it one volume could be mounted twice, through the image and through a loop device over
+/// it (or two loop devices over one image), each mount overwriting the other's log. The
+/// backing file is found through sysfs; one that can no longer be opened (deleted, or in
+/// another mount namespace) is not locked.
+fn lock_loop_backing_file(file: &File, path: &Path, exclusive: bool) -> DevResult<Option<File>> {
+    let st = rustix::fs::fstat(file).map_err(std::io::Error::from)?;
+    let (major, minor) = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+    let Ok(name) =
+        std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/loop/backing_file"))
+    else {
+        return Ok(None);
+    };
+    let name = name.trim_end_matches('\n');
+    if name.is_empty() || name.ends_with(" (deleted)") {
+        return Ok(None);
+    }
+    let Ok(backing) = File::open(name) else {
+        return Ok(None);
+    };
+    let what = format!("{} (the image behind it, {name})", path.display());
+    lock(&backing, Path::new(&what), exclusive)?;
+    Ok(Some(backing))
+}
+
 fn lock(file: &File, path: &Path, exclusive: bool) -> DevResult<()> {
     let op = if exclusive {
         FlockOperation::NonBlockingLockExclusive

@@ -229,6 +229,13 @@ pub enum DevError {
     /// mkfs or fsck, in this process or another): see [`FileDevice::open`].
     #[error("{0} is in use: another flashlog mount, mkfs or fsck holds it (in this process or another); unmount it first")]
     InUse(String),
+    /// A block device that the kernel or another program holds exclusively (a mounted
+    /// file system, a device-mapper or RAID member): refused for writing.
+    #[error("{0} is busy: the kernel or another program holds it exclusively (a mounted file system, a device-mapper or RAID member); nothing was written")]
+    Busy(String),
+    /// A block device the kernel marks read-only, asked for writing.
+    #[error("{0} is a read-only block device; it can only be opened read-only (mount -o ro)")]
+    ReadOnlyDevice(String),
 }
 
 pub type DevResult<T> = Result<T, DevError>;
