@@ -77,7 +77,7 @@ say "workload: renames and deletes"
 for d in $(seq -w 1 10); do mv "$mnt/dir$d" "$mnt/renamed$d"; done
 find "$mnt" -name 'file*5' -delete
 for f in "$mnt"/renamed01/file0[0-9]*; do mv "$f" "$mnt/dir15/moved-${f##*/}"; done
-sync -f "$mnt"
+sync "$mnt" # an fsync of the root directory: a checkpoint (plain sync does not reach FUSE)
 
 say "checksums of every file"
 (cd "$mnt" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$work/sums"

@@ -109,7 +109,7 @@ section1() {
     mountd rec rec.img m -o cp_interval=0,gc_interval=0 || { fail "mount rec.img"; return; }
     local pid
     pid=$(cat rec.pid)
-    mkdir m/d && sync -f m/d
+    mkdir m/d && sync m/d
     head -c 5M /dev/urandom >exp.data
     dd if=exp.data of=m/d/f bs=1M conv=fsync status=none
     echo small | dd of=m/small conv=fsync status=none
