@@ -487,6 +487,14 @@ impl Fs {
         let ro = opts.read_only;
         let (inner, ck) = checkpoint::load(dev, opts)?;
         let inner = Arc::new(inner);
+        // The pack's orphans are the mount's until it frees them below: a checkpoint written
+        // before that (`gc_none::after_roll_forward`'s, or roll-forward's) must record them
+        // too. Found in review (2026-11-28, sixth session, `cp_mutants.rs`): a gc=none mount
+        // after a clean unmount wrote a pack without them, and a cut before the mount's next
+        // pack leaked their inodes and blocks for good.
+        if !ro {
+            inner.orphans.lock().extend(ck.orphans.iter().copied());
+        }
         let recovered = crate::recovery::roll_forward(&inner, &ck)?;
         // gc=device after a cut: the heads' sections may hold blocks written after the
         // checkpoint, which the coupled device keeps write-once; continue in fresh sections
@@ -516,6 +524,9 @@ impl Fs {
                         inner.free_inode(&mut st)?;
                     }
                 }
+                // Freed, linked again by roll-forward, or not loadable (the mount's
+                // checkpoint drops it, as before).
+                inner.orphans.lock().remove(&ino);
             }
             if recovered > 0
                 || ck.flags & flashlog_format::cp::flags::UMOUNT == 0
