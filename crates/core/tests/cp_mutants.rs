@@ -381,9 +381,8 @@ fn a_cut_during_a_gc_none_mount_after_a_clean_unmount_with_orphans_leaks_nothing
             dev: ssd.clone(),
             flushes: allowed.into(),
         });
-        match Fs::mount(cut, none()) {
-            Ok(fs) => fs.abandon(),
-            Err(_) => {}
+        if let Ok(fs) = Fs::mount(cut, none()) {
+            fs.abandon();
         }
         let before = fsck(&*ssd).unwrap();
         let fs = Fs::mount(ssd.clone(), none()).unwrap();
