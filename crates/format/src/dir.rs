@@ -229,11 +229,32 @@ impl Layout {
         Ok(None)
     }
 
-    /// First run of `need` free slots.
+    /// First run of `need` free slots. A bitmap byte wholly used or wholly free is taken
+    /// in one step: an insert into a large directory runs this over every full bucket of the
+    /// levels below the one with room (fxmark MWCL: a bit at a time it was 19 % of a
+    /// create's instructions at 20,000 entries).
     pub fn find_space(&self, a: &[u8], need: usize) -> Option<usize> {
+        let bitmap = &a[self.bitmap..self.bitmap + self.nslots.div_ceil(8)];
         let mut run = 0;
-        for slot in 0..self.nslots {
-            if self.used(a, slot) {
+        let mut slot = 0;
+        while slot < self.nslots {
+            let byte = bitmap[slot / 8];
+            if slot % 8 == 0 && slot + 8 <= self.nslots {
+                if byte == 0xff {
+                    run = 0;
+                    slot += 8;
+                    continue;
+                }
+                if byte == 0 {
+                    if run + 8 >= need {
+                        return Some(slot - run);
+                    }
+                    run += 8;
+                    slot += 8;
+                    continue;
+                }
+            }
+            if byte & (1 << (slot % 8)) != 0 {
                 run = 0;
             } else {
                 run += 1;
@@ -241,6 +262,7 @@ impl Layout {
                     return Some(slot + 1 - need);
                 }
             }
+            slot += 1;
         }
         None
     }
@@ -359,6 +381,55 @@ mod tests {
         assert_eq!(l.find_space(&b, 32), Some(0));
         seal_dentry_block(&mut b);
         check_dentry_block(&b).unwrap();
+    }
+
+    /// `find_space` (a byte at a time where it can) against the plain bit-at-a-time scan,
+    /// over bitmaps of runs and noise, both layouts, every name length.
+    #[test]
+    fn find_space_matches_bitwise_scan() {
+        fn reference(l: &Layout, a: &[u8], need: usize) -> Option<usize> {
+            let mut run = 0;
+            for slot in 0..l.nslots {
+                if l.used(a, slot) {
+                    run = 0;
+                } else {
+                    run += 1;
+                    if run == need {
+                        return Some(slot + 1 - need);
+                    }
+                }
+            }
+            None
+        }
+        let mut x = 0x2545f4914f6cdd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for l in [BLOCK_LAYOUT, INLINE_LAYOUT] {
+            for round in 0..3000 {
+                let mut a = vec![0u8; BLOCK_SIZE];
+                let bytes = l.nslots.div_ceil(8) + 1;
+                for i in 0..bytes {
+                    let r = next();
+                    a[l.bitmap + i] = match (round + (r as usize % 5)) % 5 {
+                        0 => 0xff,
+                        1 => 0,
+                        _ => (r >> 8) as u8 | if round % 7 == 0 { 0xf0 } else { 0 },
+                    };
+                }
+                for need in 1..=slots_for(NAME_MAX) + 1 {
+                    assert_eq!(
+                        l.find_space(&a, need),
+                        reference(&l, &a, need),
+                        "nslots {} round {round} need {need}",
+                        l.nslots
+                    );
+                }
+            }
+        }
     }
 
     #[test]
