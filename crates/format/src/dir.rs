@@ -330,15 +330,35 @@ impl Layout {
     }
 
     pub fn is_empty(&self, a: &[u8]) -> bool {
-        (0..self.nslots).all(|s| !self.used(a, s))
+        self.used_outside(a, 0..0).is_none()
     }
 
     /// Whether the entry starting at `slot` is the only one in `a`: removing it leaves the
-    /// area empty (`remove` then `is_empty`, without changing `a`).
+    /// area empty (`remove` then `is_empty`, without changing `a`). A bitmap byte at a
+    /// time: every unlink asks this of its dentry block (fxmark MWUL: a slot at a time it
+    /// was 12 % of an unlink's instructions).
     pub fn only_entry(&self, a: &[u8], slot: usize) -> bool {
         let r = self.recs + slot * REC;
         let n = slots_for(get_u16(a, r + 8) as usize).min(self.nslots - slot);
-        (0..self.nslots).all(|s| (slot..slot + n).contains(&s) || !self.used(a, s))
+        self.used_outside(a, slot..slot + n).is_none()
+    }
+
+    /// The first bitmap byte with a used slot outside `skip` (slots past `nslots` are not
+    /// looked at).
+    fn used_outside(&self, a: &[u8], skip: std::ops::Range<usize>) -> Option<usize> {
+        let bitmap = &a[self.bitmap..self.bitmap + self.nslots.div_ceil(8)];
+        bitmap.iter().enumerate().position(|(i, &byte)| {
+            let lo = i * 8;
+            let mut mask: u8 = if lo + 8 > self.nslots {
+                (1u8 << (self.nslots - lo)) - 1
+            } else {
+                0xff
+            };
+            for s in skip.start.max(lo)..skip.end.min(lo + 8) {
+                mask &= !(1 << (s - lo));
+            }
+            byte & mask != 0
+        })
     }
 
     /// Copy every entry of inline area `from` (laid out as `self`) into block layout `to`, at
