@@ -43,7 +43,14 @@ fn main() {
     let policy = PolicySpec::parse(a.get(4).map(String::as_str).unwrap_or("f2fs")).unwrap();
     let spec = DeviceSpec::from_args(device, None, None, &[], "virtual").unwrap();
     let bd = spec.for_policy_spec(&policy).open().unwrap();
-    Fs::mkfs(bd.dev.clone(), &MkfsOptions { force: true, ..Default::default() }).unwrap();
+    Fs::mkfs(
+        bd.dev.clone(),
+        &MkfsOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let opts = policy.mount_options(&flashlog_bench::exp::base_mount_options());
     let fs = Fs::mount(bd.dev.clone(), opts).unwrap();
     let buf: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 1) as u8).collect();
@@ -94,7 +101,16 @@ fn main() {
 
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-fn measured(fs: &Fs, w: &str, n: u64, f: flashlog_core::Ino, d: flashlog_core::Ino, buf: &[u8], names: &[String], blocks: u64) {
+fn measured(
+    fs: &Fs,
+    w: &str,
+    n: u64,
+    f: flashlog_core::Ino,
+    d: flashlog_core::Ino,
+    buf: &[u8],
+    names: &[String],
+    blocks: u64,
+) {
     let mut rng = 0x9e3779b97f4a7c15u64;
     match w {
         "dwol" => {

@@ -204,23 +204,9 @@ impl FsInner {
         idx: u64,
         init: PageInit<'_>,
     ) -> Result<&'s mut Page> {
-        if !st.pages.contains_key(&idx) {
-            let addr = self.block_addr(st, idx)?;
-            let (mut data, read) = match init {
-                // Allocated and copied in one step (`Box::new(*src)` may build it on the stack).
-                PageInit::Whole(src) => (PageData::copy_of(src), false),
-                PageInit::Zeros { read } => (PageData::zeroed(), read),
-            };
-            if addr == NULL_ADDR {
-                self.new_dirty_page(st, idx, data)?;
-            } else {
-                if read && addr != NEW_ADDR {
-                    self.read_block(addr, data.get_mut().expect("not shared yet"))?;
-                }
-                st.pages.insert(idx, Page::new(data, false, false, false));
-            }
-        } else {
-            let p = st.pages.get_mut(&idx).expect("cached");
+        // One search of the page map where the page is cached (the overwrite), two more
+        // where it is not (the insert and the lookup below): it was searched four times.
+        if let Some(p) = st.pages.get_mut(&idx) {
             if p.wb {
                 // A flusher is copying the page's bytes with the cell released: this write
                 // changes them (into a copy of its own, below), so the copy in flight will be
@@ -235,6 +221,21 @@ impl FsInner {
                     None => p.data = PageData::copy_of(src),
                 }
             }
+        } else {
+            let addr = self.block_addr(st, idx)?;
+            let (mut data, read) = match init {
+                // Allocated and copied in one step (`Box::new(*src)` may build it on the stack).
+                PageInit::Whole(src) => (PageData::copy_of(src), false),
+                PageInit::Zeros { read } => (PageData::zeroed(), read),
+            };
+            if addr == NULL_ADDR {
+                self.new_dirty_page(st, idx, data)?;
+            } else {
+                if read && addr != NEW_ADDR {
+                    self.read_block(addr, data.get_mut().expect("not shared yet"))?;
+                }
+                st.pages.insert(idx, Page::new(data, false, false, false));
+            }
         }
         let p = st.pages.get_mut(&idx).expect("inserted");
         if !p.dirty {
@@ -242,7 +243,7 @@ impl FsInner {
             st.dirty_pages += 1;
             self.charge_dirty_page();
         }
-        Ok(st.pages.get_mut(&idx).expect("inserted"))
+        Ok(p)
     }
 
     /// Buffered write. Returns bytes written: short if space ran out part way, or where the
