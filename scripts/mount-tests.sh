@@ -594,6 +594,23 @@ t_posix_diff() {
     result "$(grep -E 'seeds, [0-9]+ kinds' "$pd/out.txt")"
 }
 
+# Random operations by 3 processes (every durability call: fsync, fdatasync, O_SYNC and
+# O_DSYNC writes, msync, directory fsync) on a 96 % full volume of its own, the daemon
+# killed with SIGKILL at a random moment in each round, then every promise checked after
+# the recovering mount, fsck clean before and after (scripts/fuse-crash.py).
+t_fuse_crash() {
+    local fc=$work/fc rc=0
+    mkdir -p "$fc"
+    python3 "$root/scripts/fuse-crash.py" --setup --bin "$FL" --img "$fc/vol.img" \
+        --mnt "$fc/mnt" --rounds "${FUSE_CRASH_ROUNDS:-6}" --seed 5 --fill 96 >"$fc/out.txt" 2>&1 || rc=1
+    fusermount3 -u "$fc/mnt" 2>/dev/null
+    if ((rc)); then
+        tail -40 "$fc/out.txt"
+        return 1
+    fi
+    result "$(grep -E '^TOTAL' "$fc/out.txt" | cut -c1-160)"
+}
+
 # Kernel features beyond plain syscalls, on a fresh mount of its own
 # (scripts/kernel-features.py): mmap and msync, O_DIRECT, O_APPEND from two processes,
 # O_SYNC/O_DSYNC/fdatasync then SIGKILL, SEEK_HOLE/SEEK_DATA, every fallocate mode and one
@@ -700,6 +717,7 @@ step "FUSE knobs: bdi_max_ratio, killpriv" t_fuse_knobs
 step "requests per new file, times durable" t_requests_per_file
 step "POSIX differential against tmpfs (posix-diff.py)" t_posix_diff
 step "kernel features: mmap, O_DIRECT, fallocate, overlayfs (kernel-features.py)" t_kernel_features
+step "kill -9 of the daemon at random, 96 % full (fuse-crash.py)" t_fuse_crash
 step "--device 970pro-like -o gc=device, gc=none" t_emulated
 step "final remount + umount + fsck" t_final
 echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"
