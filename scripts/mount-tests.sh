@@ -683,6 +683,52 @@ t_emulated() {
     [[ $rc == 0 ]] && result "970pro-like:1GiB gc=device (ftl=coupled): 8 MiB fsync'd + cp -a tree read back; summary and clean fsck logged; gc=none: live intervals and an empty discard log logged; gc=device on image/RAM refused"
 }
 
+# Two signals in a row, the second while the final checkpoint writes back 350 MiB of dirty
+# data (dirty_cap=1G), with a tmpfs under the mount point: the daemon unmounts its own mount
+# and nothing else (review 2026-11-28: the second signal lazily detached the tmpfs). Then a
+# foreground mount on a plain directory given SIGINT twice: exit 0, no failed lazy unmount.
+t_two_signals() {
+    local under=$work/under img2=$work/sig2.img log=$work/sig2.log pid rc=0
+    mkdir -p "$under"
+    "$FL" mkfs --size 1G "$img2" >/dev/null || return 1
+    mount -t tmpfs flashlog-under "$under" || return 1
+    echo under >"$under/marker"
+    if ! "$FL" mount --daemon --pid-file "$work/sig2.pid" --log "$log" -o dirty_cap=1G \
+        "$img2" "$under" >/dev/null; then
+        umount "$under"
+        return 1
+    fi
+    pid=$(cat "$work/sig2.pid")
+    head -c 350M /dev/urandom >"$under/dirty"
+    kill -TERM "$pid"
+    sleep 0.05
+    kill -TERM "$pid"
+    wait_exit "$pid" || { echo "daemon $pid still running"; rc=1; }
+    cat "$log"
+    if [[ $(cat "$under/marker" 2>/dev/null) == under ]]; then
+        umount "$under" || { echo "the tmpfs could not be unmounted"; rc=1; }
+    else
+        echo "the tmpfs under the mount point was detached by the second SIGTERM"
+        rc=1
+    fi
+    grep -q "unmounted .* cleanly" "$log" || { echo "no clean unmount in the log"; rc=1; }
+    # Foreground, SIGINT twice during the final checkpoint, on a plain directory.
+    mkdir -p "$work/plain"
+    "$FL" mount -o dirty_cap=1G "$img2" "$work/plain" >"$work/fg2.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do grep -qs " $work/plain " /proc/mounts && break; sleep 0.1; done
+    head -c 350M /dev/urandom >"$work/plain/dirty"
+    kill -INT "$pid"
+    sleep 0.05
+    kill -INT "$pid"
+    wait "$pid" || { echo "foreground mount exited $? after two SIGINTs"; rc=1; }
+    cat "$work/fg2.log"
+    grep -q "lazy unmount .* failed\|detaching it lazily" "$work/fg2.log" && { echo "the second SIGINT tried a lazy unmount"; rc=1; }
+    grep -q "unmounted .* cleanly" "$work/fg2.log" || { echo "foreground: no clean unmount"; rc=1; }
+    rm -f "$img2"
+    [[ $rc == 0 ]] && result "two SIGTERMs (daemon, tmpfs underneath) and two SIGINTs (foreground): only our mount unmounted, clean final checkpoints"
+}
+
 t_final() {
     mount_fs || return 1
     local src
@@ -719,6 +765,7 @@ step "POSIX differential against tmpfs (posix-diff.py)" t_posix_diff
 step "kernel features: mmap, O_DIRECT, fallocate, overlayfs (kernel-features.py)" t_kernel_features
 step "kill -9 of the daemon at random, 96 % full (fuse-crash.py)" t_fuse_crash
 step "--device 970pro-like -o gc=device, gc=none" t_emulated
+step "two signals unmount only our mount" t_two_signals
 step "final remount + umount + fsck" t_final
 echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"
 exit $((failures > 0 ? 1 : 0))

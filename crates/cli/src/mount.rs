@@ -34,6 +34,7 @@ use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 #[derive(clap::Args)]
@@ -418,6 +419,105 @@ fn daemonize(log: &Path, p: &Prepared) -> Result<Ready> {
     }
 }
 
+/// One line of /proc/self/mountinfo (proc(5)).
+struct MountEntry {
+    id: u64,
+    parent: u64,
+    /// The file system's device, "major:minor" (st_dev of its files).
+    dev: String,
+    point: PathBuf,
+    fstype: String,
+}
+
+fn mountinfo() -> Option<Vec<MountEntry>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    Some(text.lines().filter_map(parse_mountinfo_line).collect())
+}
+
+fn parse_mountinfo_line(l: &str) -> Option<MountEntry> {
+    use std::os::unix::ffi::OsStringExt;
+    let (pre, post) = l.split_once(" - ")?;
+    let f: Vec<&str> = pre.split(' ').collect();
+    Some(MountEntry {
+        id: f.first()?.parse().ok()?,
+        parent: f.get(1)?.parse().ok()?,
+        dev: f.get(2)?.to_string(),
+        point: PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(f.get(4)?))),
+        fstype: post.split(' ').next()?.to_string(),
+    })
+}
+
+/// mountinfo's escapes: space, tab, newline and backslash as `\ooo`.
+fn unescape_octal(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Our FUSE mount as /proc/self/mountinfo lists it right after mounting: its mount id and
+/// device, so that a signal later unmounts only this mount and nothing else at that path
+/// (the file system the mount covered, or one mounted over it).
+#[derive(Clone, PartialEq)]
+struct OurMount {
+    id: u64,
+    dev: String,
+}
+
+fn find_our_mount(mountpoint: &Path) -> Option<OurMount> {
+    mountinfo()?
+        .into_iter()
+        .rfind(|m| m.point == mountpoint && m.fstype.starts_with("fuse"))
+        .map(|m| OurMount {
+            id: m.id,
+            dev: m.dev,
+        })
+}
+
+/// Where our mount stands at `mountpoint` now.
+#[derive(Debug, PartialEq)]
+enum Standing {
+    /// Mounted there, the topmost mount: unmounting the path unmounts it.
+    OnTop,
+    /// Mounted there, under another mount: unmounting the path would unmount that one.
+    Covered,
+    /// Not in this mount namespace any more (unmounted, or detached with `umount -l`).
+    Gone,
+    /// Not known (mountinfo unreadable, or the mount not found in it after mounting).
+    Unknown,
+}
+
+fn standing(ours: Option<&OurMount>, mountpoint: &Path) -> Standing {
+    let (Some(ours), Some(all)) = (ours, mountinfo()) else {
+        return Standing::Unknown;
+    };
+    if !all
+        .iter()
+        .any(|m| m.id == ours.id && m.dev == ours.dev && m.point == mountpoint)
+    {
+        return Standing::Gone;
+    }
+    if all
+        .iter()
+        .any(|m| m.parent == ours.id && m.point == mountpoint)
+    {
+        return Standing::Covered;
+    }
+    Standing::OnTop
+}
+
 fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Result<ExitCode> {
     // Before any thread exists: every thread inherits this mask.
     let mut signals = SigSet::empty();
@@ -467,6 +567,13 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
             ));
         }
     };
+    let ours = find_our_mount(&p.mountpoint);
+    if ours.is_none() {
+        tracing::warn!(
+            "the new mount on {} is not in /proc/self/mountinfo; signals will not detach it",
+            p.mountpoint.display()
+        );
+    }
     let pid = std::process::id();
     if let Some(f) = pid_file {
         std::fs::write(f, format!("{pid}\n"))
@@ -502,8 +609,16 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
             p.mountpoint.display()
         ),
     }
-    spawn_signal_thread(signals, session.unmount_callable(), p.mountpoint.clone())?;
+    let served_flag = Arc::new(AtomicBool::new(false));
+    spawn_signal_thread(
+        signals,
+        session.unmount_callable(),
+        p.mountpoint.clone(),
+        ours,
+        served_flag.clone(),
+    )?;
     let served = session.run();
+    served_flag.store(true, Ordering::Release);
     if let Err(e) = &served {
         tracing::error!("FUSE session ended with an error: {e}");
     }
@@ -629,42 +744,101 @@ fn emu_final_checks(p: &Prepared, bd: &BenchDevice) -> ExitCode {
     code
 }
 
+/// The signal thread: SIGINT, SIGTERM and SIGHUP unmount the mount (lazily if busy), but
+/// only while our FUSE mount is the topmost at the mount point (`Standing`): once it is
+/// unmounted or detached, a further signal (a second Ctrl-C during the final checkpoint)
+/// only logs, instead of unmounting whatever file system lies under the mount point.
 fn spawn_signal_thread(
     signals: SigSet,
     mut unmounter: fuser::SessionUnmounter,
     mountpoint: PathBuf,
+    ours: Option<OurMount>,
+    served: Arc<AtomicBool>,
 ) -> Result<()> {
     std::thread::Builder::new()
         .name("flashlog-signals".into())
         .spawn(move || {
             let mut first = true;
+            // This thread unmounted the mount, or detached it lazily.
+            let (mut unmounted, mut detached) = (false, false);
             while let Ok(sig) = signals.wait() {
-                tracing::info!("{sig}: unmounting {}", mountpoint.display());
-                let r = if first {
-                    unmounter.unmount().map_err(|e| e.to_string())
-                } else {
-                    Err("a second signal".to_string())
+                let mp = mountpoint.display();
+                let here = standing(ours.as_ref(), &mountpoint);
+                let r = match here {
+                    Standing::Gone if served.load(Ordering::Acquire) || unmounted => {
+                        tracing::info!("{sig}: {mp} is already unmounted; the final checkpoint is being written, then this process exits");
+                        continue;
+                    }
+                    Standing::Gone => {
+                        let how = if detached {
+                            "was detached lazily while in use"
+                        } else {
+                            "is no longer mounted (detached with `umount -l` while in use?)"
+                        };
+                        tracing::info!("{sig}: {mp} {how}; this process serves the files still open, then writes its final checkpoint and exits once the last is closed");
+                        continue;
+                    }
+                    Standing::Covered => {
+                        tracing::warn!("{sig}: another file system is mounted over {mp}: not unmounting (that would unmount the other one); unmount it first, then signal again");
+                        continue;
+                    }
+                    Standing::Unknown if !first => {
+                        tracing::info!("{sig}: an unmount of {mp} was already requested");
+                        continue;
+                    }
+                    Standing::OnTop | Standing::Unknown => {
+                        tracing::info!("{sig}: unmounting {mp}");
+                        if first {
+                            unmounter.unmount().map_err(|e| e.to_string())
+                        } else {
+                            Err("a further signal".to_string())
+                        }
+                    }
                 };
                 first = false;
+                unmounted |= r.is_ok();
                 if let Err(why) = r {
                     // Busy (a process has a file open or its cwd inside): detach now, the
-                    // kernel ends the connection when the last user leaves.
-                    tracing::warn!(
-                        "unmount of {} did not complete ({why}); detaching it lazily",
-                        mountpoint.display()
-                    );
-                    if let Err(e) =
-                        nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
+                    // kernel ends the connection when the last user leaves. Only our own
+                    // mount: checked again right before.
+                    if !matches!(here, Standing::Unknown)
+                        && standing(ours.as_ref(), &mountpoint) != Standing::OnTop
                     {
-                        tracing::error!(
-                            "lazy unmount of {} failed: {e}; use `fusermount3 -uz {}`",
-                            mountpoint.display(),
-                            mountpoint.display()
-                        );
+                        continue;
+                    }
+                    tracing::warn!(
+                        "unmount of {mp} did not complete ({why}); detaching it lazily"
+                    );
+                    match nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+                        Ok(()) => detached = true,
+                        Err(e) => tracing::error!(
+                            "lazy unmount of {mp} failed: {e}; use `fusermount3 -uz {mp}`"
+                        ),
                     }
                 }
             }
         })
         .context("spawning the signal thread")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_parse_with_escapes() {
+        let l = "512 27 0:44 / /tmp/a\\040b rw,nosuid,nodev,relatime shared:300 - fuse.flashlog /tmp/x\\040y.img rw,user_id=0";
+        let m = parse_mountinfo_line(l).unwrap();
+        assert_eq!((m.id, m.parent, m.dev.as_str()), (512, 27, "0:44"));
+        assert_eq!(m.point, Path::new("/tmp/a b"));
+        assert_eq!(m.fstype, "fuse.flashlog");
+        // No optional fields, a trailing backslash left as it is.
+        let m = parse_mountinfo_line("30 1 0:25 / /x\\ rw - tmpfs tmpfs rw").unwrap();
+        assert_eq!(
+            (m.point.as_path(), m.fstype.as_str()),
+            (Path::new("/x\\"), "tmpfs")
+        );
+        assert!(parse_mountinfo_line("garbage").is_none());
+    }
 }
