@@ -729,6 +729,52 @@ t_two_signals() {
     [[ $rc == 0 ]] && result "two SIGTERMs (daemon, tmpfs underneath) and two SIGINTs (foreground): only our mount unmounted, clean final checkpoints"
 }
 
+# The same image mounted twice with --daemon: the second mount's wait message reaches the
+# terminal at once (review 2026-11-28: 30 s of silence, the message went to the log), and
+# it mounts once the first unmounts, its daemon holding the lock after its parent exits. A
+# mount detached with `umount -l` while a file is open keeps the image: a new mount is
+# refused naming that daemon's pid, not "unmount it first".
+t_in_use() {
+    local img3=$work/inuse.img m1=$work/inuse1 m2=$work/inuse2 out pid1 pid2 bp hp rc=0
+    mkdir -p "$m1" "$m2"
+    "$FL" mkfs --size 256M "$img3" >/dev/null || return 1
+    "$FL" mount --daemon --pid-file "$work/inuse1.pid" --log "$work/inuse1.log" "$img3" "$m1" >/dev/null || return 1
+    pid1=$(cat "$work/inuse1.pid")
+    "$FL" mount --daemon --pid-file "$work/inuse2.pid" --log "$work/inuse2.log" "$img3" "$m2" >"$work/inuse2.out" 2>&1 &
+    bp=$!
+    sleep 3
+    grep -q "waiting for the flashlog process" "$work/inuse2.out" || {
+        echo "after 3 s the second mount's terminal shows '$(cat "$work/inuse2.out")'; its log has $(grep -cs waiting "$work/inuse2.log") wait line(s)"
+        rc=1
+    }
+    umount "$m1"
+    wait "$bp" || { echo "the second mount failed once the first was unmounted: $(cat "$work/inuse2.out")"; rc=1; }
+    wait_exit "$pid1"
+    grep -qs " $m2 " /proc/mounts || { echo "the second mount is not mounted"; return 1; }
+    pid2=$(cat "$work/inuse2.pid")
+    flock -n -s "$img3" true && { echo "nothing holds the image's lock after the mounting parent exited"; rc=1; }
+    # umount -l with a file open: the daemon keeps serving it; a new mount names it.
+    echo held >"$m2/held"
+    sleep 60 <"$m2/held" &
+    hp=$!
+    sleep 0.5
+    umount -l "$m2" || rc=1
+    out=$(timeout 60 "$FL" mount --daemon --log "$work/inuse3.log" "$img3" "$m1" 2>&1) && {
+        echo "a third mount went ahead"
+        umount "$m1"
+        rc=1
+    }
+    echo "$out"
+    grep -q "pid $pid2" <<<"$out" || { echo "the refusal does not name the detached daemon ($pid2)"; rc=1; }
+    grep -q "unmount it first" <<<"$out" && { echo "the refusal says to unmount what is not visible"; rc=1; }
+    kill "$hp"
+    wait "$hp" 2>/dev/null
+    wait_exit "$pid2" || { echo "the detached daemon did not exit once its last file was closed"; rc=1; }
+    "$FL" fsck -q "$img3" || rc=1
+    rm -f "$img3"
+    [[ $rc == 0 ]] && result "second --daemon mount waits on the terminal and mounts after the first; a umount -l'd daemon is named by pid"
+}
+
 t_final() {
     mount_fs || return 1
     local src
@@ -766,6 +812,7 @@ step "kernel features: mmap, O_DIRECT, fallocate, overlayfs (kernel-features.py)
 step "kill -9 of the daemon at random, 96 % full (fuse-crash.py)" t_fuse_crash
 step "--device 970pro-like -o gc=device, gc=none" t_emulated
 step "two signals unmount only our mount" t_two_signals
+step "image in use: wait on the terminal, pid" t_in_use
 step "final remount + umount + fsck" t_final
 echo "== mount tests: $failures failed step(s) in $((SECONDS - started)) s"
 exit $((failures > 0 ? 1 : 0))

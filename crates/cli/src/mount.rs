@@ -28,6 +28,7 @@ use crate::device;
 use anyhow::{anyhow, bail, Context, Result};
 use flashlog_bench::device::{BenchDevice, DeviceSpec};
 use flashlog_core::Fs;
+use flashlog_dev::{DevError, FileDevice};
 use flashlog_fuse::MountConfig;
 use nix::sys::signal::{SigSet, Signal};
 use std::fs::File;
@@ -295,6 +296,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .pid_file
         .as_ref()
         .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.clone()));
+    // The image is opened (and its lock taken) here, before `--daemon` forks: the wait for a
+    // volume in use and a refusal reach the terminal, not the daemon's log. The child
+    // inherits the descriptor and with it the flock (a lock belongs to the open file
+    // description); the parent leaves with `process::exit`, which drops nothing, so the
+    // lock is never released on its behalf. `--device` opens its emulator in the serving
+    // process (it starts threads, which must not exist at fork).
+    let dev = match &p.emu {
+        None => Some(open_image(&p)?),
+        Some(_) => None,
+    };
     let mut ready = None;
     if a.daemon {
         let log = match &a.log {
@@ -306,7 +317,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     } else {
         crate::init_logging("info,fuser=error", std::io::stderr().is_terminal());
     }
-    let r = serve(&p, &mut ready, pid_file.as_deref());
+    let r = serve(&p, dev, &mut ready, pid_file.as_deref());
     if let Some(f) = &pid_file {
         let _ = std::fs::remove_file(f);
     }
@@ -419,6 +430,91 @@ fn daemonize(log: &Path, p: &Prepared) -> Result<Ready> {
     }
 }
 
+/// Open the image or block device to mount, taking its lock (`device::open_with`). A
+/// volume still in use after the wait is refused with what holds it: a visible mount (to
+/// unmount), or a process no mount shows (a mount detached with `umount -l` whose daemon
+/// still serves files kept open).
+fn open_image(p: &Prepared) -> Result<Arc<FileDevice>> {
+    let ro = p.cfg.core.read_only;
+    device::open_with(&p.source, ro, p.cfg.image_direct).map_err(|e| {
+        match FileDevice::open(&p.source, ro) {
+            Err(DevError::InUse(_)) => in_use_error(&p.source).unwrap_or(e),
+            _ => e,
+        }
+    })
+}
+
+/// Why `source` is in use, when more can be said than device.rs's generic refusal.
+fn in_use_error(source: &Path) -> Option<anyhow::Error> {
+    let name = source.to_string_lossy();
+    let mounts: Vec<MountEntry> = mountinfo()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.fstype.starts_with("fuse") && m.source == name)
+        .collect();
+    if let Some(m) = mounts.last() {
+        return Some(anyhow!(
+            "{} is in use: it is mounted on {}; unmount it first (`umount {}`)",
+            source.display(),
+            m.point.display(),
+            m.point.display()
+        ));
+    }
+    let holders = processes_holding(source);
+    let (pid, cmd) = holders.first()?;
+    let mount = cmd.split(' ').any(|w| w == "mount") || cmd.contains("mount.fuse");
+    Some(if mount {
+        anyhow!(
+            "{} is in use by the earlier flashlog mount daemon (pid {pid}), though no mount of it is visible: it was detached (`umount -l`) while files in it were still open, and that daemon keeps serving them; it writes its final checkpoint and exits once the last of them is closed (then mount again)",
+            source.display()
+        )
+    } else {
+        anyhow!(
+            "{} is in use by process {pid} (`{cmd}`); wait for it to finish",
+            source.display()
+        )
+    })
+}
+
+/// Processes other than this one with a descriptor open on `path` (canonical; as pid and
+/// command line), from the links in /proc/*/fd, compared by name: reading a link does not
+/// reach into the file's file system (a stat through it could wait on a hung FUSE mount).
+/// Processes this user may not look into are skipped.
+fn processes_holding(path: &Path) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == path));
+        if holds {
+            let cmd = std::fs::read(e.path().join("cmdline"))
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .split('\0')
+                        .filter(|w| !w.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            found.push((pid, cmd));
+        }
+    }
+    found
+}
+
 /// One line of /proc/self/mountinfo (proc(5)).
 struct MountEntry {
     id: u64,
@@ -427,6 +523,7 @@ struct MountEntry {
     dev: String,
     point: PathBuf,
     fstype: String,
+    source: String,
 }
 
 fn mountinfo() -> Option<Vec<MountEntry>> {
@@ -438,12 +535,14 @@ fn parse_mountinfo_line(l: &str) -> Option<MountEntry> {
     use std::os::unix::ffi::OsStringExt;
     let (pre, post) = l.split_once(" - ")?;
     let f: Vec<&str> = pre.split(' ').collect();
+    let mut t = post.split(' ');
     Some(MountEntry {
         id: f.first()?.parse().ok()?,
         parent: f.get(1)?.parse().ok()?,
         dev: f.get(2)?.to_string(),
         point: PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(f.get(4)?))),
-        fstype: post.split(' ').next()?.to_string(),
+        fstype: t.next()?.to_string(),
+        source: String::from_utf8_lossy(&unescape_octal(t.next().unwrap_or(""))).into_owned(),
     })
 }
 
@@ -518,7 +617,12 @@ fn standing(ours: Option<&OurMount>, mountpoint: &Path) -> Standing {
     Standing::OnTop
 }
 
-fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Result<ExitCode> {
+fn serve(
+    p: &Prepared,
+    dev: Option<Arc<FileDevice>>,
+    ready: &mut Option<Ready>,
+    pid_file: Option<&Path>,
+) -> Result<ExitCode> {
     // Before any thread exists: every thread inherits this mask.
     let mut signals = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
@@ -531,11 +635,10 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
     }
     signals.thread_block().context("blocking signals")?;
 
-    let (fs, emu, source) = match &p.emu {
-        None => {
+    let (fs, emu, source) = match (&p.emu, dev) {
+        (None, Some(dev)) => {
             // The device holds the volume's lock (exclusive, or shared read-only) for as
-            // long as the mount has it.
-            let dev = device::open_with(&p.source, p.cfg.core.read_only, p.cfg.image_direct)?;
+            // long as the mount has it (taken in `run`, before any fork).
             tracing::info!(
                 "{}: large log writes {}",
                 p.source.display(),
@@ -550,10 +653,11 @@ fn serve(p: &Prepared, ready: &mut Option<Ready>, pid_file: Option<&Path>) -> Re
             let source = p.source.to_string_lossy().into_owned();
             (fs, None, source)
         }
-        Some(spec) => {
+        (Some(spec), _) => {
             let (fs, bd) = open_emulated(spec, p)?;
             (fs, Some(bd), "flashlog-emu".to_string())
         }
+        (None, None) => bail!("no device opened for {}", p.name),
     };
     let fs = Arc::new(fs);
     let mut session = match flashlog_fuse::mount(fs.clone(), &source, &p.mountpoint, &p.cfg) {
@@ -833,6 +937,7 @@ mod tests {
         assert_eq!((m.id, m.parent, m.dev.as_str()), (512, 27, "0:44"));
         assert_eq!(m.point, Path::new("/tmp/a b"));
         assert_eq!(m.fstype, "fuse.flashlog");
+        assert_eq!(m.source, "/tmp/x y.img");
         // No optional fields, a trailing backslash left as it is.
         let m = parse_mountinfo_line("30 1 0:25 / /x\\ rw - tmpfs tmpfs rw").unwrap();
         assert_eq!(
