@@ -2,8 +2,10 @@
 
 use crate::device;
 use flashlog_core::fsck::Severity;
+use flashlog_dev::BlockDevice;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// fsck(8): "operational error" — the check could not run.
 const EXIT_OPERATIONAL: u8 = 8;
@@ -36,14 +38,82 @@ pub fn run(a: Args) -> ExitCode {
     }
 }
 
+/// A volume that was not unmounted cleanly (its daemon was killed, or power was cut): its
+/// newest checkpoint lacks the umount flag, or data was fsync'd past it (a crash before the
+/// mount's first checkpoint leaves mkfs's or the last unmount's checkpoint, with the flag).
+/// Its next read-write mount rolls forward what was fsync'd after the checkpoint and writes
+/// a new one.
+pub(crate) struct Unclean {
+    /// Whether the newest checkpoint carries the umount flag.
+    pub flagged_clean: bool,
+    /// Whether fsync'd data past the checkpoint awaits roll-forward recovery: found by a
+    /// read-only mount, which walks the fsync chains and writes nothing (it is refused when
+    /// there is something to recover); `None` if that mount failed otherwise.
+    pub roll_forward: Option<bool>,
+}
+
+impl Unclean {
+    /// `None` for a cleanly unmounted volume. Reads the volume's metadata (a read-only
+    /// mount), so only for a volume nobody has mounted.
+    pub fn of(dev: Arc<dyn BlockDevice>, ck_flags: u32) -> Option<Unclean> {
+        let flagged_clean = ck_flags & flashlog_format::cp::flags::UMOUNT != 0;
+        let opts = flashlog_core::MountOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let roll_forward = match flashlog_core::Fs::mount(dev, opts) {
+            Ok(fs) => {
+                drop(fs); // read-only: writes nothing
+                Some(false)
+            }
+            Err(flashlog_core::Error::Invalid(why)) if why.contains("roll-forward") => Some(true),
+            Err(_) => None,
+        };
+        if flagged_clean && roll_forward != Some(true) {
+            return None;
+        }
+        Some(Unclean {
+            flagged_clean,
+            roll_forward,
+        })
+    }
+
+    /// One line for people.
+    pub fn note(&self) -> String {
+        let head = if self.flagged_clean {
+            "the volume was not unmounted cleanly (it was mounted again after its newest checkpoint, which has the umount flag, and not unmounted)"
+        } else {
+            "the volume was not unmounted cleanly (its newest checkpoint lacks the umount flag)"
+        };
+        match self.roll_forward {
+            Some(true) => format!("{head}; data fsync'd after that checkpoint awaits roll-forward recovery: its next read-write mount recovers it (a read-only mount is refused until then)"),
+            Some(false) => format!("{head}; nothing fsync'd after that checkpoint awaits recovery (what was written after it and not fsync'd is lost); its next read-write mount writes a new checkpoint"),
+            None => format!("{head}; its next read-write mount recovers what was fsync'd after that checkpoint"),
+        }
+    }
+}
+
 fn check(a: &Args) -> anyhow::Result<ExitCode> {
     let dev = device::open(&a.target, true)?;
     // A volume that is not Flashlog at all is an operational error, not a finding.
     flashlog_core::checkpoint::read_superblock(&*dev).map_err(|e| device::explain(&a.target, e))?;
     let report = flashlog_core::fsck(&*dev).map_err(|e| device::explain(&a.target, e))?;
     let code = report.exit_code();
+    let ck = flashlog_core::checkpoint::read_checkpoint(
+        &*dev,
+        &flashlog_core::checkpoint::read_superblock(&*dev)
+            .map_err(|e| device::explain(&a.target, e))?
+            .geo,
+    )
+    .map_err(|e| device::explain(&a.target, e))?;
+    let unclean = Unclean::of(dev.clone(), ck.flags);
     if a.json {
         let mut v = serde_json::to_value(&report)?;
+        v["unmounted_cleanly"] = unclean.is_none().into();
+        v["roll_forward_pending"] = match &unclean {
+            None => false.into(),
+            Some(u) => u.roll_forward.into(),
+        };
         v["errors"] = report.errors().into();
         v["exit_code"] = code.into();
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -57,6 +127,9 @@ fn check(a: &Args) -> anyhow::Result<ExitCode> {
                 Severity::Warning => "warning",
             };
             println!("{sev}: {}: {}", f.area, f.message);
+        }
+        if let (Some(u), false) = (&unclean, a.quiet) {
+            println!("note: {}", u.note());
         }
         if !a.quiet || !report.is_clean() {
             println!(

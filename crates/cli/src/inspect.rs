@@ -5,6 +5,7 @@
 //! bytes give an error, never a panic).
 
 use crate::device;
+use crate::fsck_cmd::Unclean;
 use anyhow::{Context, Result};
 use flashlog_core::checkpoint::{read_checkpoint, read_superblock};
 use flashlog_dev::BlockDevice;
@@ -16,6 +17,7 @@ use flashlog_format::{BLOCKS_PER_SEG, BLOCK_SIZE};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -108,22 +110,39 @@ fn hex(b: &[u8]) -> String {
 pub fn run(a: Args) -> Result<ExitCode> {
     let (dev, mounted) = device::open_to_peek(&a.target)?;
     let name = a.target.display().to_string();
-    let text = render(&*dev, &name, mounted, a.json).map_err(|e| {
-        match e.downcast::<flashlog_core::Error>() {
+    // Not mounted: whether a crash left fsync'd data to recover (a read-only mount finds
+    // out; a mounted volume's checkpoint lacks the umount flag anyway).
+    let probe = (!mounted).then(|| dev.clone() as Arc<dyn BlockDevice>);
+    let text =
+        render_with(&*dev, &name, mounted, a.json, probe).map_err(|e| match e
+            .downcast::<flashlog_core::Error>()
+        {
             Ok(e) => device::explain(&a.target, e),
             Err(e) => e,
-        }
-    })?;
+        })?;
     print!("{text}");
     Ok(ExitCode::SUCCESS)
 }
 
 /// The report on `dev` (named `target`), as text or JSON.
 pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) -> Result<String> {
+    render_with(dev, target, mounted, json, None)
+}
+
+/// `render`; with `probe` (the same device, not mounted), a volume that was not unmounted
+/// cleanly is said to be so, with whether fsync'd data awaits roll-forward recovery.
+fn render_with(
+    dev: &dyn BlockDevice,
+    target: &str,
+    mounted: bool,
+    json: bool,
+    probe: Option<Arc<dyn BlockDevice>>,
+) -> Result<String> {
     use std::fmt::Write;
     let mut out = String::new();
     let sb = read_superblock(dev)?;
     let ck = read_checkpoint(dev, &sb.geo)?;
+    let unclean = probe.and_then(|d| Unclean::of(d, ck.flags));
     let u = segment_usage(dev, &sb, &ck)?;
     // IPLFS: no SIT to summarise; the live interval per log head (a walk of the tree, as
     // fsck does it: there is no reverse map) and the discard log instead.
@@ -168,6 +187,13 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
             "valid_blocks": u.valid_blocks, "histogram_valid_blocks": hist,
         })),
         "infinite": iplfs.as_ref().map(|s| s.json()),
+        // Both null when not known (the volume is mounted).
+        "unmounted_cleanly": (!mounted).then_some(unclean.is_none()),
+        "roll_forward_pending": match &unclean {
+            _ if mounted => None,
+            None => Some(false),
+            Some(u) => u.roll_forward,
+        },
     });
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
@@ -256,6 +282,9 @@ pub fn render(dev: &dyn BlockDevice, target: &str, mounted: bool, json: bool) ->
         ck.elapsed_secs,
         ck.wall_unix
     )?;
+    if let Some(u) = &unclean {
+        writeln!(out, "  note: {}", u.note())?;
+    }
     writeln!(
         out,
         "  valid: {} blocks ({:.1} MiB), {} nodes, {} inodes; {} free segments; {} orphans",
