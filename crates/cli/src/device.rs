@@ -86,6 +86,18 @@ pub fn open_device(path: &Path, read_only: bool) -> Result<FileDevice> {
                 "{} is in use: it is mounted (or being checked) by another flashlog process; unmount it first (`umount MOUNTPOINT`)",
                 path.display()
             ),
+            Err(DevError::Io(e))
+                if !read_only
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EPERM | libc::EACCES | libc::EROFS)
+                    ) =>
+            {
+                bail!(
+                    "cannot open {} for writing: {e}; it may be immutable (chattr +i), on a read-only file system or not writable by this user: to read the volume, mount it with -o ro",
+                    path.display()
+                )
+            }
             Err(e) => bail!("cannot open {}: {e}", path.display()),
         }
     }

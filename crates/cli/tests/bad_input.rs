@@ -345,3 +345,46 @@ fn commands_wait_for_a_volume_in_use_and_mkfs_survives_a_closed_pipe() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// An image that cannot be opened for writing (immutable, on a read-only file system, or
+/// not writable by this user): mount refuses it with the way out, -o ro (review,
+/// 2026-11-28: it said only "cannot open ...: I/O error: Operation not permitted").
+/// As root the image is made immutable (chattr +i; skipped where that is not supported),
+/// otherwise read-only by its mode. Refused before FUSE is used.
+#[test]
+fn mount_of_an_image_that_cannot_be_written_suggests_ro() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: no /dev/fuse (mount refuses earlier)");
+        return;
+    }
+    let d = scratch("ro-image");
+    let img = d.join("v.img");
+    let mnt = d.join("m");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let o = flashlog(&["mkfs", "--size", "64M", img.to_str().unwrap()], &d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let root = nix::unistd::geteuid().is_root();
+    let chattr = |flag: &str| {
+        Command::new("chattr")
+            .args([flag, img.to_str().unwrap()])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if root {
+        if !chattr("+i") {
+            eprintln!("skipped: chattr +i not supported here");
+            return;
+        }
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&img, std::fs::Permissions::from_mode(0o444)).unwrap();
+    }
+    let o = flashlog(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap()], &d);
+    if root {
+        chattr("-i");
+    }
+    assert_clear_error(&o, "mount of an image that cannot be written");
+    let e = stderr(&o);
+    assert!(e.contains("mount it with -o ro"), "no -o ro hint: {e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
