@@ -85,8 +85,9 @@ Mount options (-o, comma separated, as mount(8) passes them; the last one wins):
   defaults, auto, noauto, user, nouser, _netdev, nofail, x-*: accepted for fstab
 Unknown options are an error.
 
-Unmount with `umount DIR` or `fusermount3 -u DIR`, or stop a foreground mount with Ctrl-C;
-every way writes a final checkpoint.
+Unmount with `umount DIR` or `fusermount3 -u DIR`, stop a foreground mount with Ctrl-C, or
+send SIGINT, SIGTERM or SIGHUP to the mount process (a --daemon's pid is in its mount message
+and --pid-file); a signal detaches a busy mount lazily. Every way writes a final checkpoint.
 
 --device PRESET:SIZE mounts a fresh volume on an emulated SSD held in memory (presets as for
 `flashlog bench --device`, e.g. 970pro-like:4GiB, sata-like:1GiB, or ram:1GiB for a RAM device
