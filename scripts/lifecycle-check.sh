@@ -436,7 +436,8 @@ section4() {
             fail "SIG$sig to a --daemon daemon: still running after 30 s"
         fi
     done
-    note "SIGHUP unmounts a --daemon mount (crates/cli/src/mount.rs module header); README.md and --help mention only SIGINT/SIGTERM/Ctrl-C"
+    "$FL" mount --help | grep -q SIGHUP
+    ok test $? -eq 0 -- "mount --help says that SIGHUP unmounts too"
     mountd sig sig.img m && {
         ok test "$(cat m/f-HUP)$(cat m/f-TERM)" = "data HUPdata TERM" -- "data written before SIGHUP/SIGTERM is there"
         umountd sig m

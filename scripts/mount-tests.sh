@@ -594,6 +594,23 @@ t_posix_diff() {
     result "$(grep -E 'seeds, [0-9]+ kinds' "$pd/out.txt")"
 }
 
+# The mount's life cycle beyond these steps (scripts/lifecycle-check.sh sections 1, 2, 3
+# and 5): a volume needing recovery read-only, inspected and checked without a write; the
+# image grown, shrunk, replaced, immutable or behind a read-only bind; loop devices (plain,
+# direct I/O with 4 KiB sectors, read-only, too small, a mounted ext4, the image mounted
+# through a loop device and directly); -o parsing. A volume in use is refused after 2 s
+# (FLASHLOG_LOCK_WAIT) instead of 30.
+t_lifecycle() {
+    local out rc=0
+    out=$(FLASHLOG_LOCK_WAIT=2 ONLY=1,2,3,5 bash "$root/scripts/lifecycle-check.sh" "$FL" 2>&1) || rc=1
+    if ((rc)); then
+        grep -E '^(FAIL|NOTE)' <<<"$out"
+        tail -5 <<<"$out"
+        return 1
+    fi
+    result "$(grep -c '^PASS' <<<"$out") checks passed"
+}
+
 # Random operations by 3 processes (every durability call: fsync, fdatasync, O_SYNC and
 # O_DSYNC writes, msync, directory fsync) on a 96 % full volume of its own, the daemon
 # killed with SIGKILL at a random moment in each round, then every promise checked after
@@ -810,6 +827,7 @@ step "requests per new file, times durable" t_requests_per_file
 step "POSIX differential against tmpfs (posix-diff.py)" t_posix_diff
 step "kernel features: mmap, O_DIRECT, fallocate, overlayfs (kernel-features.py)" t_kernel_features
 step "kill -9 of the daemon at random, 96 % full (fuse-crash.py)" t_fuse_crash
+step "life cycle: recovery read-only, changed images, loop devices, -o (lifecycle-check.sh)" t_lifecycle
 step "--device 970pro-like -o gc=device, gc=none" t_emulated
 step "two signals unmount only our mount" t_two_signals
 step "image in use: wait on the terminal, pid" t_in_use

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every Flashlog test on this machine (Debian/Ubuntu, as root): installs what is
-# missing (fuse3, sqlite3, git, python3, acl, attr, rsync, stress-ng), builds, runs the unit and property tests, then the tests
+# missing (fuse3, sqlite3, git, python3, acl, attr, rsync, stress-ng, losetup, e2fsprogs), builds, runs the unit and property tests, then the tests
 # through a real FUSE mount (scripts/mount-tests.sh). Exit status 0 only if all passed.
 # This is what CI runs (.ci/run).
 set -euo pipefail
@@ -23,6 +23,9 @@ command -v setfacl >/dev/null 2>&1 || missing+=(acl)
 command -v setfattr >/dev/null 2>&1 || missing+=(attr)
 command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
+command -v losetup >/dev/null 2>&1 || missing+=(mount)
+command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+command -v chattr >/dev/null 2>&1 || missing+=(e2fsprogs)
 if ((${#missing[@]})); then
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

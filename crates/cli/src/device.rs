@@ -46,8 +46,18 @@ pub fn check_target(path: &Path) -> Result<()> {
 
 /// How long to wait for a volume's lock. `umount` returns as soon as the kernel lets go of
 /// the mount, while the daemon is still writing its final checkpoint; `umount DIR && flashlog
-/// fsck IMG` must wait for that rather than fail.
+/// fsck IMG` must wait for that rather than fail. `FLASHLOG_LOCK_WAIT=SECONDS` sets another
+/// wait (0: refuse at once), for scripts that would rather fail fast.
 const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// `LOCK_WAIT`, or the environment's `FLASHLOG_LOCK_WAIT` seconds.
+fn lock_wait() -> Duration {
+    std::env::var("FLASHLOG_LOCK_WAIT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0 && *s <= 86_400.0)
+        .map_or(LOCK_WAIT, Duration::from_secs_f64)
+}
 
 /// Open the volume's device (after `check_target`), taking its lock (`FileDevice::open`):
 /// exclusive to write, shared to read; a volume in use is waited for up to `LOCK_WAIT`.
@@ -68,11 +78,12 @@ pub fn open_with(path: &Path, read_only: bool, direct: bool) -> Result<Arc<FileD
 pub fn open_device(path: &Path, read_only: bool) -> Result<FileDevice> {
     check_target(path)?;
     let start = Instant::now();
+    let wait = lock_wait();
     let mut told = false;
     loop {
         match FileDevice::open(path, read_only) {
             Ok(dev) => return Ok(dev),
-            Err(DevError::InUse(_)) if start.elapsed() < LOCK_WAIT => {
+            Err(DevError::InUse(_)) if start.elapsed() < wait => {
                 if !told && start.elapsed() > Duration::from_secs(1) {
                     eprintln!(
                         "flashlog: waiting for the flashlog process using {} to finish...",
