@@ -541,30 +541,15 @@ fn parse_mountinfo_line(l: &str) -> Option<MountEntry> {
         id: f.first()?.parse().ok()?,
         parent: f.get(1)?.parse().ok()?,
         dev: f.get(2)?.to_string(),
-        point: PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(f.get(4)?))),
+        point: PathBuf::from(std::ffi::OsString::from_vec(
+            flashlog_fuse::unescape_mountinfo_bytes(f.get(4)?),
+        )),
         fstype: t.next()?.to_string(),
-        source: String::from_utf8_lossy(&unescape_octal(t.next().unwrap_or(""))).into_owned(),
+        source: String::from_utf8_lossy(&flashlog_fuse::unescape_mountinfo_bytes(
+            t.next().unwrap_or(""),
+        ))
+        .into_owned(),
     })
-}
-
-/// mountinfo's escapes: space, tab, newline and backslash as `\ooo`.
-fn unescape_octal(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// Our FUSE mount as /proc/self/mountinfo lists it right after mounting: its mount id and

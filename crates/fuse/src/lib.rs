@@ -93,6 +93,12 @@ fn bdi_dir(mountpoint: &Path) -> std::io::Result<std::path::PathBuf> {
 
 /// mountinfo escapes space, tab, newline and backslash as \ooo.
 fn unescape_mountinfo(s: &str) -> String {
+    String::from_utf8_lossy(&unescape_mountinfo_bytes(s)).into_owned()
+}
+
+/// A field of /proc/self/mountinfo with its `\ooo` escapes (space, tab, newline, backslash)
+/// undone, as the bytes of the path or source it names.
+pub fn unescape_mountinfo_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -108,7 +114,7 @@ fn unescape_mountinfo(s: &str) -> String {
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// Let the kernel keep up to `ratio` percent of its dirty-page limit for this mount before
