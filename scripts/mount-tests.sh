@@ -776,7 +776,7 @@ t_in_use() {
     hp=$!
     sleep 0.5
     umount -l "$m2" || rc=1
-    out=$(timeout 60 "$FL" mount --daemon --log "$work/inuse3.log" "$img3" "$m1" 2>&1) && {
+    out=$(FLASHLOG_LOCK_WAIT=3 timeout 60 "$FL" mount --daemon --log "$work/inuse3.log" "$img3" "$m1" 2>&1) && {
         echo "a third mount went ahead"
         umount "$m1"
         rc=1
