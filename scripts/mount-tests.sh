@@ -4,15 +4,17 @@
 # every entry's metadata after cp -a / cp -p / rsync / tar (scripts/meta-check.sh), POSIX
 # ACLs (setfacl/getfacl, enforced for other users, inherited) and -o noacl, the mount(8)
 # helper and an fstab line, signals, a SIGKILL of the daemon (nothing fsync'd may be
-# lost), and a clean fsck at the end.
+# lost; and at random moments, scripts/fuse-crash.py), the POSIX differential and kernel
+# feature scripts, the mount's life cycle (scripts/lifecycle-check.sh: loop devices,
+# changed images, recovery read-only), and a clean fsck at the end.
 #
 #   scripts/mount-tests.sh            # builds nothing; run scripts/test.sh for everything
 #
 # Needs root, fuse3 (fusermount3), sqlite3, git, acl (setfacl), attr (setfattr), rsync,
-# stress-ng and python3 (scripts/test.sh installs them) and the release binaries (cargo build --release). Each step prints one PASS/FAIL line; the exit
+# stress-ng, python3, losetup and e2fsprogs (scripts/test.sh installs them) and the release binaries (cargo build --release). Each step prints one PASS/FAIL line; the exit
 # status is the number of failed steps (0 = all passed).
 # Environment: KEEP=1 keeps the work directory; STRESS_SECONDS (20), FSX_OPS (20000),
-# STRESSNG_SECONDS (2 per stress-ng stressor); POSIX_DIFF_SEEDS (1-20);
+# STRESSNG_SECONDS (2 per stress-ng stressor); POSIX_DIFF_SEEDS (1-20); FUSE_CRASH_ROUNDS (6);
 # ONLY=t_emulated (comma separated) runs just the named self-contained steps.
 set -uo pipefail
 
