@@ -96,16 +96,12 @@ impl Unclean {
 fn check(a: &Args) -> anyhow::Result<ExitCode> {
     let dev = device::open(&a.target, true)?;
     // A volume that is not Flashlog at all is an operational error, not a finding.
-    flashlog_core::checkpoint::read_superblock(&*dev).map_err(|e| device::explain(&a.target, e))?;
+    let sb = flashlog_core::checkpoint::read_superblock(&*dev)
+        .map_err(|e| device::explain(&a.target, e))?;
     let report = flashlog_core::fsck(&*dev).map_err(|e| device::explain(&a.target, e))?;
     let code = report.exit_code();
-    let ck = flashlog_core::checkpoint::read_checkpoint(
-        &*dev,
-        &flashlog_core::checkpoint::read_superblock(&*dev)
-            .map_err(|e| device::explain(&a.target, e))?
-            .geo,
-    )
-    .map_err(|e| device::explain(&a.target, e))?;
+    let ck = flashlog_core::checkpoint::read_checkpoint(&*dev, &sb.geo)
+        .map_err(|e| device::explain(&a.target, e))?;
     let unclean = Unclean::of(dev.clone(), ck.flags);
     if a.json {
         let mut v = serde_json::to_value(&report)?;
