@@ -481,22 +481,35 @@ impl FsInner {
     /// Make bytes [off, end) of a (not inline) file read as zeros: partial blocks at the
     /// edges are zeroed in their pages, whole blocks freed (punched).
     fn zero_range(&self, st: &mut InodeState, off: u64, end: u64) -> Result<()> {
-        let first_full = off.div_ceil(BS);
-        let end_full = end / BS;
-        if first_full > end_full {
-            // Inside one page.
-            self.zero_in_page(st, off / BS, (off % BS) as usize, (end % BS) as usize)?;
-        } else {
-            if off % BS != 0 {
-                self.zero_in_page(st, off / BS, (off % BS) as usize, BLOCK_SIZE)?;
-            }
-            if end % BS != 0 && end_full < st.hdr.size.div_ceil(BS) {
-                self.zero_in_page(st, end_full, 0, (end % BS) as usize)?;
-            }
+        if let Some((first_full, end_full)) = self.zero_partial_edges(st, off, end)? {
             self.drop_pages(st, first_full, end_full);
             self.punch_blocks(st, first_full, end_full)?;
         }
         Ok(())
+    }
+
+    /// Zero the bytes of [off, end) that lie in partial blocks, in their pages (the last
+    /// one only within the file's blocks). Returns the whole blocks [first, end) of the
+    /// range left to the caller, or `None` when the range lies inside one block.
+    fn zero_partial_edges(
+        &self,
+        st: &mut InodeState,
+        off: u64,
+        end: u64,
+    ) -> Result<Option<(u64, u64)>> {
+        let first_full = off.div_ceil(BS);
+        let end_full = end / BS;
+        if first_full > end_full {
+            self.zero_in_page(st, off / BS, (off % BS) as usize, (end % BS) as usize)?;
+            return Ok(None);
+        }
+        if off % BS != 0 {
+            self.zero_in_page(st, off / BS, (off % BS) as usize, BLOCK_SIZE)?;
+        }
+        if end % BS != 0 && end_full < st.hdr.size.div_ceil(BS) {
+            self.zero_in_page(st, end_full, 0, (end % BS) as usize)?;
+        }
+        Ok(Some((first_full, end_full)))
     }
 
     /// Make bytes [off, end) of a (not inline) file whose blocks are all allocated read as
@@ -505,17 +518,9 @@ impl FsInner {
     /// preallocated one (`NEW_ADDR`, as `f2fs_do_zero_range`): its old block is invalidated
     /// and its charge in the space budget and in the inode's block count passes to the new.
     fn zero_allocated_range(&self, st: &mut InodeState, off: u64, end: u64) -> Result<()> {
-        let first_full = off.div_ceil(BS);
-        let end_full = end / BS;
-        if first_full > end_full {
-            return self.zero_in_page(st, off / BS, (off % BS) as usize, (end % BS) as usize);
-        }
-        if off % BS != 0 {
-            self.zero_in_page(st, off / BS, (off % BS) as usize, BLOCK_SIZE)?;
-        }
-        if end % BS != 0 && end_full < st.hdr.size.div_ceil(BS) {
-            self.zero_in_page(st, end_full, 0, (end % BS) as usize)?;
-        }
+        let Some((first_full, end_full)) = self.zero_partial_edges(st, off, end)? else {
+            return Ok(());
+        };
         for idx in first_full..end_full {
             if let Some(p) = st.pages.get(&idx) {
                 if p.dirty {
