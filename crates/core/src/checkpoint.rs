@@ -429,6 +429,7 @@ pub(crate) fn build(
         collector,
         last_op_ns: AtomicU64::new(0),
         last_cp_ns: AtomicU64::new(0),
+        gc_sleep: Mutex::new(crate::gc::BgSleep::default()),
         svp: Default::default(),
         epoch: std::time::Instant::now(),
         test_hook: Default::default(),

@@ -50,10 +50,11 @@ thread_local! {
 
 /// Sections a background pass looks at (F2FS max_victim_search).
 pub const BG_VICTIM_SEARCH: u64 = 4096;
-/// Background cleaning runs only if invalid blocks exceed this share of user blocks
-/// (F2FS LIMIT_INVALID_BLOCK, percent) ...
+/// Background cleaning comes more often if the blocks holding no valid data exceed this
+/// share of user blocks (F2FS LIMIT_INVALID_BLOCK, percent) ...
 pub const LIMIT_INVALID_PCT: u64 = 40;
-/// ... and free user blocks are below this share of the invalid ones (LIMIT_FREE_BLOCK).
+/// ... and free sections' blocks (less the overprovision) are below this share of them
+/// (LIMIT_FREE_BLOCK).
 pub const LIMIT_FREE_PCT: u64 = 40;
 /// Victims one foreground call cleans at most before giving the caller a chance to
 /// checkpoint (prefree sections become free only then).
@@ -107,11 +108,12 @@ pub trait Collector: Send + Sync {
     /// Called without the op lock: a collector takes its shared side per victim. Returns
     /// the sections it emptied.
     fn foreground(&self, fs: &FsInner, target: u64) -> Result<u64>;
-    /// One background pass when the volume is idle; returns the sections it emptied.
-    /// Called with the op lock's shared side held (`background_gc`): it must not take the
-    /// op lock again (a checkpoint waiting at the gate between the two takes would wait
-    /// for this thread, and this thread for it).
-    fn background(&self, fs: &FsInner) -> Result<u64>;
+    /// One background pass when the volume is idle: the sections it emptied, or None if it
+    /// found no victim (F2FS then sleeps its no-gc time). Called with the op lock's shared
+    /// side held (`background_gc`): it must not take the op lock again (a checkpoint
+    /// waiting at the gate between the two takes would wait for this thread, and this
+    /// thread for it).
+    fn background(&self, fs: &FsInner) -> Result<Option<u64>>;
     /// Dedicated write streams this policy needs in the log-head table.
     fn streams(&self) -> usize {
         0
@@ -191,8 +193,8 @@ impl Collector for NoCollector {
     fn foreground(&self, _: &FsInner, _: u64) -> Result<u64> {
         Ok(0)
     }
-    fn background(&self, _: &FsInner) -> Result<u64> {
-        Ok(0)
+    fn background(&self, _: &FsInner) -> Result<Option<u64>> {
+        Ok(None)
     }
 }
 
@@ -244,15 +246,12 @@ impl Collector for F2fsCollector {
         Ok(cleaned)
     }
 
-    fn background(&self, fs: &FsInner) -> Result<u64> {
-        if !has_enough_invalid_blocks(fs) {
-            return Ok(0);
-        }
+    fn background(&self, fs: &FsInner) -> Result<Option<u64>> {
         let t0 = Instant::now();
-        fs.stats.gc_bg_runs.fetch_add(1, Ordering::Relaxed);
         let Some(sec) = select_victim(fs, Cost::CostBenefit, BG_VICTIM_SEARCH) else {
-            return Ok(0);
+            return Ok(None);
         };
+        fs.stats.gc_bg_runs.fetch_add(1, Ordering::Relaxed);
         let r = match reserve_victim(fs, sec, true) {
             Some(_space) => clean_section(fs, sec, Migration::Lazy),
             None => Ok(false),
@@ -261,17 +260,81 @@ impl Collector for F2fsCollector {
         fs.stats
             .gc_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(r? as u64)
+        Ok(Some(r? as u64))
     }
 }
 
-/// F2FS `has_enough_invalid_blocks`: background cleaning is worth it.
+/// The background thread's sleep, in periods of `gc_interval`: F2FS's gc thread sleeps
+/// between its minimum (30 s: one period) and maximum (60 s: two), and 300 s (ten) after
+/// a pass that found no victim, until the volume has enough invalid blocks again
+/// (`increase_sleep_time`, `decrease_sleep_time`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BgSleep {
+    /// Periods from one pass to the next.
+    pub periods: u32,
+    /// Periods slept since the last pass.
+    pub slept: u32,
+}
+
+impl Default for BgSleep {
+    fn default() -> Self {
+        BgSleep {
+            periods: BG_SLEEP_MIN,
+            slept: 0,
+        }
+    }
+}
+
+/// Sleeps of the background thread, in periods (F2FS: 30 s, 60 s, 300 s at 30 s each).
+pub const BG_SLEEP_MIN: u32 = 1;
+pub const BG_SLEEP_MAX: u32 = 2;
+pub const BG_SLEEP_NO_GC: u32 = 10;
+
+impl BgSleep {
+    /// One period has passed: true if the sleep is over (the count starts again).
+    pub fn woken(&mut self) -> bool {
+        self.slept += 1;
+        if self.slept < self.periods {
+            return false;
+        }
+        self.slept = 0;
+        true
+    }
+    /// F2FS `increase_sleep_time`: one period more, up to the maximum; the no-gc sleep stays.
+    pub fn longer(&mut self) {
+        if self.periods != BG_SLEEP_NO_GC {
+            self.periods = (self.periods + BG_SLEEP_MIN).min(BG_SLEEP_MAX);
+        }
+    }
+    /// F2FS `decrease_sleep_time`: from the no-gc sleep to the maximum, then one period less,
+    /// down to the minimum.
+    pub fn shorter(&mut self) {
+        if self.periods == BG_SLEEP_NO_GC {
+            self.periods = BG_SLEEP_MAX;
+        }
+        self.periods = self.periods.saturating_sub(BG_SLEEP_MIN).max(BG_SLEEP_MIN);
+    }
+    /// A pass found no victim.
+    pub fn no_victim(&mut self) {
+        self.periods = BG_SLEEP_NO_GC;
+    }
+}
+
+/// F2FS `has_enough_invalid_blocks`: more than 40 % of the user blocks hold no valid data
+/// (LIMIT_INVALID_BLOCK), and the free sections, less the overprovision, hold under 40 % of
+/// those blocks (LIMIT_FREE_BLOCK): most of the space not in use lies scattered in used
+/// sections. It sets how often the background thread cleans (`background_gc` in fs.rs),
+/// not whether.
+///
+/// (Until 2026-11-28 "invalid" was the used sections' blocks less the valid ones and "free"
+/// the user blocks less the valid ones, which is at least as large: the second condition
+/// held only with more than ~24 % overprovision, so on volumes over ~300 MiB background
+/// cleaning never ran.)
 pub fn has_enough_invalid_blocks(fs: &FsInner) -> bool {
     let user = fs.sb.geo.user_blocks;
-    let valid = fs.seg.total_valid();
-    let written = fs.seg.used_sections() * BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
-    let invalid = written.saturating_sub(valid);
-    let free_user = user.saturating_sub(fs.alloc_blocks.used());
+    let invalid = user.saturating_sub(fs.alloc_blocks.used());
+    let free_user = (fs.seg.free_sections() * BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64)
+        .saturating_sub(fs.sb.geo.ovp_segments * BLOCKS_PER_SEG);
     invalid > user * LIMIT_INVALID_PCT / 100 && free_user < invalid * LIMIT_FREE_PCT / 100
 }
 

@@ -549,8 +549,8 @@ impl crate::gc::Collector for DeviceCollector {
         Ok(fs.seg.free_sections().saturating_sub(before))
     }
 
-    fn background(&self, _fs: &FsInner) -> Result<u64> {
-        Ok(0)
+    fn background(&self, _fs: &FsInner) -> Result<Option<u64>> {
+        Ok(None)
     }
 
     /// The unmount's checkpoint writes, and the device's GC may move blocks meanwhile: a

@@ -456,8 +456,8 @@ impl crate::gc::Collector for NoneCollector {
         Ok(())
     }
 
-    fn background(&self, _: &FsInner) -> Result<u64> {
-        Ok(0)
+    fn background(&self, _: &FsInner) -> Result<Option<u64>> {
+        Ok(None)
     }
 
     /// The dispatcher thread; none without `gc_interval` (as `gc=device`'s handler): the

@@ -133,6 +133,8 @@ pub struct FsInner {
     pub last_op_ns: AtomicU64,
     /// `last_op_ns` as of the last checkpoint.
     pub last_cp_ns: AtomicU64,
+    /// The background cleaning thread's sleep (`background_gc`); only that thread uses it.
+    pub gc_sleep: Mutex<crate::gc::BgSleep>,
     /// Victim protector (ScaleLFS SVP); used by I/O paths when `svp_on`.
     pub svp: crate::svp::Svp,
     pub svp_on: bool,

@@ -34,9 +34,7 @@
 use crate::cell::{lock_node, NodeBuf};
 use crate::config::{MountOptions, ScaleFeatures};
 use crate::error::{Error, Result};
-use crate::gc::{
-    clean_section, has_enough_invalid_blocks, select_victim, Collector, Cost, Migration,
-};
+use crate::gc::{clean_section, select_victim, Collector, Cost, Migration};
 use crate::inner::FsInner;
 use crate::waits::{self, Point};
 use flashlog_format::codec::Block;
@@ -198,16 +196,13 @@ impl Collector for ScaleCollector {
         Ok(emptied.max(u64::from(fs.seg.prefree_sections() > 0)))
     }
 
-    fn background(&self, fs: &FsInner) -> Result<u64> {
+    fn background(&self, fs: &FsInner) -> Result<Option<u64>> {
         // ScaleLFS keeps F2FS's background thread: one lazy cost-benefit victim at a time.
-        if !has_enough_invalid_blocks(fs) {
-            return Ok(0);
-        }
-        fs.stats.gc_bg_runs.fetch_add(1, Ordering::Relaxed);
         let _role = waits::as_role(waits::Role::Gc);
         let Some(sec) = select_victim(fs, Cost::CostBenefit, crate::gc::BG_VICTIM_SEARCH) else {
-            return Ok(0);
+            return Ok(None);
         };
+        fs.stats.gc_bg_runs.fetch_add(1, Ordering::Relaxed);
         // The caller (`background_gc`) holds the op lock's shared side. Taking it again
         // here deadlocked with any checkpoint that started between the two: the checkpoint
         // held the gate waiting for the first hold's shard, and this second `op()` waited
@@ -217,7 +212,7 @@ impl Collector for ScaleCollector {
             None => Ok(false),
         };
         fs.seg.victims.clear(sec);
-        Ok(r? as u64)
+        Ok(Some(r? as u64))
     }
 }
 

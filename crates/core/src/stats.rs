@@ -321,7 +321,7 @@ pub struct Counters {
     pub roll_forward_nodes: u64,
     /// Foreground cleaning calls (space ran short).
     pub gc_fg_runs: u64,
-    /// Background cleaning passes (volume idle).
+    /// Background cleaning passes that found a victim (volume idle).
     pub gc_bg_runs: u64,
     /// Sections emptied by cleaning.
     pub gc_sections_freed: u64,
