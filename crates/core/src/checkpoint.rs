@@ -430,6 +430,7 @@ pub(crate) fn build(
         last_op_ns: AtomicU64::new(0),
         last_cp_ns: AtomicU64::new(0),
         gc_sleep: Mutex::new(crate::gc::BgSleep::default()),
+        gc_bg_dirtied: std::sync::atomic::AtomicBool::new(false),
         svp: Default::default(),
         epoch: std::time::Instant::now(),
         test_hook: Default::default(),

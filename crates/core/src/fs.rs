@@ -187,9 +187,14 @@ fn spawn_worker(
         .expect("spawn background thread")
 }
 
-/// Timer checkpoint: only if something changed since the last one; make room first.
+/// Timer checkpoint: only if something changed since the last one (an operation, or a
+/// background cleaning pass: F2FS's gc thread checkpoints after its passes too, through
+/// `f2fs_balance_fs_bg`); make room first.
 fn timer_checkpoint(inner: &FsInner) -> Result<()> {
-    if inner.last_op_ns.load(Ordering::Relaxed) <= inner.last_cp_ns.load(Ordering::Relaxed) {
+    let cleaned = inner.gc_bg_dirtied.swap(false, Ordering::Relaxed);
+    if !cleaned
+        && inner.last_op_ns.load(Ordering::Relaxed) <= inner.last_cp_ns.load(Ordering::Relaxed)
+    {
         return Ok(());
     }
     inner.ensure_space(false)?;
@@ -226,8 +231,10 @@ fn background_gc(inner: &FsInner) -> Result<()> {
         } else {
             sleep.longer();
         }
-        if let Ok(None) = r {
-            sleep.no_victim();
+        match r {
+            Ok(None) => sleep.no_victim(),
+            Ok(Some(_)) => inner.gc_bg_dirtied.store(true, Ordering::Relaxed),
+            Err(_) => {}
         }
     }
     inner.guard(r).map(|_| ())

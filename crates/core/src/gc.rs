@@ -253,7 +253,15 @@ impl Collector for F2fsCollector {
         };
         fs.stats.gc_bg_runs.fetch_add(1, Ordering::Relaxed);
         let r = match reserve_victim(fs, sec, true) {
-            Some(_space) => clean_section(fs, sec, Migration::Lazy),
+            Some(_space) => {
+                // Its pages are only marked dirty: not empty yet, and not to be picked
+                // again until it is freed.
+                let r = clean_section(fs, sec, Migration::Lazy);
+                if r.is_ok() {
+                    fs.seg.bg_victims.set(sec);
+                }
+                r
+            }
             None => Ok(false),
         };
         fs.seg.victims.clear(sec);
@@ -359,7 +367,9 @@ pub fn select_victim(fs: &FsInner, cost: Cost, max_search: u64) -> Option<u64> {
             break;
         }
         let sec = (start + k) % nsecs;
-        if fs.seg.victims.test(sec) {
+        if fs.seg.victims.test(sec)
+            || (matches!(cost, Cost::CostBenefit) && fs.seg.bg_victims.test(sec))
+        {
             continue;
         }
         let Some(v) = cleanable(fs, sec) else {

@@ -135,6 +135,9 @@ pub struct FsInner {
     pub last_cp_ns: AtomicU64,
     /// The background cleaning thread's sleep (`background_gc`); only that thread uses it.
     pub gc_sleep: Mutex<crate::gc::BgSleep>,
+    /// A background pass marked pages dirty since the last timer checkpoint: the timer
+    /// checkpoint runs although no operation came (it writes them, and frees the victims).
+    pub gc_bg_dirtied: std::sync::atomic::AtomicBool,
     /// Victim protector (ScaleLFS SVP); used by I/O paths when `svp_on`.
     pub svp: crate::svp::Svp,
     pub svp_on: bool,

@@ -208,7 +208,15 @@ impl Collector for ScaleCollector {
         // held the gate waiting for the first hold's shard, and this second `op()` waited
         // at the gate (`tests/op_lock_nesting.rs`).
         let r = match crate::gc::reserve_victim(fs, sec, true) {
-            Some(_space) => clean_section(fs, sec, Migration::Lazy),
+            Some(_space) => {
+                // Its pages are only marked dirty: not empty yet, and not to be picked
+                // again until it is freed.
+                let r = clean_section(fs, sec, Migration::Lazy);
+                if r.is_ok() {
+                    fs.seg.bg_victims.set(sec);
+                }
+                r
+            }
             None => Ok(false),
         };
         fs.seg.victims.clear(sec);

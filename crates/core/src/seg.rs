@@ -262,6 +262,11 @@ pub struct SegManager {
     poisoned: AtomicBool,
     /// Sections being cleaned (claimed by a collector): not picked again, not used for SSR.
     pub victims: AtomicBitmap,
+    /// Sections a background pass has migrated lazily (their pages marked dirty, not yet
+    /// written): background passes skip them until they are freed, as F2FS's
+    /// `victim_secmap` (else every idle pass picks the same cheapest section again and marks
+    /// the same pages). Foreground cleaning may still take them.
+    pub bg_victims: AtomicBitmap,
     /// `lfs` mode: never thread-log into holes.
     pub lfs_mode: AtomicBool,
     /// Threaded logging starts below this many free sections (F2FS: 5 %).
@@ -551,6 +556,7 @@ impl SegManager {
             discarded_blocks: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
             victims: AtomicBitmap::new(nsecs),
+            bg_victims: AtomicBitmap::new(nsecs),
             lfs_mode: AtomicBool::new(false),
             ssr_below_secs: AtomicU64::new((nsecs / 20).max(reserve_secs + 1)),
             ssr_blocks: Default::default(),
@@ -1898,6 +1904,7 @@ impl SegManager {
         let mut n = 0;
         for sec in secs {
             if self.used.clear(sec) {
+                self.bg_victims.clear(sec);
                 self.parts[self.part_of(sec)]
                     .free
                     .fetch_add(1, Ordering::AcqRel);
