@@ -672,7 +672,13 @@ impl crate::gc::Collector for DeviceCollector {
             return Ok(());
         }
         self.issue_queue(fs, &fs.stats.device_discards_by_writers)?;
-        self.queued_blocks.store(0, Ordering::Relaxed);
+        fs.test_point("discards:issued-by-writer");
+        // What is queued now, counted and noted under the queue's lock, as `after_checkpoint`
+        // notes its pack's: a checkpoint may have queued more since this thread's last issue
+        // (it holds no lock here), and a plain 0 wiped that count, so that no writer issued
+        // them and the device filled (`races_new.rs`).
+        let queue = fs.seg.discards.lock();
+        self.queued_blocks.store(queue.blocks(), Ordering::Relaxed);
         Ok(())
     }
 
@@ -743,8 +749,10 @@ impl crate::gc::Collector for DeviceCollector {
         //    thread issue this pack's discards beside the writers (without the thread, the
         //    next checkpoint issues them first).
         fs.seg.hold_sections(emptied);
-        self.queued_blocks
-            .store(fs.seg.discards.lock().blocks(), Ordering::Relaxed);
+        // Stored with the queue's lock held (a writer's `space_low` notes under it too).
+        let queue = fs.seg.discards.lock();
+        self.queued_blocks.store(queue.blocks(), Ordering::Relaxed);
+        drop(queue);
         if !self.inline.load(Ordering::Acquire) {
             self.kick.0.lock().pending = true;
             self.kick.1.notify_one();

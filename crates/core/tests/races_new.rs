@@ -1,0 +1,131 @@
+//! Races in the code written since the concurrent-code reviews of 2026-11-27 (the cap
+//! relief, pages in flight, the checkpoint's tail, `gc=device`'s dead-block limits, zero
+//! range), each forced at a test point (`Fs::set_test_hook`): every test here failed
+//! before the fix its doc comment names.
+
+use flashlog_core::*;
+use flashlog_dev::BlockDevice;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+mod common;
+
+const BS: u64 = 4096;
+
+fn fsck_clean(dev: &dyn BlockDevice, what: &str) {
+    let r = fsck(dev).unwrap();
+    assert!(r.is_clean(), "{what}: fsck: {r}");
+}
+
+/// Write `blocks` blocks of `byte` from offset 0 of `ino`, or until the volume is full;
+/// returns the blocks written.
+fn fill(fs: &Fs, ino: Ino, byte: u8, blocks: u64) -> u64 {
+    let chunk = vec![byte; 64 << 10];
+    let mut size = 0u64;
+    while size < blocks * BS {
+        let n = chunk.len().min((blocks * BS - size) as usize);
+        match fs.write(ino, size, &chunk[..n]) {
+            Ok(w) if w == n => size += w as u64,
+            Ok(w) => {
+                size += w as u64 / BS * BS;
+                break;
+            }
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("fill of {ino}: {e}"),
+        }
+    }
+    size / BS
+}
+
+fn truncate(fs: &Fs, ino: Ino, size: u64) {
+    let set = SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    fs.setattr(ino, &set).unwrap();
+}
+
+/// `gc=device`, no background threads: a writer whose queue of discards grew past the
+/// urgent limit issues it itself (`DeviceCollector::space_low`), then notes the queue as
+/// empty. The interleaving forced: between that writer's last issue and its note, another
+/// thread truncates a file that fills most of the volume and checkpoints (as another
+/// writer's discard checkpoint does: the writer holds no lock there), which queues the
+/// truncated blocks' discards and records their count. The writer's note then wiped that
+/// count (a plain store of 0): no writer issued the new queue, the rewrite of the file
+/// killed nothing, so no checkpoint came to issue it either, and the device filled with
+/// the truncated blocks (a refused log write, the mount poisoned). Fixed: the note takes
+/// back only what this writer saw queued.
+#[test]
+fn a_checkpoint_between_a_writers_urgent_issue_and_its_note_keeps_its_count() {
+    let dev = common::emulated_ssd("coupled", 256 << 20);
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let o = MountOptions {
+        cp_interval: None,
+        gc_interval: None,
+        gc: GcPolicy::Device,
+        ..MountOptions::default()
+    };
+    let fs = Arc::new(Fs::mount(dev.clone(), o.clone()).unwrap());
+    let small = fs.create(ROOT_INO, b"small", 0o644, 0, 0).unwrap().ino;
+    let big = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap().ino;
+    let cap = fs.statfs().blocks;
+    // A quarter of the volume, well past the urgent limit (half of the device's 5 %
+    // slack); the big file takes the rest.
+    let small_blocks = fill(&fs, small, 1, cap / 4);
+    let big_blocks = fill(&fs, big, 2, u64::MAX / BS);
+    assert!(
+        big_blocks > cap / 2,
+        "big file {big_blocks} of {cap} blocks"
+    );
+    fs.sync().unwrap();
+    // The small file's blocks die; the next operation's discard checkpoint queues them,
+    // past the urgent limit, and its `space_low` issues them.
+    truncate(&fs, small, 0);
+    let weak: Weak<Fs> = Arc::downgrade(&fs);
+    let fired = Arc::new(AtomicBool::new(false));
+    let f = fired.clone();
+    fs.set_test_hook(Some(Arc::new(move |what: &str| {
+        if what != "discards:issued-by-writer" || f.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let weak = weak.clone();
+        std::thread::spawn(move || {
+            let fs = weak.upgrade().expect("mounted");
+            truncate(&fs, big, 0);
+            let inner = fs.inner();
+            let _g = inner.oplock.checkpoint();
+            inner.write_checkpoint(false).unwrap();
+        })
+        .join()
+        .unwrap();
+    })));
+    fs.write(small, 0, &[3u8; BS as usize]).unwrap();
+    assert!(
+        fired.load(Ordering::SeqCst),
+        "the writer never issued the queue"
+    );
+    fs.set_test_hook(None);
+    // Write the big file back: it kills nothing, so only a writer's urgent issue sends
+    // the truncated blocks' discards before the device fills with them.
+    let chunk = vec![4u8; 64 << 10];
+    let mut off = 0;
+    while off < big_blocks * BS {
+        let n = chunk.len().min((big_blocks * BS - off) as usize);
+        if let Err(e) = fs.write(big, off, &chunk[..n]) {
+            panic!(
+                "rewrite at block {} of {big_blocks} (small file {small_blocks}): {e}",
+                off / BS
+            );
+        }
+        off += n as u64;
+    }
+    fs.sync().unwrap();
+    let mut buf = vec![0u8; BS as usize];
+    for b in [0, big_blocks / 2, big_blocks - 1] {
+        fs.read(big, b * BS, &mut buf).unwrap();
+        assert!(buf.iter().all(|&x| x == 4), "big file block {b}");
+    }
+    let fs = Arc::into_inner(fs).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&*dev, "after the rewrite");
+}
