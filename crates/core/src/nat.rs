@@ -35,7 +35,8 @@ pub struct NatTable {
     max_nid: Nid,
     /// Nids whose `used` bit is set (sharded: one add per allocation).
     in_use: crate::stats::Counter<8>,
-    /// Nids in `prefree` (freed since the last checkpoint's snapshot).
+    /// Nids freed and not yet free again: in `prefree`, or taken by a checkpoint's snapshot
+    /// whose tail has not released them (`gc=none` writes that tail beside operations).
     pending: crate::stats::Counter<8>,
 }
 
@@ -232,8 +233,9 @@ impl NatTable {
             .iter()
             .flat_map(|p| std::mem::take(&mut *p.lock()))
             .collect();
-        self.pending
-            .fetch_sub(taken.len() as u64, Ordering::Relaxed);
+        // Still waiting until `release`: counted off here, they left the operations
+        // beside a `gc=none` tail none to wait for, and creates got ENOSPC with every other
+        // nid freed (`races_new.rs`).
         taken
     }
 
@@ -251,10 +253,12 @@ impl NatTable {
     /// After a durable checkpoint: the nids it recorded as free (`take_prefree`) may be
     /// reused.
     pub fn release(&self, nids: Vec<Nid>) {
+        let n = nids.len() as u64;
         for nid in nids {
             if self.used.clear(nid as u64) {
                 self.in_use.fetch_sub(1, Ordering::Relaxed);
             }
         }
+        self.pending.fetch_sub(n, Ordering::Relaxed);
     }
 }

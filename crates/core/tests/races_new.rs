@@ -129,3 +129,100 @@ fn a_checkpoint_between_a_writers_urgent_issue_and_its_note_keeps_its_count() {
     fs.unmount().unwrap();
     fsck_clean(&*dev, "after the rewrite");
 }
+
+/// `gc=none` writes a room-making or timer checkpoint's pack beside the operations
+/// (`checkpoint_beside_ops`). Its snapshot takes the nids freed in the interval
+/// (`NatTable::take_prefree`), and its tail gives them back once the pack is durable. The
+/// interleaving forced: nids are short (the free ones just above `NID_LOW`, the rest
+/// freed by unlinks and waiting for a checkpoint) when such a checkpoint takes them; while
+/// its tail writes the pack, another thread creates files. `short_of_nids` counted the
+/// waiting nids only until the snapshot took them, so the creates saw none waiting, did
+/// not wait for the pack, and got ENOSPC when the free ones ran out, on an empty volume.
+/// Fixed: nids taken by a snapshot count as waiting until their tail releases them.
+#[test]
+fn creates_beside_a_checkpoint_tail_wait_for_the_nids_it_gives_back() {
+    let dev = common::emulated_ssd("interval", 64 << 20);
+    Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+    let o = MountOptions {
+        cp_interval: None,
+        gc_interval: None,
+        gc: GcPolicy::None,
+        ..MountOptions::default()
+    };
+    assert!(o.cp_tail);
+    let fs = Arc::new(Fs::mount(dev.clone(), o).unwrap());
+    let nat = &fs.inner().nat;
+    let free = || u64::from(nat.max_nid()) - nat.used_count();
+    let low = flashlog_core::nat::NID_LOW;
+    // Create and unlink until the free nids are short: the next operation would
+    // checkpoint first.
+    loop {
+        fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+        if nat.short_of_nids() {
+            break;
+        }
+        fs.unlink(ROOT_INO, b"f").unwrap();
+        if nat.short_of_nids() {
+            break;
+        }
+    }
+    let waiting = u64::from(nat.max_nid()) - free();
+    // More creates than free nids, far fewer than those waiting.
+    let creates = free() + 100;
+    assert!(
+        free() < 2 * low && waiting > 4 * creates,
+        "{} free, {waiting} waiting",
+        free()
+    );
+    let fired = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let done_rx = std::sync::Mutex::new(done_rx);
+    let weak: Weak<Fs> = Arc::downgrade(&fs);
+    let creator = Arc::new(std::sync::Mutex::new(None));
+    let (f, errs, c) = (fired.clone(), errors.clone(), creator.clone());
+    fs.set_test_hook(Some(Arc::new(move |what: &str| {
+        if what != "checkpoint:tail" || f.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // The tail is between its snapshot and its pack: create beside it.
+        let fs = weak.upgrade().expect("mounted");
+        let (tx, errs) = (done_tx.clone(), errs.clone());
+        *c.lock().unwrap() = Some(std::thread::spawn(move || {
+            for i in 0..creates {
+                if let Err(e) = fs.create(ROOT_INO, format!("c{i}").as_bytes(), 0o644, 0, 0) {
+                    errs.lock().unwrap().push(format!("create #{i}: {e}"));
+                    break;
+                }
+            }
+            let _ = tx.send(());
+        }));
+        // Wait for the creates, or until they wait for this tail (then they end after it).
+        let _ = done_rx
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(3));
+    })));
+    let t = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.inner().checkpoint_beside_ops())
+    };
+    t.join().unwrap().unwrap();
+    fs.set_test_hook(None);
+    assert!(
+        fired.load(Ordering::SeqCst),
+        "no tail beside the operations"
+    );
+    // The creates that waited for the tail end after it.
+    let creator = creator.lock().unwrap().take().expect("creator started");
+    creator.join().unwrap();
+    let errors = errors.lock().unwrap().clone();
+    assert!(
+        errors.is_empty(),
+        "{creates} creates beside the tail of a checkpoint that took {waiting} freed nids: \
+         {errors:?}"
+    );
+    let fs = Arc::into_inner(fs).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&*dev, "after the creates");
+}
