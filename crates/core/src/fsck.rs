@@ -1125,6 +1125,13 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
         }
     };
     for pack in 0..2u8 {
+        // mkfs writes pack 0 or 1 and zeroes the other: a pack whose header is all zeros
+        // was never written (every volume until its first checkpoint after mkfs), which is
+        // no damage to warn of.
+        dev.read(sb.geo.cp_pack_addr(pack), &mut b[..])?;
+        if b.iter().all(|&x| x == 0) {
+            continue;
+        }
         if let Err(e) = read_pack(dev, &sb.geo, pack) {
             report.findings.push(Finding {
                 severity: Severity::Warning,
