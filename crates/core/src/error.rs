@@ -41,6 +41,10 @@ pub enum Error {
     Corrupt(String),
     #[error("device error: {0}")]
     Device(#[from] DevError),
+    /// A table sized by the volume could not be allocated (mkfs, mount, fsck of a volume
+    /// larger than this machine's memory affords).
+    #[error("not enough memory: {0}")]
+    NoMemory(String),
 }
 
 impl From<FormatError> for Error {

