@@ -48,11 +48,26 @@ slots, direct, indirect and double-indirect node levels); --weight K=W changes t
 roll-forward); --fill PCT fills the volume first; --no-clean keeps the recovered mount
 for the next round (no clean unmount between crashes); --double-kill kills the daemon a
 second time right after the recovering mount; --workers, --min/max-delay.
+--odirect W adds O_DIRECT pwrites (aligned and not; the adapter sets no FOPEN_DIRECT_IO,
+so the kernel writes back and drops its cached pages of the range and sends the caller's
+bytes as WRITE requests, FUSE_ASYNC_DIO) and --copy W copy_file_range(2) copies between
+the worker's files (the adapter answers ENOSYS, the kernel then copies through the page
+cache): both checked like any write. --shared-writers N adds N processes writing ranges of
+their own and one range they all share of the same --shared-files files, each fsyncing,
+fdatasyncing or writing O_SYNC (see "Several writers on one file" below; --selftest checks
+that checker on made-up logs). Mount options go through -o: gc=scale, mode=lfs,
+mlog=thread, image_io=direct, nowriteback, gc_interval, cp_interval. gc=device and gc=none
+cannot run here: they need `flashlog mount --device`, an emulated SSD in the daemon's own
+memory, formatted at every mount (crates/cli/src/mount.rs, `open_emulated`), so a killed
+daemon takes the whole volume with it; their crash tests cut the emulator's power instead
+(crates/sim/tests/device_gc_crash.rs, gc_none_crash.rs, crates/core/tests/iplfs.rs).
 
   scripts/fuse-crash.py --setup --bin target/release/flashlog --rounds 20 --seed 1
   scripts/fuse-crash.py --setup -o gc=scale --mkfs-arg=--mlogs=4 --seconds 600
   scripts/fuse-crash.py --setup --fill 85 -o nowriteback --rounds 10
   scripts/fuse-crash.py --spread --no-clean --double-kill -o cp_interval=0 --weight dirfsync=0,rename=2,link=1
+  scripts/fuse-crash.py --workers 1 --shared-writers 4 --odirect 3 --copy 3 -o image_io=direct
+  scripts/fuse-crash.py --fill 96 -o gc=scale -o gc_interval=1 --mkfs-arg=--mlogs=4 --odirect 3 --copy 3
 
 Failures print the failing file's whole operation history (from the worker's log, which is
 kept under --logdir). A round is reproducible in its operations from --seed (the kill time
@@ -61,6 +76,7 @@ was not clean. Standard library only; run as root.
 """
 
 import argparse
+import bisect
 import ctypes
 import errno
 import hashlib
@@ -80,6 +96,8 @@ libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_
 libc.syncfs.argtypes = [ctypes.c_int]
 FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE = 0x01, 0x02, 0x10
 MAXF = 192 * 1024  # largest model offset + length a write reaches (8 regions with --spread)
+# Ops that store bytes given by the op (data_of(ds, n), or a copy's source bytes).
+WRITE_KINDS = ("write", "osync", "odsync", "append", "mmap", "odirect", "copy")
 
 
 # --spread: the model's offsets are regions of REGION bytes, each placed at a file offset of
@@ -169,11 +187,11 @@ class Model:
                                    ever={op["p"]}, xattr={}, mtime=None)
             self.names[op["p"]] = ("f", fid)
             return [fid]
-        if k in ("write", "osync", "odsync", "append", "mmap", "truncate", "ftruncate", "falloc"):
+        if k in WRITE_KINDS + ("truncate", "ftruncate", "falloc"):
             self.files[op["fid"]]["mtime"] = None  # changed by the kernel (unknown)
-        if k in ("write", "osync", "odsync", "append", "mmap"):
+        if k in WRITE_KINDS:
             d = self.files[op["fid"]]["data"]
-            buf = data_of(op["ds"], op["n"])
+            buf = op_buf(op, self)
             off = op["off"]
             if len(d) < off:
                 d.extend(bytes(off - len(d)))
@@ -251,6 +269,17 @@ class Model:
         return []
 
 
+def op_buf(op, m=None):
+    """The bytes a write-like op stores: its own random bytes, or for a copy the source's
+    bytes at that moment (from the model m, kept in op["buf"] by the checker's replay)."""
+    if op["k"] != "copy":
+        return data_of(op["ds"], op["n"])
+    if "buf" not in op:
+        src = m.files[op["sfid"]]["data"]
+        op["buf"] = bytes(src[op["soff"]:op["soff"] + op["n"]])
+    return op["buf"]
+
+
 # Which paths an op touches (for the directory promise) and which fids.
 def op_paths(op):
     return [op[x] for x in ("p", "src", "dst") if x in op]
@@ -293,6 +322,9 @@ class Worker:
             "chmod": 3, "utime": 2, "fsync": 10, "fdatasync": 6, "osync": 4, "odsync": 4,
             "dirfsync": 4, "mmap": 3, "setxattr": 3, "rmxattr": 1, "sync": 1 if self.args.sync_ops else 0,
             "syncfs": 1 if self.args.sync_ops else 0,
+            # Last, so that with weight 0 (the default) the other ops' choices are those
+            # of the same seed before they existed.
+            "odirect": self.args.odirect, "copy": self.args.copy,
         }
         for kw in self.args.weight:
             for item in kw.split(","):
@@ -477,6 +509,66 @@ class Worker:
             if self.do({"k": k, "p": p, "fid": fid, "off": off, "n": n, "ds": ds}, fn) and k in ("osync", "odsync"):
                 self.promise("data", fid=fid, mode=(k == "osync"), via=k)
             return
+        if k == "odirect":
+            # O_DIRECT pwrite (FUSE: a WRITE request straight from the caller's buffer, the
+            # kernel's cached pages of the range written back and dropped around it),
+            # aligned or not.
+            n = rng.choice([512, 4096, 4096, 8192, 16384, 40960, 17, 5000])
+            off = rng.choice([0, rng.randrange(0, max(1, size + 1)), rng.randrange(0, MAXF - n)])
+            if rng.random() < 0.6:
+                off = off // 4096 * 4096
+            off = min(off, MAXF - n)
+            if SPREAD:
+                n = min(n, REGION - off % REGION)
+            ds = rng.getrandbits(48)
+
+            def fn():
+                fd = os.open(self.P(p), os.O_WRONLY | os.O_DIRECT)
+                try:
+                    buf = mmap.mmap(-1, max(n, 1))  # page-aligned, as O_DIRECT may want
+                    buf[:n] = data_of(ds, n)
+                    w = os.pwrite(fd, memoryview(buf)[:n], fofs(off))
+                    if w != n:
+                        raise OSError(errno.ENOSPC, "short write %d of %d" % (w, n))
+                finally:
+                    os.close(fd)
+            self.do({"k": "odirect", "p": p, "fid": fid, "off": off, "n": n, "ds": ds}, fn)
+            return
+        if k == "copy":
+            # copy_file_range(2) from a file of the worker's (this one too, ranges apart):
+            # Flashlog answers ENOSYS, so the kernel copies through the page cache (splice).
+            srcs = [q for q in m.file_paths() if m.size(m.names[q][1]) > 0]
+            if not srcs:
+                return
+            sp = rng.choice(srcs)
+            sfid = m.names[sp][1]
+            ssize = m.size(sfid)
+            soff = rng.randrange(0, ssize)
+            n = min(ssize - soff, rng.choice([1, 100, 4096, 12288, 40000]))
+            off = rng.choice([0, size, rng.randrange(0, max(1, size + 1)), rng.randrange(0, 40) * 4096])
+            off = min(off, MAXF - n)
+            if SPREAD:
+                n = min(n, REGION - off % REGION, REGION - soff % REGION)
+            if sfid == fid and soff < off + n and off < soff + n:
+                return  # overlapping ranges of one file: EINVAL
+
+            def fn():
+                fi = os.open(self.P(sp), os.O_RDONLY)
+                try:
+                    fo = os.open(self.P(p), os.O_WRONLY)
+                    try:
+                        done = 0
+                        while done < n:
+                            c = os.copy_file_range(fi, fo, n - done, fofs(soff + done), fofs(off + done))
+                            if c <= 0:
+                                raise OSError(errno.ENOSPC, "copy_file_range copied %d of %d" % (done, n))
+                            done += c
+                    finally:
+                        os.close(fo)
+                finally:
+                    os.close(fi)
+            self.do({"k": "copy", "p": p, "fid": fid, "off": off, "n": n, "sp": sp, "sfid": sfid, "soff": soff}, fn)
+            return
         if k == "mmap":
             if size == 0:
                 return
@@ -632,6 +724,8 @@ def check_worker(base, logpath, args, stats, sync_checked):
             dead = True
         if t == "op":
             op = r
+            if op["k"] == "copy" and op["sfid"] in m.files:
+                op_buf(op, m)  # the source's bytes now (the worker's own files: exact)
             res = results.get(op["i"])
             if res is not None and res["t"] == "err" and res.get("e") in ("ENOTCONN", "ECONNABORTED"):
                 dead = True
@@ -649,8 +743,7 @@ def check_worker(base, logpath, args, stats, sync_checked):
             for p in op_paths(op):
                 touched_after_dir.add(p)
             if res is not None and res["t"] == "err":
-                if res.get("e") in ("EIO", "ENOSPC", "EFBIG") and op.get("fid") is not None and op["k"] in (
-                        "write", "osync", "odsync", "append", "mmap"):
+                if res.get("e") in ("EIO", "ENOSPC", "EFBIG") and op.get("fid") is not None and op["k"] in WRITE_KINDS:
                     # Under the write-back cache part of a refused write may be stored (README:
                     # pages in the kernel's write-back order): the file's bytes are unknown.
                     tainted.add(op["fid"])
@@ -752,7 +845,7 @@ def check_worker(base, logpath, args, stats, sync_checked):
             if stat.S_IMODE(st.st_mode) != pr["mode"]:
                 failures.append((fid, "mode %o after crash, fsync'd %o" % (stat.S_IMODE(st.st_mode), pr["mode"])))
         if pr.get("mtime") is not None and not any(
-                o["k"] in ("write", "osync", "odsync", "append", "mmap", "truncate", "ftruncate", "falloc", "utime")
+                o["k"] in WRITE_KINDS + ("truncate", "ftruncate", "falloc", "utime")
                 for o in later.get(fid, [])):
             if int(st.st_mtime) != pr["mtime"]:
                 failures.append((fid, "mtime %d after crash, fsync'd %d (set by utime)" % (int(st.st_mtime), pr["mtime"])))
@@ -848,8 +941,8 @@ def check_content(pr, later, got):
     writes = []
     for op in later:
         k = op["k"]
-        if k in ("write", "osync", "odsync", "append", "mmap"):
-            buf = data_of(op["ds"], op["n"])
+        if k in WRITE_KINDS:
+            buf = op_buf(op)
             off = op["off"]
             if k == "append":
                 off = len(cur)  # the log's offset is the model's, equal for a single writer
@@ -1005,6 +1098,233 @@ def worker_main(base, rel, seed, logpath, args):
     os._exit(0)
 
 
+# ---------------------------------------------------------------------------------------
+# Several writers on one file (--shared-writers N): each of N processes writes ranges of
+# its own (writer k: [k*R, (k+1)*R)) and a range all share ([N*R, (N+1)*R)) of
+# --shared-files files, and fsyncs, fdatasyncs or writes O_SYNC. Every record carries a
+# CLOCK_MONOTONIC time (one clock for all processes), so the checker knows which write
+# finished before another began. A write W is promised once an fsync or fdatasync of the
+# file (by any writer: it flushes the whole file) that began after W returned has
+# returned 0, or when W was an O_SYNC / O_DSYNC write that returned. After the crash each
+# byte must hold the value of a write that covers it and did not return before a promised
+# write covering it began (the promised write overwrote it), or zero when no promised write
+# covers it; the size must lie between the end of the furthest promised write and of the
+# furthest write tried. With --odirect, odd-numbered shared files are written only with
+# O_DIRECT (Linux leaves O_DIRECT and buffered writes racing on one range undefined, open(2)).
+
+SHARED_R = 64 * 1024
+
+
+def shared_writer_main(paths, k, nw, seed, logpath, args):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    log = os.open(logpath, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def emit(rec):
+        rec["ts"] = time.monotonic_ns()
+        os.write(log, (json.dumps(rec) + "\n").encode())
+    try:
+        rng = random.Random(seed)
+        direct = [bool(args.odirect) and j % 2 == 1 for j in range(len(paths))]
+        fds = [os.open(q, os.O_RDWR | (os.O_DIRECT if direct[j] else 0)) for j, q in enumerate(paths)]
+        dbuf = mmap.mmap(-1, SHARED_R)
+        names, weights = ["write", "osync", "fsync", "fdatasync"], [12, 2, 3, 2]
+        seq = 0
+        while True:
+            kind = rng.choices(names, weights)[0]
+            j = rng.randrange(len(paths))
+            seq += 1
+            if kind in ("fsync", "fdatasync"):
+                emit({"t": "op", "i": seq, "k": kind, "f": j})
+                try:
+                    (os.fsync if kind == "fsync" else os.fdatasync)(fds[j])
+                except OSError as e:
+                    emit({"t": "err", "i": seq, "e": errno.errorcode.get(e.errno, str(e.errno))})
+                    if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+                        time.sleep(1)
+                    continue
+                emit({"t": "ok", "i": seq})
+                continue
+            n = rng.choice([1, 17, 512, 4096, 4096, 5000, 12288, 40000])
+            if direct[j] and rng.random() < 0.5:
+                n = max(4096, n // 4096 * 4096)
+            base = (k if rng.random() < 0.5 else nw) * SHARED_R
+            off = base + rng.randrange(0, SHARED_R - n + 1)
+            if direct[j] and rng.random() < 0.5:
+                off = off // 4096 * 4096
+            ds = rng.getrandbits(48)
+            emit({"t": "op", "i": seq, "k": kind, "f": j, "off": off, "n": n, "ds": ds, "d": direct[j]})
+            try:
+                if kind == "osync":
+                    fd = os.open(paths[j], os.O_WRONLY | os.O_SYNC | (os.O_DIRECT if direct[j] else 0))
+                else:
+                    fd = fds[j]
+                try:
+                    buf = data_of(ds, n)
+                    if direct[j]:
+                        dbuf[:n] = buf
+                        buf = memoryview(dbuf)[:n]
+                    w = os.pwrite(fd, buf, off)
+                    if w != n:
+                        raise OSError(errno.ENOSPC, "short write")
+                finally:
+                    if fd != fds[j]:
+                        os.close(fd)
+            except OSError as e:
+                emit({"t": "err", "i": seq, "e": errno.errorcode.get(e.errno, str(e.errno))})
+                if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+                    time.sleep(1)
+                continue
+            emit({"t": "ok", "i": seq})
+    except BaseException as e:  # noqa: B902
+        try:
+            os.write(log, (json.dumps({"t": "crash", "e": repr(e)}) + "\n").encode())
+        except OSError:
+            pass
+    os._exit(0)
+
+
+def check_shared(paths, logps, kill_ts, stats):
+    """Check the shared files against every writer's log (see above). Returns failure lines."""
+    INF = 1 << 62
+    writes = [[] for _ in paths]  # per file: [t0, t1, off, n, ds, osync, writer, i]
+    syncs = [[] for _ in paths]  # per file: start times of fsyncs that returned 0
+    tainted = set()
+    nops = 0
+    out = []
+    for w, lp in enumerate(logps):
+        recs = read_log(lp)
+        ops = {}
+        for r in recs:
+            if r["t"] == "crash":
+                out.append("WORKER CRASH %s: %s" % (lp, r["e"]))
+            elif r["t"] == "op":
+                ops[r["i"]] = [r, None]
+                nops += 1
+            elif r["t"] in ("ok", "err") and r.get("i") in ops:
+                ops[r["i"]][1] = r
+        for op, res in ops.values():
+            j = op["f"]
+            after_kill = res is None or res["ts"] >= kill_ts
+            if op["k"] in ("fsync", "fdatasync"):
+                if res is not None and res["t"] == "ok":
+                    syncs[j].append(op["ts"])
+                    stats["shared_promises"] += 1
+                continue
+            if res is not None and res["t"] == "err" and not after_kill:
+                stats["errors"]["shared-" + op["k"] + ":" + res["e"]] = stats["errors"].get("shared-" + op["k"] + ":" + res["e"], 0) + 1
+                if res["e"] in ("EIO", "ENOSPC", "EFBIG"):
+                    tainted.add(j)  # (the write-back cache stores part of a refused write)
+                continue  # refused: changed nothing
+            done = res is not None and res["t"] == "ok"
+            if done and op["k"] == "osync":
+                stats["shared_promises"] += 1
+            writes[j].append([op["ts"], res["ts"] if done else INF, op["off"], op["n"], op["ds"], done and op["k"] == "osync",
+                              w, op["i"]])
+    stats["ops"] += nops
+    for j, path in enumerate(paths):
+        if j in tainted:
+            stats["skipped_tainted"] += 1
+            continue
+        ws = writes[j]
+        ss = sorted(syncs[j])
+        durable = []
+        for x in ws:
+            # promised: O_SYNC, or an fsync that returned 0 began after x returned
+            x.append(x[5] or (x[1] < INF and bisect.bisect_right(ss, x[1]) < len(ss)))
+        with open(path, "rb") as fh:
+            got = fh.read()
+        lo = max([x[2] + x[3] for x in ws if x[8]] + [0])
+        hi = max([x[2] + x[3] for x in ws] + [0])
+        stats["shared_checked"] += 1
+        if not lo <= len(got) <= hi:
+            out.append("FAIL shared %s: size %d, allowed %d..%d" % (path, len(got), lo, hi))
+        bounds = sorted(set([0, len(got)] + [min(len(got), x[2]) for x in ws] + [min(len(got), x[2] + x[3]) for x in ws]))
+        cache = {}
+
+        def buf(x):
+            if id(x) not in cache:
+                cache[id(x)] = data_of(x[4], x[3])
+            return cache[id(x)]
+        bad = []
+        for a, b in zip(bounds, bounds[1:]):
+            if a >= b:
+                continue
+            cover = [x for x in ws if x[2] <= a and b <= x[2] + x[3]]
+            prom = [x for x in cover if x[8]]
+            floor = max([x[0] for x in prom] + [-1])
+            allowed = [x for x in cover if x[1] >= floor]
+            seg = got[a:b]
+            if not prom and seg == bytes(b - a):
+                continue
+            if any(seg == buf(x)[a - x[2]:b - x[2]] for x in allowed):
+                continue
+            for i in range(a, b):
+                c = got[i]
+                if (c == 0 and not prom) or any(buf(x)[i - x[2]] == c for x in allowed):
+                    continue
+                bad.append((i, c, prom, cover))
+                if len(bad) > 50:
+                    break
+            if len(bad) > 50:
+                break
+        if bad:
+            stats["shared_lost"] += 1
+            i, c, prom, cover = bad[0]
+            out.append("FAIL shared %s: %d+ wrong bytes, first at %d: got %02x; promised writes covering it "
+                       "(t0, t1, off, n, writer, #): %s; all covering: %s" % (
+                           path, len(bad), i, c,
+                           [(x[0], x[1], x[2], x[3], x[6], x[7], "%02x" % buf(x)[i - x[2]]) for x in prom][-4:],
+                           [(x[0], x[1], x[2], x[3], x[6], x[7], "%02x" % buf(x)[i - x[2]]) for x in cover][-8:]))
+    return out, nops
+
+
+def selftest():
+    """--selftest: the shared-file checker on made-up logs (two or three writers on one
+    file) must accept every allowed outcome and reject lost promised bytes. No mount."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="fuse-crash-selftest-")
+    a, b, c = data_of(1, 10), data_of(2, 10), data_of(3, 4)
+    w0 = [{"t": "op", "i": 1, "k": "write", "f": 0, "off": 0, "n": 10, "ds": 1, "ts": 1}, {"t": "ok", "i": 1, "ts": 2},
+          {"t": "op", "i": 2, "k": "fsync", "f": 0, "ts": 3}, {"t": "ok", "i": 2, "ts": 4}]
+    w1 = [{"t": "op", "i": 1, "k": "write", "f": 0, "off": 5, "n": 10, "ds": 2, "ts": 5}, {"t": "ok", "i": 1, "ts": 6}]
+    w1s = w1 + [{"t": "op", "i": 2, "k": "fdatasync", "f": 0, "ts": 7}, {"t": "ok", "i": 2, "ts": 8}]
+    w2 = [{"t": "op", "i": 1, "k": "osync", "f": 0, "off": 2, "n": 4, "ds": 3, "ts": 1}, {"t": "ok", "i": 1, "ts": 9}]
+    w3 = [{"t": "op", "i": 1, "k": "write", "f": 0, "off": 8, "n": 10, "ds": 2, "ts": 5}]  # in flight at the kill
+    cases = [  # (writers' logs, file after the crash, must pass)
+        ([w0, w1], a[:5] + b, True),
+        ([w0, w1], a, True),  # the second write, never fsync'd, lost
+        ([w0, w1], a + b[5:], True),  # its tail only
+        ([w0, w1], bytes(5) + b, False),  # fsync'd bytes zero
+        ([w0, w1], a[:4], False),  # shorter than the fsync'd write
+        ([w0, w1s], a + b[5:], False),  # bytes the fsync'd second write overwrote came back
+        ([w0, w1s], a[:5] + b, True),
+        ([w0, w1, w2], a[:2] + c + a[6:], True),  # O_SYNC write concurrent with the first: either
+        ([w0, w1, w2], a[:5] + b, True),
+        ([w0, w3], a + bytes(8), True),  # in flight: zeros past the old end allowed
+        ([w0, w3], a[:8] + bytes(10), False),  # but not over fsync'd bytes
+        ([w0, w3], a + bytes(9), False),  # longer than any write reaches
+    ]
+    bad = 0
+    for n, (ws, content, ok) in enumerate(cases):
+        logps = []
+        for w, recs in enumerate(ws):
+            lp = os.path.join(d, "w%d.log" % w)
+            with open(lp, "w") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in recs))
+            logps.append(lp)
+        path = os.path.join(d, "file")
+        with open(path, "wb") as f:
+            f.write(content)
+        st = dict(errors={}, shared_promises=0, shared_checked=0, shared_lost=0, skipped_tainted=0, ops=0)
+        out, _ = check_shared([path], logps, 100, st)
+        if bool(out) == ok:
+            bad += 1
+            print("selftest case %d: expected %s, got %s" % (n, "pass" if ok else "a failure", out or "pass"))
+    shutil.rmtree(d)
+    print("selftest: %d of %d cases wrong" % (bad, len(cases)))
+    return bad == 0
+
+
 def run_round(args, rnd, stats):
     rng = random.Random("%d/%d" % (args.seed, rnd))
     if args.fresh or rnd == 0:
@@ -1024,9 +1344,29 @@ def run_round(args, rnd, stats):
     os.mkdir(rdir)
     for k in range(args.workers):
         os.mkdir(os.path.join(rdir, "w%d" % k))
+    spaths, slogs = [], []
+    if args.shared_writers:
+        sd = os.path.join(rdir, "shared")
+        os.mkdir(sd)
+        for j in range(args.shared_files):
+            q = os.path.join(sd, "s%d" % j)
+            fd = os.open(q, os.O_CREAT | os.O_WRONLY, 0o644)
+            os.fsync(fd)
+            os.close(fd)
+            spaths.append(q)
+        fsync_dir(sd)
     fsync_dir(rdir)
     fsync_dir(args.mnt)
     pids, logs = [], []
+    for k in range(args.shared_writers):
+        logp = os.path.join(args.logdir, "r%d-s%d.log" % (rnd, k))
+        if os.path.exists(logp):
+            os.unlink(logp)
+        slogs.append(logp)
+        pid = os.fork()
+        if pid == 0:
+            shared_writer_main(spaths, k, args.shared_writers, args.seed * 1000003 + rnd * 101 + 50 + k, logp, args)
+        pids.append(pid)
     for k in range(args.workers):
         logp = os.path.join(args.logdir, "r%d-w%d.log" % (rnd, k))
         if os.path.exists(logp):
@@ -1039,7 +1379,9 @@ def run_round(args, rnd, stats):
     delay = rng.uniform(args.min_delay, args.max_delay)
     time.sleep(delay)
     dpid = daemon_pid(args)
+    kill_ts = time.monotonic_ns()
     os.kill(dpid, signal.SIGKILL)
+    stats["kills"] += 1
     wait_gone(dpid)
     for p in pids:
         try:
@@ -1062,6 +1404,7 @@ def run_round(args, rnd, stats):
         wait_gone(dpid)
         if sh("fusermount3", "-u", args.mnt, check=False)[0] != 0:
             sh("umount", "-l", args.mnt, check=False)
+        stats["kills"] += 1
         if not fsck(args, "after the second kill"):
             stats["fsck_bad"] += 1
     mount(args)
@@ -1071,6 +1414,10 @@ def run_round(args, rnd, stats):
             if r["t"] == "crash":
                 out.append("WORKER CRASH %s: %s" % (logp, r["e"]))
         out += check_worker(base, logp, args, stats, args.check_sync)
+    sops = 0
+    if spaths:
+        sout, sops = check_shared(spaths, slogs, kill_ts, stats)
+        out += sout
     for line in out:
         print(line)
     stats["failures"] += sum(1 for line in out if line.startswith("FAIL") or line.startswith("WORKER"))
@@ -1080,8 +1427,10 @@ def run_round(args, rnd, stats):
         if not ok:
             stats["fsck_bad"] += 1
     nops = sum(sum(1 for r in read_log(lp) if r["t"] == "op") for _, lp in logs)
-    print("round %d: killed after %.2fs, %d ops, failures so far %d, promises %s, checked %d files" % (
-        rnd, delay, nops, stats["failures"], dict(stats["promises"]), stats["checked"]), flush=True)
+    print("round %d: killed after %.2fs, %d ops, failures so far %d, promises %s, checked %d files%s" % (
+        rnd, delay, nops + sops, stats["failures"], dict(stats["promises"]), stats["checked"],
+        ", shared: %d promises, %d files checked, %d lost" % (stats["shared_promises"], stats["shared_checked"],
+                                                             stats["shared_lost"]) if spaths else ""), flush=True)
     stats["ops"] += nops
 
 
@@ -1113,9 +1462,19 @@ def main():
     ap.add_argument("--no-clean", action="store_true",
                     help="after the check keep the recovered mount for the next round (no clean unmount)")
     ap.add_argument("--double-kill", action="store_true", help="kill again right after the recovering mount")
+    ap.add_argument("--odirect", type=int, default=0, metavar="W",
+                    help="weight of O_DIRECT pwrites among the ops (default 0: none)")
+    ap.add_argument("--copy", type=int, default=0, metavar="W",
+                    help="weight of copy_file_range copies among the ops (default 0: none)")
+    ap.add_argument("--shared-writers", type=int, default=0, metavar="N",
+                    help="also N processes writing and fsyncing ranges of the same files (own and shared ranges)")
+    ap.add_argument("--shared-files", type=int, default=2, help="files the --shared-writers write (default 2)")
     ap.add_argument("--spread", action="store_true",
                     help="place the model's 64 KiB regions up to 4 GiB into the file (indirect nodes)")
+    ap.add_argument("--selftest", action="store_true", help="check the shared-file checker on made-up logs, then exit")
     args = ap.parse_args()
+    if args.selftest:
+        sys.exit(0 if selftest() else 1)
     global SPREAD, MAXF
     if args.spread:
         SPREAD = True
@@ -1129,7 +1488,7 @@ def main():
     if is_mounted(args.mnt):
         raise SystemExit("%s is mounted; unmount it first" % args.mnt)
     stats = dict(failures=0, fsck_bad=0, promises={}, checked=0, errors={}, skipped_tainted=0, dir_names_checked=0,
-                 ops=0, rounds=0)
+                 ops=0, rounds=0, kills=0, shared_promises=0, shared_checked=0, shared_lost=0)
     t0 = time.time()
     print("fuse-crash: seed %d, -o %s, mkfs %s, size %s, workers %d, fill %d%%" % (
         args.seed, ",".join(args.o) or "-", " ".join(args.mkfs_arg) or "-", args.size, args.workers, args.fill), flush=True)
@@ -1142,10 +1501,14 @@ def main():
         umount_clean(args)
         if not fsck(args, "at the end"):
             stats["fsck_bad"] += 1
-    print("TOTAL: %d rounds, %d ops, promises %s, %d files' data promises checked (%d skipped after an I/O error), "
+    if args.shared_writers:
+        print("SHARED: %d writers on %d files: %d promises (fsync/fdatasync/O_SYNC returned), %d file checks, "
+              "%d files with lost bytes" % (args.shared_writers, args.shared_files, stats["shared_promises"],
+                                            stats["shared_checked"], stats["shared_lost"]))
+    print("TOTAL: %d rounds, %d kills, %d ops, promises %s, %d files' data promises checked (%d skipped after an I/O error), "
           "%d dir promises checked, %d utime'd mtimes checked, %d failures, %d unclean fsck, "
           "%d failed ZERO_RANGE fallocates (ENOSPC; must change nothing); errors seen: %s" % (
-              stats["rounds"], stats["ops"], stats["promises"], stats["checked"], stats["skipped_tainted"],
+              stats["rounds"], stats["kills"], stats["ops"], stats["promises"], stats["checked"], stats["skipped_tainted"],
               stats["dir_names_checked"], stats.get("mtime_checked", 0), stats["failures"], stats["fsck_bad"],
               stats.get("zero_range_enospc", 0), stats["errors"]))
     sys.exit(1 if stats["failures"] or stats["fsck_bad"] else 0)

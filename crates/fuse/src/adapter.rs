@@ -613,7 +613,9 @@ impl FlashlogFuse {
     }
 
     /// WRITE: clear setuid/setgid first when the kernel asks (KILLPRIV_V2), then hand the
-    /// data to the core; a short write is reported as such.
+    /// data to the core; a short write is reported as such, except where the kernel cannot
+    /// take one ([`error_after_part_written`]). (The WRITE request's own fields.)
+    #[allow(clippy::too_many_arguments)]
     fn serve_write(
         &self,
         req: &Request,
@@ -621,6 +623,7 @@ impl FlashlogFuse {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
+        open_flags: OpenFlags,
         reply: ReplyWrite,
     ) {
         if self.killpriv && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
@@ -631,20 +634,13 @@ impl FlashlogFuse {
             match self.fs.write(ino, offset + done as u64, &data[done..]) {
                 Ok(0) => break,
                 Ok(n) => done += n,
-                // The kernel's write-back ignores a short count (the pages past it would
-                // be marked clean, and fsync succeed): the error is its only report.
-                // The part before it is written.
-                Err(e) if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) => {
+                Err(e) if done == 0 || error_after_part_written(write_flags, open_flags) => {
                     reply.error(errno_of(&e));
                     return;
                 }
                 // Otherwise a short write is reported as such; the error comes with the
                 // next write.
-                Err(_) if done > 0 => break,
-                Err(e) => {
-                    reply.error(errno_of(&e));
-                    return;
-                }
+                Err(_) => break,
             }
         }
         reply.written(done as u32);
@@ -658,6 +654,20 @@ impl FlashlogFuse {
             FopenFlags::empty()
         }
     }
+}
+
+/// Whether a WRITE that stored part of its bytes before an error (ENOSPC, EFBIG) must
+/// answer the error rather than the short count (the part stays written either way):
+/// - the kernel's write-back (`FUSE_WRITE_CACHE`) ignores a short count (the pages past
+///   it would be marked clean, and fsync succeed): the error is its only report;
+/// - an `O_DIRECT` write goes through the kernel's FUSE direct I/O, which (with
+///   `FUSE_ASYNC_DIO`, negotiated in `init`) turns any short reply into EIO
+///   (fs/fuse/file.c, `fuse_get_res_by_io`), so a direct write to a nearly full volume
+///   failed with EIO, as for a broken device; with the error it fails with ENOSPC, and
+///   the kernel truncates an extending one back to the old size (`fuse_do_truncate`).
+///   Found by scripts/fuse-crash.py --odirect on a 96 % full volume.
+fn error_after_part_written(write_flags: WriteFlags, open_flags: OpenFlags) -> bool {
+    write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) || open_flags.0 & libc::O_DIRECT != 0
 }
 
 impl Filesystem for FlashlogFuse {
@@ -1038,7 +1048,7 @@ impl Filesystem for FlashlogFuse {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -1048,7 +1058,7 @@ impl Filesystem for FlashlogFuse {
             .fetch_add(data.len() as u64, Relaxed);
         let ino = ino!(reply, ino);
         let t0 = std::time::Instant::now();
-        self.serve_write(req, ino, offset, data, write_flags, reply);
+        self.serve_write(req, ino, offset, data, write_flags, flags, reply);
         self.counts
             .write_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
@@ -1485,6 +1495,22 @@ mod tests {
         let s = c.summary();
         assert!(s.starts_with("FUSE requests: write 0 "), "{s}");
         assert!(s.ends_with("by opcode: flush 1, create 2"), "{s}");
+    }
+
+    #[test]
+    fn a_direct_or_write_back_write_that_stored_part_answers_the_error() {
+        // Direct I/O cannot take a short count (the kernel makes it EIO), nor can write-back.
+        let direct = OpenFlags(libc::O_WRONLY | libc::O_DIRECT);
+        assert!(error_after_part_written(WriteFlags::empty(), direct));
+        assert!(error_after_part_written(
+            WriteFlags::FUSE_WRITE_CACHE,
+            OpenFlags(libc::O_RDWR)
+        ));
+        // A plain write-through write(2) (-o nowriteback) returns the short count.
+        assert!(!error_after_part_written(
+            WriteFlags::empty(),
+            OpenFlags(libc::O_WRONLY | libc::O_APPEND)
+        ));
     }
 
     #[test]
