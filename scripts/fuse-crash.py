@@ -1245,11 +1245,15 @@ def check_shared(paths, logps, kill_ts, stats):
             if id(x) not in cache:
                 cache[id(x)] = data_of(x[4], x[3])
             return cache[id(x)]
+        by_page = {}  # 4 KiB page -> the writes that reach into it
+        for x in ws:
+            for pg in range(x[2] >> 12, ((x[2] + x[3] - 1) >> 12) + 1):
+                by_page.setdefault(pg, []).append(x)
         bad = []
         for a, b in zip(bounds, bounds[1:]):
             if a >= b:
                 continue
-            cover = [x for x in ws if x[2] <= a and b <= x[2] + x[3]]
+            cover = [x for x in by_page.get(a >> 12, ()) if x[2] <= a and b <= x[2] + x[3]]
             prom = [x for x in cover if x[8]]
             floor = max([x[0] for x in prom] + [-1])
             allowed = [x for x in cover if x[1] >= floor]
@@ -1434,6 +1438,45 @@ def run_round(args, rnd, stats):
     stats["ops"] += nops
 
 
+def gc_report(args):
+    """--gc-report S: after the crash rounds, one more round of the same workers on the aged
+    volume for S seconds ended by a clean unmount instead of a kill, so that the daemon logs
+    its counters: whether the cleaning ran at this fullness (the killed rounds cannot say)."""
+    if not is_mounted(args.mnt):
+        mount(args)
+    rdir = os.path.join(args.mnt, "gc-report")
+    shutil.rmtree(rdir, ignore_errors=True)
+    os.mkdir(rdir)
+    pids = []
+    for k in range(max(1, args.workers)):
+        base = os.path.join(rdir, "w%d" % k)
+        os.mkdir(base)
+        logp = os.path.join(args.logdir, "gc-report-w%d.log" % k)
+        if os.path.exists(logp):
+            os.unlink(logp)
+        pid = os.fork()
+        if pid == 0:
+            worker_main(base, "gc-report/w%d" % k, args.seed * 7919 + k, logp, args)
+        pids.append(pid)
+    time.sleep(args.gc_report)
+    for p in pids:
+        os.kill(p, signal.SIGKILL)
+    for p in pids:
+        os.waitpid(p, 0)
+    with open(args.img + ".log", "rb") as f:
+        f.seek(max(0, os.path.getsize(args.img + ".log") - 200000))
+        start = f.tell()
+    umount_clean(args)
+    with open(args.img + ".log", "rb") as f:
+        f.seek(start)
+        tail = f.read().decode(errors="replace")
+    line = [x for x in tail.splitlines() if "cleaning:" in x]
+    if not line:
+        return "no cleaning counters in the log (a daemon before they were logged?)"
+    m = line[-1]
+    return m[m.index("cleaning:"):].split(";")[0]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="flashlog")
@@ -1471,6 +1514,8 @@ def main():
     ap.add_argument("--shared-files", type=int, default=2, help="files the --shared-writers write (default 2)")
     ap.add_argument("--spread", action="store_true",
                     help="place the model's 64 KiB regions up to 4 GiB into the file (indirect nodes)")
+    ap.add_argument("--gc-report", type=float, default=0, metavar="S",
+                    help="at the end run the workers S more seconds and unmount cleanly, to log the cleaning's counters")
     ap.add_argument("--selftest", action="store_true", help="check the shared-file checker on made-up logs, then exit")
     args = ap.parse_args()
     if args.selftest:
@@ -1497,8 +1542,13 @@ def main():
             break
         run_round(args, rnd, stats)
         stats["rounds"] += 1
+    was_mounted = is_mounted(args.mnt)
+    if args.gc_report:
+        print("GC: after the crash rounds, %.0f s of the workers then a clean unmount: %s" % (
+            args.gc_report, gc_report(args)), flush=True)
     if is_mounted(args.mnt):
         umount_clean(args)
+    if was_mounted or args.gc_report:
         if not fsck(args, "at the end"):
             stats["fsck_bad"] += 1
     if args.shared_writers:

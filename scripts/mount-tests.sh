@@ -614,14 +614,18 @@ t_lifecycle() {
 }
 
 # Random operations by 3 processes (every durability call: fsync, fdatasync, O_SYNC and
-# O_DSYNC writes, msync, directory fsync) on a 96 % full volume of its own, the daemon
-# killed with SIGKILL at a random moment in each round, then every promise checked after
-# the recovering mount, fsck clean before and after (scripts/fuse-crash.py).
+# O_DSYNC writes, msync, directory fsync; O_DIRECT writes and copy_file_range too) and 2
+# more writing ranges of their own and a shared range of the same 2 files, on a 96 % full
+# volume of its own, the daemon killed with SIGKILL at a random moment in each round, then
+# every promise checked after the recovering mount, fsck clean before and after
+# (scripts/fuse-crash.py; its --selftest first: the shared-file checker on made-up logs).
 t_fuse_crash() {
     local fc=$work/fc rc=0
     mkdir -p "$fc"
+    python3 "$root/scripts/fuse-crash.py" --selftest >"$fc/out.txt" 2>&1 || rc=1
     python3 "$root/scripts/fuse-crash.py" --setup --bin "$FL" --img "$fc/vol.img" \
-        --mnt "$fc/mnt" --rounds "${FUSE_CRASH_ROUNDS:-6}" --seed 5 --fill 96 >"$fc/out.txt" 2>&1 || rc=1
+        --mnt "$fc/mnt" --rounds "${FUSE_CRASH_ROUNDS:-6}" --seed 5 --fill 96 \
+        --odirect 2 --copy 2 --shared-writers 2 >>"$fc/out.txt" 2>&1 || rc=1
     fusermount3 -u "$fc/mnt" 2>/dev/null
     if ((rc)); then
         tail -40 "$fc/out.txt"

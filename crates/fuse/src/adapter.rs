@@ -255,7 +255,8 @@ impl RequestCounts {
 
 /// One log line on where the core's write path waited (issue 13 item 4): background
 /// write-back, writers throttled at the dirty cap or writing back themselves, fsyncs that
-/// needed a checkpoint, and the contended waits of the lock-wait counters.
+/// needed a checkpoint, the cleaning's passes and moves (scripts/fuse-crash.py
+/// --gc-report reads them), and the contended waits of the lock-wait counters.
 fn core_write_summary(fs: &Fs) -> String {
     let wb = fs.writeback_stats();
     let c = fs.stats();
@@ -268,7 +269,8 @@ fn core_write_summary(fs: &Fs) -> String {
         "core write path: flusher wrote {} pages in {} passes ({} copies orphaned by writes, \
          truncates or moves of pages in flight); writers throttled {} times ({:.3} s), \
          wrote back {} pages themselves ({} fallbacks); fsyncs {} ({} as checkpoints), \
-         checkpoints {}; contended waits: {}",
+         checkpoints {}; cleaning: {} foreground and {} background passes, {} sections \
+         freed, {} blocks moved; contended waits: {}",
         wb.background_pages,
         wb.background_passes,
         c.flush_orphaned_copies,
@@ -279,6 +281,10 @@ fn core_write_summary(fs: &Fs) -> String {
         c.fsyncs,
         c.fsync_checkpoints,
         c.checkpoints,
+        c.gc_fg_runs,
+        c.gc_bg_runs,
+        c.gc_sections_freed,
+        c.gc_moved_blocks,
         if waits.is_empty() {
             "none".to_string()
         } else {
