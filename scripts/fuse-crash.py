@@ -1349,7 +1349,16 @@ def run_round(args, rnd, stats):
     if os.path.isdir(old):
         shutil.rmtree(old, ignore_errors=True)
     rdir = os.path.join(args.mnt, "r%d" % rnd)
-    os.mkdir(rdir)
+    try:
+        os.mkdir(rdir)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        # Full (a full volume, e.g. --fill 96 with 4 mlogs): drop the older rounds' trees too.
+        for r in range(max(0, rnd - 3), rnd):
+            shutil.rmtree(os.path.join(args.mnt, "r%d" % r), ignore_errors=True)
+        fsync_dir(args.mnt)
+        os.mkdir(rdir)
     for k in range(args.workers):
         os.mkdir(os.path.join(rdir, "w%d" % k))
     spaths, slogs = [], []
