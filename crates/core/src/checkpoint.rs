@@ -433,6 +433,7 @@ pub(crate) fn build(
         gc_bg_dirtied: std::sync::atomic::AtomicBool::new(false),
         svp: Default::default(),
         epoch: std::time::Instant::now(),
+        epoch_ns: crate::inner::mono_ns(),
         test_hook: Default::default(),
     };
     // The caps are checked on every operation against `approx`: fit the counters to them.

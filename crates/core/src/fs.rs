@@ -213,7 +213,7 @@ fn background_gc(inner: &FsInner) -> Result<()> {
     if !inner.gc_sleep.lock().woken() {
         return Ok(());
     }
-    let now = inner.epoch.elapsed().as_nanos() as u64;
+    let now = inner.since_mount_ns();
     if now.saturating_sub(inner.last_op_ns.load(Ordering::Relaxed))
         < inner.opts.gc_idle.as_nanos() as u64
     {
@@ -752,7 +752,7 @@ impl Fs {
         // Idle detection and the timer checkpoint need this to a millisecond, and only to
         // pass the last checkpoint's mark: a store on every operation would move the
         // shared cache line between cores on every operation.
-        let now = self.inner.epoch.elapsed().as_nanos() as u64;
+        let now = self.inner.since_mount_ns();
         let last = self.inner.last_op_ns.load(Ordering::Relaxed);
         if now >= last + 1_000_000 || last <= self.inner.last_cp_ns.load(Ordering::Relaxed) {
             self.inner.last_op_ns.store(now, Ordering::Relaxed);

@@ -141,8 +141,10 @@ pub struct FsInner {
     /// Victim protector (ScaleLFS SVP); used by I/O paths when `svp_on`.
     pub svp: crate::svp::Svp,
     pub svp_on: bool,
-    /// Mount time, the origin of `last_op_ns`.
+    /// Mount time.
     pub epoch: std::time::Instant,
+    /// Mount time on `mono_ns`'s clock, the origin of `last_op_ns` (`since_mount_ns`).
+    pub epoch_ns: u64,
     /// Test hook called at named points of concurrent code (`Fs::set_test_hook`); tests use
     /// it to force an interleaving. None outside tests: one uncontended read per use.
     pub test_hook: parking_lot::RwLock<Option<TestHook>>,
@@ -1359,13 +1361,25 @@ impl FsInner {
     }
 
     pub fn now(&self) -> node::Timespec {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        node::Timespec {
-            sec: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
+        // `clock_gettime` itself: `SystemTime::now().duration_since(UNIX_EPOCH)` is the
+        // same clock with a checked subtraction and a `Duration` around it, ~100
+        // instructions of every write (docs/BENCHMARKS.md, "Instructions per operation").
+        let ts = clock(libc::CLOCK_REALTIME);
+        if ts.tv_sec < 0 {
+            // Before 1970 (a clock set back that far): the epoch, as `unwrap_or_default`
+            // gave.
+            return node::Timespec::default();
         }
+        node::Timespec {
+            sec: ts.tv_sec as i64,
+            nsec: ts.tv_nsec as u32,
+        }
+    }
+
+    /// Nanoseconds since mount on the monotonic clock (`epoch`'s): the time of
+    /// `last_op_ns` and of the idle check against it.
+    pub fn since_mount_ns(&self) -> u64 {
+        mono_ns().saturating_sub(self.epoch_ns)
     }
 
     /// Volume lifetime in seconds (for segment ages).
@@ -1391,4 +1405,27 @@ impl Drop for VisitUnwind<'_> {
         let _g = self.0.wb_done_lock.lock();
         self.0.wb_done.notify_all();
     }
+}
+
+/// `clock_gettime(id)`: the clocks `Instant` (`CLOCK_MONOTONIC`) and `SystemTime`
+/// (`CLOCK_REALTIME`) read, without their checked arithmetic and `Duration` conversions
+/// (`Instant::elapsed` cost ~90 instructions on every operation, `FsInner::now` ~100 more
+/// on every write).
+fn clock(id: libc::clockid_t) -> libc::timespec {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; the ids used are supported on every
+    // Linux (a failure leaves it zero).
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts
+}
+
+/// The monotonic clock (`Instant`'s) in nanoseconds.
+pub(crate) fn mono_ns() -> u64 {
+    let ts = clock(libc::CLOCK_MONOTONIC);
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
