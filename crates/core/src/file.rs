@@ -41,6 +41,18 @@ pub enum FallocMode {
     ZeroRangeKeepSize,
 }
 
+/// `st.pages.insert(idx, page)` (replacing any page there), returning the page inserted
+/// from the same search.
+fn insert_page(st: &mut InodeState, idx: u64, page: Page) -> &mut Page {
+    match st.pages.entry(idx) {
+        std::collections::btree_map::Entry::Vacant(v) => v.insert(page),
+        std::collections::btree_map::Entry::Occupied(mut o) => {
+            o.insert(page);
+            o.into_mut()
+        }
+    }
+}
+
 impl FsInner {
     fn is_inline(st: &InodeState) -> bool {
         st.hdr.flags & iflag::INLINE_DATA != 0
@@ -135,22 +147,36 @@ impl FsInner {
         idx: u64,
         data: PageData,
     ) -> Result<()> {
+        self.new_dirty_page_at(st, idx, data, None).map(drop)
+    }
+
+    /// `new_dirty_page` where the caller may already have located the block's direct node
+    /// and slot under the same cell lock (`located`: every node above the block exists and
+    /// is loaded, so `locate` with `create` would make nothing); returns the page.
+    fn new_dirty_page_at<'s>(
+        &self,
+        st: &'s mut InodeState,
+        idx: u64,
+        data: PageData,
+        located: Option<(Nid, usize)>,
+    ) -> Result<&'s mut Page> {
         // The nodes that will map the block exist from now on (F2FS allocates the dnode at
         // write_begin): their user space and checkpoint debt are taken here, by the write,
         // and writeback never has to create a node.
         // The data block first: `locate` makes the nodes only once their blocks are
         // reserved too, so a refusal leaves nothing made.
         self.reserve_blocks(1)?;
-        if let Err(e) = self.locate(st, idx, true) {
-            self.release_blocks(1);
-            return Err(e);
+        if located.is_none() {
+            if let Err(e) = self.locate(st, idx, true) {
+                self.release_blocks(1);
+                return Err(e);
+            }
         }
         st.hdr.blocks += 1;
-        st.pages.insert(idx, Page::new(data, true, true, false));
         st.dirty_pages += 1;
         self.charge_dirty_page();
         self.dirty_inode(st);
-        Ok(())
+        Ok(insert_page(st, idx, Page::new(data, true, true, false)))
     }
 
     /// Move inline data out of the inode into page 0.
@@ -178,34 +204,39 @@ impl FsInner {
         Ok(())
     }
 
-    /// Get page `idx` for modification, loading it unless `overwrite_all`; marks it dirty and
-    /// reserves space if it lies over a hole. A page not cached starts as zeros.
-    fn page_for_write<'s>(
+    /// Change page `idx` with `change`, loading it first unless `overwrite_all`; marks it
+    /// dirty and reserves space if it lies over a hole. A page not cached starts as zeros.
+    fn page_for_write(
         &self,
-        st: &'s mut InodeState,
+        st: &mut InodeState,
         idx: u64,
         overwrite_all: bool,
-    ) -> Result<&'s mut Page> {
+        change: impl FnOnce(&mut Page),
+    ) -> Result<()> {
         self.page_for_write_init(
             st,
             idx,
             PageInit::Zeros {
                 read: !overwrite_all,
             },
+            change,
         )
     }
 
     /// `page_for_write` with the contents a page not yet cached starts from: a whole-block
     /// write builds it from the caller's bytes in one copy (no zero-fill that the write would
     /// overwrite at once: 17 % of the FUSE daemon's CPU in sequential write, issue 13).
-    fn page_for_write_init<'s>(
+    fn page_for_write_init(
         &self,
-        st: &'s mut InodeState,
+        st: &mut InodeState,
         idx: u64,
         init: PageInit<'_>,
-    ) -> Result<&'s mut Page> {
-        // One search of the page map where the page is cached (the overwrite), two more
-        // where it is not (the insert and the lookup below): it was searched four times.
+        change: impl FnOnce(&mut Page),
+    ) -> Result<()> {
+        // One search of the page map where the page is cached (the overwrite), one more
+        // where it is not (the insert, which hands the page back); and one `locate` for a
+        // new page over a hole: its result serves the insert (it was searched four times,
+        // then twice and three times, and located twice).
         if let Some(p) = st.pages.get_mut(&idx) {
             if p.wb {
                 // A flusher is copying the page's bytes with the cell released: this write
@@ -221,29 +252,37 @@ impl FsInner {
                     None => p.data = PageData::copy_of(src),
                 }
             }
-        } else {
-            let addr = self.block_addr(st, idx)?;
-            let (mut data, read) = match init {
-                // Allocated and copied in one step (`Box::new(*src)` may build it on the stack).
-                PageInit::Whole(src) => (PageData::copy_of(src), false),
-                PageInit::Zeros { read } => (PageData::zeroed(), read),
-            };
-            if addr == NULL_ADDR {
-                self.new_dirty_page(st, idx, data)?;
-            } else {
-                if read && addr != NEW_ADDR {
-                    self.read_block(addr, data.get_mut().expect("not shared yet"))?;
-                }
-                st.pages.insert(idx, Page::new(data, false, false, false));
+            if !p.dirty {
+                p.dirty = true;
+                st.dirty_pages += 1;
+                self.charge_dirty_page();
             }
+            change(p);
+            return Ok(());
         }
-        let p = st.pages.get_mut(&idx).expect("inserted");
-        if !p.dirty {
-            p.dirty = true;
+        let located = self.locate(st, idx, false)?;
+        let addr = match located {
+            Some((nid, slot)) => self.dnode_get(st, nid, slot),
+            None => NULL_ADDR,
+        };
+        let (mut data, read) = match init {
+            // Allocated and copied in one step (`Box::new(*src)` may build it on the stack).
+            PageInit::Whole(src) => (PageData::copy_of(src), false),
+            PageInit::Zeros { read } => (PageData::zeroed(), read),
+        };
+        let p = if addr == NULL_ADDR {
+            // Dirty and charged as it goes in.
+            self.new_dirty_page_at(st, idx, data, located)?
+        } else {
+            if read && addr != NEW_ADDR {
+                self.read_block(addr, data.get_mut().expect("not shared yet"))?;
+            }
             st.dirty_pages += 1;
             self.charge_dirty_page();
-        }
-        Ok(p)
+            insert_page(st, idx, Page::new(data, true, false, false))
+        };
+        change(p);
+        Ok(())
     }
 
     /// Buffered write. Returns bytes written: short if space ran out part way, or where the
@@ -285,14 +324,13 @@ impl FsInner {
             let src = &data[done..done + take];
             let r = match <&Block>::try_from(src) {
                 // A whole block: the page is these bytes (in_page is 0 when take is a block).
-                Ok(whole) => self
-                    .page_for_write_init(st, idx, PageInit::Whole(whole))
-                    .map(drop),
+                Ok(whole) => self.page_for_write_init(st, idx, PageInit::Whole(whole), |_| ()),
                 Err(_) => {
                     // A page past EOF needs no read: its old contents are zeros by definition.
                     let past_eof = idx * BS >= st.hdr.size;
-                    self.page_for_write(st, idx, past_eof)
-                        .map(|p| p.bytes_mut()[in_page..in_page + take].copy_from_slice(src))
+                    self.page_for_write(st, idx, past_eof, |p| {
+                        p.bytes_mut()[in_page..in_page + take].copy_from_slice(src)
+                    })
                 }
             };
             match r {
@@ -321,9 +359,7 @@ impl FsInner {
                 return Ok(());
             }
         }
-        let p = self.page_for_write(st, idx, false)?;
-        p.bytes_mut()[from..to].fill(0);
-        Ok(())
+        self.page_for_write(st, idx, false, |p| p.bytes_mut()[from..to].fill(0))
     }
 
     /// Drop cached pages with index >= `first` (and < `end`), releasing reservations.
