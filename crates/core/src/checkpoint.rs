@@ -434,8 +434,10 @@ pub(crate) fn build(
         svp: Default::default(),
         epoch: std::time::Instant::now(),
         epoch_ns: crate::inner::mono_ns(),
+        limits: Default::default(),
         test_hook: Default::default(),
     };
+    fs.limits = fs.compute_limits();
     // The caps are checked on every operation against `approx`: fit the counters to them.
     let cap = fs.dirty_nodes_cap();
     fs.dirty_nodes.fit_to(cap);

@@ -291,7 +291,10 @@ impl FsInner {
         if st.is_dir() {
             return Err(Error::IsDir);
         }
-        off.checked_add(data.len() as u64).ok_or(Error::TooBig)?;
+        // Not `ok_or(Error::TooBig)?`: that builds and drops an `Error` on every call.
+        if off.checked_add(data.len() as u64).is_none() {
+            return Err(Error::TooBig);
+        }
         if data.is_empty() {
             return Ok(0);
         }

@@ -1866,7 +1866,10 @@ impl Fs {
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
         // The end must be a number: the chunks' page ranges are computed from it before
         // the file code checks the size (an overflow there wrapped in release builds).
-        off.checked_add(data.len() as u64).ok_or(Error::TooBig)?;
+        // (Not `ok_or(Error::TooBig)?`: that builds and drops an `Error` on every write.)
+        if off.checked_add(data.len() as u64).is_none() {
+            return Err(Error::TooBig);
+        }
         if data.is_empty() {
             return self.write_chunk(ino, off, data);
         }

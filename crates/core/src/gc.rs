@@ -701,6 +701,22 @@ fn migrate_node_locked(
     Ok(true)
 }
 
+/// Limits derived once per mount (`FsInner::compute_limits`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Limits {
+    /// Blocks per section.
+    pub per_sec: u64,
+    pub headroom_secs: u64,
+    /// `space_slack_secs`.
+    pub slack_secs: u64,
+    pub dirty_cap_pages: u64,
+    pub dirty_background_pages: u64,
+    pub dirty_nodes_cap: u64,
+    /// The application floor plus the slack, in blocks: the headroom `budget_short` and
+    /// `space_target` keep.
+    pub budget_line: i64,
+}
+
 /// Foreground cleaning rounds one `ensure_space` call runs at most.
 const MAX_GC_ROUNDS: u32 = 64;
 
@@ -710,8 +726,52 @@ const TAIL_POLL: Duration = Duration::from_micros(300);
 
 impl FsInner {
     /// Sections beyond the data floor that the overprovision space leaves for dirty data
-    /// and for the cleaner's slack.
+    /// and for the cleaner's slack (`compute_headroom_secs`, computed at mount).
     pub fn headroom_secs(&self) -> u64 {
+        self.limits.headroom_secs
+    }
+
+    /// Dirty pages allowed before writers write back (`compute_dirty_cap_pages`).
+    pub fn dirty_cap_pages(&self) -> u64 {
+        self.limits.dirty_cap_pages
+    }
+
+    /// Dirty pages over which a writer wakes the flusher (`compute_dirty_background_pages`).
+    pub fn dirty_background_pages(&self) -> u64 {
+        self.limits.dirty_background_pages
+    }
+
+    /// Dirty nodes allowed before a checkpoint is forced (`compute_dirty_nodes_cap`).
+    pub fn dirty_nodes_cap(&self) -> u64 {
+        self.limits.dirty_nodes_cap
+    }
+
+    /// Sections of slack above the floor (`compute_space_slack_secs`).
+    pub fn space_slack_secs(&self) -> u64 {
+        self.limits.slack_secs
+    }
+
+    /// The limits above, from the geometry, the segment manager's reserve and the mount
+    /// options, none of which changes while mounted: `build` computes them once, so that
+    /// the checks on every operation (`ensure_space`, `balance`) read them instead of
+    /// dividing each time.
+    pub(crate) fn compute_limits(&self) -> Limits {
+        let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
+        let slack_secs = self.compute_space_slack_secs();
+        Limits {
+            per_sec,
+            headroom_secs: self.compute_headroom_secs(),
+            slack_secs,
+            dirty_cap_pages: self.compute_dirty_cap_pages(),
+            dirty_background_pages: self.compute_dirty_background_pages(),
+            dirty_nodes_cap: self.compute_dirty_nodes_cap(),
+            budget_line: self.seg.space.app_floor() + (slack_secs * per_sec) as i64,
+        }
+    }
+
+    /// Sections beyond the data floor that the overprovision space leaves for dirty data
+    /// and for the cleaner's slack.
+    fn compute_headroom_secs(&self) -> u64 {
         if self.sb.geo.infinite {
             // IPLFS hook: the "overprovision" of an infinite volume is the whole 2^64 space;
             // its slack is the heads' reserved room.
@@ -723,7 +783,7 @@ impl FsInner {
 
     /// Dirty pages allowed before writers write back: the configured cap, but at most half
     /// the data floor, so that a checkpoint started at the floor can always write them.
-    pub fn dirty_cap_pages(&self) -> u64 {
+    fn compute_dirty_cap_pages(&self) -> u64 {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         (self.opts.dirty_cap_bytes / BS as u64)
             .min(self.seg.reserve_sections() / 2 * per_sec)
@@ -737,8 +797,8 @@ impl FsInner {
     /// excluded, all that is dirty (~2,000 pages at the slides' 97 % fill). A sixteenth of
     /// the cap keeps the flusher writing ahead: at 1 thread on 2 cores that halved the
     /// checkpoints' excluded writeback and gave +9 % (docs/BENCHMARKS.md).
-    pub fn dirty_background_pages(&self) -> u64 {
-        let cap = self.dirty_cap_pages();
+    fn compute_dirty_background_pages(&self) -> u64 {
+        let cap = self.compute_dirty_cap_pages();
         if self.seg.is_infinite() {
             (cap / 16).max(2)
         } else {
@@ -747,7 +807,7 @@ impl FsInner {
     }
 
     /// Dirty nodes allowed before a checkpoint is forced (a quarter of the floor).
-    pub fn dirty_nodes_cap(&self) -> u64 {
+    fn compute_dirty_nodes_cap(&self) -> u64 {
         let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
         self.opts
             .dirty_nodes_max
@@ -762,20 +822,17 @@ impl FsInner {
     /// checkpoints free what it empties), so a quarter of it was a budget the host sat
     /// under for good and every write checkpointed to give back page debt (1345
     /// checkpoints for 250 upcalls in a 15 s bench, 16 of its 17 s in checkpoints).
-    pub fn space_slack_secs(&self) -> u64 {
+    fn compute_space_slack_secs(&self) -> u64 {
         if self.opts.gc == crate::config::GcPolicy::Device {
             1
         } else {
-            (self.headroom_secs() / 4).max(1)
+            (self.compute_headroom_secs() / 4).max(1)
         }
     }
 
     /// The space budget's headroom is below the application floor plus the cleaning slack.
     pub fn budget_short(&self) -> bool {
-        let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
-        let slack = self.space_slack_secs();
-        let space = &self.seg.space;
-        space.shortfall(space.app_floor() + (slack * per_sec) as i64) > 0
+        self.seg.space.shortfall(self.limits.budget_line) > 0
     }
 
     /// gc=device: the device learns what died only from the discards that follow a durable
@@ -880,11 +937,14 @@ impl FsInner {
 
     /// `space_target` with `dirty` pages and nodes.
     fn space_target_for(&self, dirty: u64) -> u64 {
-        let per_sec = BLOCKS_PER_SEG * self.sb.geo.segs_per_sec as u64;
-        let slack = self.space_slack_secs();
-        let base = self.seg.reserve_sections() + dirty.div_ceil(per_sec) + slack;
-        let space = &self.seg.space;
-        let short = space.shortfall(space.app_floor() + (slack * per_sec) as i64);
+        let Limits {
+            per_sec,
+            slack_secs,
+            budget_line,
+            ..
+        } = self.limits;
+        let base = self.seg.reserve_sections() + dirty.div_ceil(per_sec) + slack_secs;
+        let short = self.seg.space.shortfall(budget_line);
         if short > 0 {
             base.max(self.seg.free_sections() + (short as u64).div_ceil(per_sec))
         } else {

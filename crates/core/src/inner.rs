@@ -141,6 +141,8 @@ pub struct FsInner {
     /// Victim protector (ScaleLFS SVP); used by I/O paths when `svp_on`.
     pub svp: crate::svp::Svp,
     pub svp_on: bool,
+    /// Space and dirty limits, computed once in `build` (`compute_limits`).
+    pub limits: crate::gc::Limits,
     /// Mount time.
     pub epoch: std::time::Instant,
     /// Mount time on `mono_ns`'s clock, the origin of `last_op_ns` (`since_mount_ns`).
@@ -407,7 +409,10 @@ impl FsInner {
         index: u64,
         create: bool,
     ) -> Result<Option<(Nid, usize)>> {
-        let p = node::node_path(index).ok_or(Error::TooBig)?;
+        // Not `ok_or(Error::TooBig)?`: that builds and drops an `Error` on every call.
+        let Some(p) = node::node_path(index) else {
+            return Err(Error::TooBig);
+        };
         if p.depth == 0 {
             return Ok(Some((st.ino, p.slots[0])));
         }
@@ -1242,6 +1247,11 @@ impl FsInner {
         }
         let mine: Vec<(u64, Ino)> = DEFERRED_FREE.with(|d| {
             let mut d = d.borrow_mut();
+            // Nearly always: nothing deferred (no partition of an empty list, nothing to
+            // drop after it, on every operation).
+            if d.is_empty() {
+                return Vec::new();
+            }
             let (mine, others) = std::mem::take(&mut *d)
                 .into_iter()
                 .partition(|e| e.0 == self.mount_id);
