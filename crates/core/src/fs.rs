@@ -780,7 +780,17 @@ impl Fs {
     /// Reserve `blocks` of the space budget for this thread's next operation. While the
     /// budget has no room, clean and checkpoint (prefree sections become free); ENOSPC only
     /// when rounds of cleaning free nothing, i.e. valid data fills the volume.
+    #[inline]
     fn reserve_space(&self, blocks: u64) -> Result<crate::space::Allowance<'_>> {
+        if let Some(a) = self.inner.seg.space.try_reserve(blocks, true) {
+            return Ok(a);
+        }
+        self.reserve_space_slow(blocks)
+    }
+
+    /// `reserve_space` after a first refusal.
+    #[inline(never)]
+    fn reserve_space_slow(&self, blocks: u64) -> Result<crate::space::Allowance<'_>> {
         let inner = &self.inner;
         let mut fruitless = 0;
         loop {
@@ -845,7 +855,20 @@ impl Fs {
     /// resort (`flush.rs` has the table); without one, write back here. Nodes and cached
     /// inodes over their caps: write the nodes back and evict clean cells
     /// (`relieve_caps`).
+    #[inline]
     fn balance(&self) -> Result<()> {
+        // Nearly every operation: under the background threshold (which is under the cap,
+        // so neither `balance_background` nor `balance_inline` would act) and under the
+        // caps. Checked here so that the call below, with its frame, is only for the rest.
+        let inner = &self.inner;
+        if inner.dirty_pages.approx() <= inner.dirty_background_pages() && !self.over_caps(1) {
+            return Ok(());
+        }
+        self.balance_slow()
+    }
+
+    #[inline(never)]
+    fn balance_slow(&self) -> Result<()> {
         let inner = &self.inner;
         match &self.flusher {
             Some(f) => self.balance_background(f)?,

@@ -975,9 +975,12 @@ impl FsInner {
     /// thread at a time; the others wait for its result) and checkpoint so that cleaned
     /// sections become free. Called holding no lock. `force` cleans at least one round even
     /// if the target looks met (a writeback just failed for space).
+    #[inline]
     pub fn ensure_space(&self, force: bool) -> Result<()> {
         let fs = self;
-        self.device_discard_due()?;
+        if fs.opts.gc == crate::config::GcPolicy::Device {
+            self.device_discard_due()?;
+        }
         fs.collector.space_low(fs)?;
         if !force {
             // First against the dirty counts' upper bounds, one load each: the exact counts
@@ -988,6 +991,14 @@ impl FsInner {
                 return Ok(());
             }
         }
+        self.ensure_space_slow(force)
+    }
+
+    /// `ensure_space` below the target (or forced): clean and checkpoint. Apart, so that
+    /// the check every operation makes has no frame of its own.
+    #[inline(never)]
+    fn ensure_space_slow(&self, force: bool) -> Result<()> {
+        let fs = self;
         if fs.opts.read_only {
             return Ok(());
         }

@@ -246,16 +246,20 @@ impl FsInner {
     }
 
     /// Refuse to change anything on a read-only or poisoned mount.
+    #[inline]
     pub fn check_writable(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned(
-                self.poison.lock().clone().unwrap_or_default(),
-            ));
+            return Err(self.poisoned_error());
         }
         if self.opts.read_only {
             return Err(Error::ReadOnly);
         }
         Ok(())
+    }
+
+    #[cold]
+    fn poisoned_error(&self) -> Error {
+        Error::Poisoned(self.poison.lock().clone().unwrap_or_default())
     }
 
     /// Turn the mount read-only after a failure whose effect on disk is unknown.
@@ -273,14 +277,22 @@ impl FsInner {
 
     /// Run `f`; poison the mount if it failed with a device error (a write of unknown
     /// outcome) or found corruption while changing state.
+    #[inline]
     pub fn guard<T>(&self, r: Result<T>) -> Result<T> {
-        match &r {
-            // The cause, not its "poisoned by an earlier failure" wrapping again.
-            Err(Error::Poisoned(why)) => self.poison_with(why.clone()),
-            Err(e @ Error::Device(_)) => self.poison_with(e.to_string()),
-            _ => {}
+        if let Err(e) = &r {
+            self.guard_err(e);
         }
         r
+    }
+
+    #[cold]
+    fn guard_err(&self, e: &Error) {
+        match e {
+            // The cause, not its "poisoned by an earlier failure" wrapping again.
+            Error::Poisoned(why) => self.poison_with(why.clone()),
+            Error::Device(_) => self.poison_with(e.to_string()),
+            _ => {}
+        }
     }
 
     /// Reserve `n` blocks of user space.
@@ -1240,11 +1252,17 @@ impl FsInner {
     /// checkpoint sees such an inode unlinked but not freed. One still open becomes an
     /// orphan (decided under its cell lock, as `release` decides, so the two never
     /// disagree); one whose free fails too, so that the next mount frees it.
+    #[inline]
     pub fn free_deferred(&self) -> Result<()> {
         // Only the victim protector defers frees; every other operation stops here.
         if !self.svp_on {
             return Ok(());
         }
+        self.free_deferred_svp()
+    }
+
+    #[inline(never)]
+    fn free_deferred_svp(&self) -> Result<()> {
         let mine: Vec<(u64, Ino)> = DEFERRED_FREE.with(|d| {
             let mut d = d.borrow_mut();
             // Nearly always: nothing deferred (no partition of an empty list, nothing to
