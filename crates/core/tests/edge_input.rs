@@ -316,3 +316,32 @@ fn truncate_to_the_same_size_keeps_the_times() {
 fn node_time(secs: i64) -> Timespec {
     Timespec { sec: secs, nsec: 0 }
 }
+
+/// A write stamps mtime and ctime with the wall clock (`CLOCK_REALTIME`, as `SystemTime`),
+/// to the nanosecond field: the write path reads the clock with `clock_gettime` itself
+/// (2026-11-28), and a monotonic reading there would put the times near the boot, not now.
+#[test]
+fn a_write_stamps_the_wall_clock_time() {
+    let (_dev, fs) = fresh();
+    let f = fs.create(fs.root(), b"w", 0o644, 0, 0).unwrap().ino;
+    let ns = |t: Timespec| t.sec as i128 * 1_000_000_000 + t.nsec as i128;
+    let wall = || {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        d.as_nanos() as i128
+    };
+    for round in 0..3 {
+        let before = wall();
+        fs.write(f, round * 4096, &[7u8; 4096]).unwrap();
+        let after = wall();
+        let a = fs.getattr(f).unwrap();
+        assert!(a.mtime.nsec < 1_000_000_000, "nsec in range: {a:?}");
+        assert_eq!(a.mtime, a.ctime, "one reading for both");
+        assert!(
+            before <= ns(a.mtime) && ns(a.mtime) <= after,
+            "round {round}: mtime {:?} not between {before} and {after}",
+            a.mtime
+        );
+    }
+}
