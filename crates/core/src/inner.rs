@@ -1398,8 +1398,11 @@ impl FsInner {
             // gave.
             return node::Timespec::default();
         }
+        // `time_t` is not `i64` on every target.
+        #[allow(clippy::unnecessary_cast)]
+        let sec = ts.tv_sec as i64;
         node::Timespec {
-            sec: ts.tv_sec as i64,
+            sec,
             nsec: ts.tv_nsec as u32,
         }
     }
