@@ -382,6 +382,18 @@ pub fn select_victim(fs: &FsInner, cost: Cost, max_search: u64) -> Option<u64> {
         cands.push((sec, v, m));
     }
     fs.gc_cursor.store(start + looked.max(1), Ordering::Relaxed);
+    // Ages run from the volume's oldest mtime to now, as F2FS's `get_cb_cost` measures
+    // them (`sit_i->min_mtime`, `max_mtime`), not between the oldest and youngest
+    // candidate: that gave the youngest candidate age 0, never picked however empty
+    // (`tests/f2fs_fidelity.rs`).
+    if matches!(cost, Cost::CostBenefit) && !cands.is_empty() {
+        min_m = fs
+            .seg
+            .min_mtime
+            .fetch_min(min_m, Ordering::Relaxed)
+            .min(min_m);
+        max_m = max_m.max(fs.seg.clock_secs.load(Ordering::Relaxed));
+    }
     let cost_of = |&(_, v, m): &(u64, u64, u64)| -> u64 {
         match cost {
             Cost::Greedy => v,

@@ -263,6 +263,10 @@ pub struct SegManager {
     pub space: crate::space::SpaceBudget,
     /// Volume lifetime seconds, for segment ages.
     pub clock_secs: AtomicU64,
+    /// The oldest section mtime (F2FS `sit_i->min_mtime`): set at mount over every
+    /// section, free ones included (`init_min_max_mtime`), and only lowered after, by the
+    /// cost-benefit search (`gc::select_victim`), which measures ages from it to now.
+    pub min_mtime: AtomicU64,
     pub blocks_written: AtomicU64,
     /// Blocks discarded: freed sections, and (`gc=f2fs`/`gc=scale`) the runs that died in
     /// sections still in use (`issue_small_discards`).
@@ -588,6 +592,7 @@ impl SegManager {
             reserve_secs,
             space: crate::space::SpaceBudget::new(BLOCKS_PER_SEG * geo.segs_per_sec as u64, 0, 0),
             clock_secs: AtomicU64::new(elapsed),
+            min_mtime: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
             discarded_blocks: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
@@ -644,6 +649,8 @@ impl SegManager {
                 m.used.set(sec);
             }
         }
+        let min_mtime = (0..nsecs).map(|sec| m.section_mtime(sec)).min();
+        m.min_mtime.store(min_mtime.unwrap_or(0), Ordering::Relaxed);
         for (i, h) in heads.iter().enumerate() {
             if h.seg >= geo.main_segments
                 || h.blkoff as u64 > BLOCKS_PER_SEG
