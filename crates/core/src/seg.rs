@@ -1245,6 +1245,22 @@ impl SegManager {
         class_kind(self.segs[seg as usize].class.load(Ordering::Relaxed), base)
     }
 
+    /// Temperature of the data head that last wrote segment `seg` (collector streams hold
+    /// moved blocks: cold); None for node segments and segments no head wrote.
+    pub fn segment_data_temp(&self, seg: SegNo) -> Option<Temp> {
+        let class = self.segs[seg as usize].class.load(Ordering::Relaxed);
+        let heads = self.geo.log_heads as usize;
+        match class_kind(class, heads)? {
+            LogKind::Node => None,
+            LogKind::Data if class as usize >= heads => Some(Temp::Cold),
+            LogKind::Data => Some(match class % 3 {
+                0 => Temp::Hot,
+                1 => Temp::Warm,
+                _ => Temp::Cold,
+            }),
+        }
+    }
+
     /// Sections the old heads owned (current and next segments) stop being current unless a
     /// head in `recs` still owns them; empty ones become prefree.
     fn retire_sections(&self, old: &[(SegNo, SegNo)], recs: &[LogHeadRecord]) {
@@ -1439,7 +1455,7 @@ impl SegManager {
         let section_end = h.ssr || (old_seg + 1) % self.sps() == 0;
         let ssr_seg =
             if h.kind == LogKind::Data && h.temp != Temp::Gc && section_end && self.want_ssr() {
-                self.pick_ssr_segment()
+                self.pick_ssr_segment(h.temp)
             } else {
                 None
             };
@@ -1485,13 +1501,19 @@ impl SegManager {
             && self.free_sections() < self.ssr_below_secs.load(Ordering::Relaxed)
     }
 
-    /// A dirty segment to thread-log into: the one with the fewest blocks valid now or at
-    /// the last checkpoint (F2FS SSR greedy on ckpt_valid_blocks), within a bounded search.
-    /// The segment's section becomes current.
-    fn pick_ssr_segment(&self) -> Option<SegNo> {
+    /// A dirty segment to thread-log into for a data head of `temp`: the one with the
+    /// fewest blocks valid now or at the last checkpoint (F2FS SSR greedy on
+    /// ckpt_valid_blocks), within a bounded search, among the segments of the head's own
+    /// temperature first, then of the others in F2FS's order (`get_ssr_segment`: hot
+    /// looks at warm then cold, warm and cold at cold or warm then hot). Until 2026-11-28
+    /// the emptiest of any temperature: new user data went into the cold segments that
+    /// hold what cleaning moved (`tests/f2fs_fidelity.rs`). The segment's section becomes
+    /// current.
+    fn pick_ssr_segment(&self, temp: Temp) -> Option<SegNo> {
         let n = self.geo.main_segments;
         let start = self.ssr_cursor.load(Ordering::Relaxed) % n.max(1);
-        let mut best: Option<(u32, SegNo)> = None;
+        // Best candidate per temperature (hot, warm, cold; collector streams are cold).
+        let mut best: [Option<(u32, SegNo)>; 3] = [None; 3];
         for k in 0..n.min(SSR_SEARCH_MAX) {
             let seg = (start + k) % n;
             let sec = self.sec_of(seg);
@@ -1515,13 +1537,23 @@ impl SegManager {
                 .zip(se.bitmap.iter())
                 .map(|(c, b)| (c.load(Ordering::Relaxed) | b.load(Ordering::Relaxed)).count_ones())
                 .sum();
-            if (ckpt as u64) < BLOCKS_PER_SEG && best.is_none_or(|(bv, _)| ckpt < bv) {
-                best = Some((ckpt, seg));
+            let t = match self.segment_data_temp(seg) {
+                Some(Temp::Hot) => 0,
+                Some(Temp::Warm) => 1,
+                _ => 2,
+            };
+            if (ckpt as u64) < BLOCKS_PER_SEG && best[t].is_none_or(|(bv, _)| ckpt < bv) {
+                best[t] = Some((ckpt, seg));
             }
         }
         self.ssr_cursor
             .store(start + n.min(SSR_SEARCH_MAX), Ordering::Relaxed);
-        let (_, seg) = best?;
+        let order: [usize; 3] = match temp {
+            Temp::Hot => [0, 1, 2],
+            Temp::Warm => [1, 2, 0],
+            Temp::Cold | Temp::Gc => [2, 1, 0],
+        };
+        let (_, seg) = order.iter().find_map(|&t| best[t])?;
         let sec = self.sec_of(seg);
         self.test_point("ssr_picked", sec);
         if self.current.set(sec) {

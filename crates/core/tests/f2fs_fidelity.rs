@@ -9,10 +9,16 @@
 //!   youngest *candidate* of the pass: the youngest candidate got age 0 (cost `UINT_MAX`)
 //!   however empty, and the background cleaner moved a section 7/8 valid instead of one
 //!   1/8 valid written a little later.
+//! - `threaded_logging_keeps_to_its_own_temperature_first`: F2FS's `get_ssr_segment` looks
+//!   for a dirty segment of the log's own type first (`dirty_segmap[type]`), and only then
+//!   of the other data types. Flashlog took the emptiest data segment of any temperature,
+//!   so new user data (warm) was thread-logged into the cold segments that hold what
+//!   cleaning moved, mixing the data that F2FS's six logs keep apart.
 
 use flashlog_core::gc::{select_victim, Cost, BG_VICTIM_SEARCH};
 use flashlog_core::*;
 use flashlog_dev::{BlockDevice, RamDevice};
+use flashlog_format::cp::Temp;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -29,7 +35,11 @@ fn block(f: u64, b: u64, v: u32) -> Vec<u8> {
 }
 
 fn mount() -> Fs {
-    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(VOLUME / 4096));
+    mount_on(VOLUME)
+}
+
+fn mount_on(bytes: u64) -> Fs {
+    let dev: Arc<dyn BlockDevice> = Arc::new(RamDevice::new(bytes / 4096));
     Fs::mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
     Fs::mount(
         dev,
@@ -118,6 +128,112 @@ fn cost_benefit_ages_run_from_the_volume_minimum_to_now() {
             assert_eq!(fs.read(ino, b * 4096, &mut buf).unwrap(), 4096);
             assert!(buf == block(f, b, v), "file {f} block {b} lost its data");
         }
+    }
+    fs.unmount().unwrap();
+}
+
+/// Cleanable sections (not current, neither empty nor full) with their valid counts and
+/// the temperature of the data head that last wrote them.
+fn data_sections(fs: &Fs) -> Vec<(u64, u64, Option<Temp>)> {
+    let inner = fs.inner();
+    let seg = &inner.seg;
+    let sps = inner.sb.geo.segs_per_sec as u64;
+    seg.dirty_sections()
+        .filter(|&(s, v)| v < BLOCKS_PER_SEG * sps && !seg.is_current_section(s))
+        .map(|(s, v)| (s, v, seg.segment_data_temp(s * sps)))
+        .collect()
+}
+
+#[test]
+fn threaded_logging_keeps_to_its_own_temperature_first() {
+    let fs = mount_on(256 << 20);
+    let seg = &fs.inner().seg;
+    let mk = |name: &str| {
+        fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)
+            .unwrap()
+            .ino
+    };
+    let write = |ino: Ino, f: u64, b: u64, v: u32| {
+        fs.write(ino, b * 4096, &block(f, b, v)).unwrap();
+    };
+    // f0 and f1: two warm sections each.
+    let f0 = mk("f0");
+    let f1 = mk("f1");
+    for b in 0..PER_FILE {
+        write(f0, 0, b, 0);
+    }
+    for b in 0..PER_FILE {
+        write(f1, 1, b, 0);
+    }
+    fs.sync().unwrap();
+    // One block in 8 of f0 dies; cleaning moves the rest (896 blocks) to the cold log.
+    for b in (0..PER_FILE).filter(|b| b % 8 == 0) {
+        write(f0, 0, b, 1);
+    }
+    fs.sync().unwrap();
+    assert_eq!(fs.gc(2).unwrap(), 2, "cleaning f0's two sections");
+    // Of the moved blocks only those with b % 8 == 1 stay: the full cold section keeps
+    // about one block in seven. Half of f1 dies: its warm sections keep half.
+    for b in (0..PER_FILE).filter(|b| b % 8 > 1) {
+        write(f0, 0, b, 2);
+    }
+    for b in (0..PER_FILE).filter(|b| b % 2 == 1) {
+        write(f1, 1, b, 1);
+    }
+    fs.sync().unwrap();
+    let before = data_sections(&fs);
+    let cold: Vec<_> = before.iter().filter(|c| c.2 == Some(Temp::Cold)).collect();
+    let warm: Vec<_> = before.iter().filter(|c| c.2 == Some(Temp::Warm)).collect();
+    assert!(
+        cold.iter().any(|c| c.1 < BLOCKS_PER_SEG / 4)
+            && warm.iter().any(|c| c.1 == BLOCKS_PER_SEG / 2),
+        "layout: cleanable (sec, valid, temperature) {before:?}"
+    );
+    // Threaded logging from now on; new user data (warm) fills its section, then
+    // thread-logs: into the half-empty warm segments first, as F2FS does, though the
+    // cold one is emptier.
+    seg.lfs_mode.store(false, Ordering::Relaxed);
+    seg.ssr_below_secs.store(u64::MAX, Ordering::Relaxed);
+    let ssr_before = fs.stats().ssr_blocks;
+    let f2 = mk("f2");
+    // Written back 64 blocks at a time until 256 went by threaded logging: less than the
+    // warm segments' 512 holes, so none of it needs another temperature.
+    let mut n = 0;
+    while fs.stats().ssr_blocks - ssr_before < 256 {
+        assert!(n < 4 * BLOCKS_PER_SEG, "threaded logging never started");
+        for b in n..n + 64 {
+            write(f2, 2, b, 0);
+        }
+        n += 64;
+        fs.fsync(f2, false).unwrap();
+    }
+    let ssr = fs.stats().ssr_blocks - ssr_before;
+    for &&(sec, v, _) in &cold {
+        assert_eq!(
+            seg.section_valid(sec),
+            v,
+            "warm user data was thread-logged into cold section {sec} ({v} valid) while \
+             warm segments with holes were there ({ssr} SSR blocks); before: {before:?}"
+        );
+    }
+    // Everything reads back.
+    let mut buf = vec![0u8; 4096];
+    for b in 0..PER_FILE {
+        let v0 = if b % 8 == 0 {
+            1
+        } else if b % 8 > 1 {
+            2
+        } else {
+            0
+        };
+        fs.read(f0, b * 4096, &mut buf).unwrap();
+        assert!(buf == block(0, b, v0), "f0 block {b}");
+        fs.read(f1, b * 4096, &mut buf).unwrap();
+        assert!(buf == block(1, b, (b % 2) as u32), "f1 block {b}");
+    }
+    for b in 0..n {
+        fs.read(f2, b * 4096, &mut buf).unwrap();
+        assert!(buf == block(2, b, 0), "f2 block {b}");
     }
     fs.unmount().unwrap();
 }
