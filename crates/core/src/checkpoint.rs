@@ -399,6 +399,7 @@ pub(crate) fn build(
         cp: Mutex::new(cp),
         cp_version: AtomicU64::new(version),
         cp_durable: AtomicU64::new(version),
+        fsync_chain_after: AtomicU64::new(0),
         tail_lock: Mutex::new(()),
         tail_done: parking_lot::Condvar::new(),
         node_version: AtomicU64::new(flashlog_format::node::first_node_version(version)),

@@ -2174,6 +2174,14 @@ impl Fs {
             if st.is_clean() && !st.unsynced {
                 return Ok(false);
             }
+            // This fsync writes a chain that a power cut rolls forward, with fresh heads
+            // from the recovery reserve: marked before the look at a collector's loan of
+            // the reserve (`SpaceBudget::try_reserve_victim`), and while one is out the
+            // checkpoint makes it durable instead.
+            fs.fsync_chain_after.fetch_max(cp_ver + 1, Ordering::SeqCst);
+            if fs.seg.space.reserve_lent() {
+                return Ok(true);
+            }
             let r = (|| {
                 fs.writeback_pages(&mut st)?;
                 // Data (this fsync's pages, and blocks the flusher, a pre-pass or a

@@ -97,7 +97,10 @@ pub fn reserve_victim(
     if background {
         fs.seg.space.try_reserve(need, true)
     } else {
-        fs.seg.space.try_reserve_victim(need)
+        // Nothing to roll forward: no fsync chain since the last durable checkpoint.
+        fs.seg.space.try_reserve_victim(need, || {
+            fs.fsync_chain_after.load(Ordering::SeqCst) <= fs.cp_durable.load(Ordering::SeqCst)
+        })
     }
 }
 

@@ -61,6 +61,11 @@ pub struct FsInner {
     pub cp_version: AtomicU64,
     /// Version of the last durable checkpoint pack.
     pub cp_durable: AtomicU64,
+    /// One past the version of the checkpoint that the newest fsync chain of this mount
+    /// follows (0: none): while it is above `cp_durable`, a power cut has something to roll
+    /// forward, and the recovery reserve may not be lent to a collector
+    /// (`gc::reserve_victim`, `space.rs` "Recovery reserve").
+    pub fsync_chain_after: AtomicU64,
     /// `cp_durable` moved, or the mount was poisoned (waiters: `wait_durable`). The lock
     /// is a leaf.
     pub tail_lock: Mutex<()>,

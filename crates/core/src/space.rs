@@ -27,8 +27,10 @@
 //! between. While any is owed, `H <= 0` (every positive `H` settles into the reserve), so
 //! no application operation gets a reservation, nothing becomes dirty and nothing can be
 //! fsync'd: a crash then has nothing to roll forward and its mount moves no head. That is
-//! why, only then, the first collector may use the part held (it is how the owed part gets
-//! paid at all on a full volume). Settles may run at once: the held amount changes only by
+//! why then the first collector may use the part held (it is how the owed part gets paid
+//! at all on a full volume). It may also with nothing owed, when `H` cannot cover its
+//! victim and no fsync chain follows the last durable checkpoint (`try_reserve_victim`);
+//! fsync checkpoints instead of starting a chain while such a loan is out (`reserve_lent`). Settles may run at once: the held amount changes only by
 //! compare-and-swap against the value each computed its move from, so every block moves
 //! between `H` and the reserve once.
 //!
@@ -346,6 +348,10 @@ pub struct SpaceBudget {
     released: AtomicU64,
     /// Victim reservations held right now (`try_reserve_victim`).
     victims: AtomicU64,
+    /// Victim reservations allowed into the held recovery reserve with nothing owed (no
+    /// fsync chain to roll forward), counted from before the check for a chain until the
+    /// allowance drops (`reserve_lent`).
+    lending: AtomicU64,
     /// Blocks of the recovery reserve held out of `H` now.
     recovery_held: AtomicI64,
     /// Blocks the recovery reserve should hold (held + owed).
@@ -364,6 +370,7 @@ impl SpaceBudget {
             refusals: AtomicU64::new(0),
             released: AtomicU64::new(0),
             victims: AtomicU64::new(0),
+            lending: AtomicU64::new(0),
             recovery_held: AtomicI64::new(0),
             recovery_target: AtomicI64::new(0),
         }
@@ -582,21 +589,60 @@ impl SpaceBudget {
     /// the floor, which left writers a victim's worth while several collectors worked, kept
     /// the second of two `scale` workers out of 78 of 80 rounds at 16 threads: 6-9 % less
     /// throughput while cleaning, docs/BENCHMARKS.md.)
-    pub fn try_reserve_victim(&self, n: u64) -> Option<Allowance<'_>> {
+    ///
+    /// The first collector may also clean with the held recovery reserve when `H` cannot
+    /// cover its victim and `no_chain()` says a power cut now has nothing to roll forward
+    /// (no fsync chain since the last durable checkpoint): the reserve is only for
+    /// roll-forward's head move, and without it a volume whose headroom fell below one
+    /// victim with nothing owed could never clean again (every operation ENOSPC, for
+    /// good: a `gc=scale` volume after a crash, found 2026-11-28, `tests/scale_full.rs`).
+    /// An fsync that starts a chain meanwhile sees the loan (`reserve_lent`) and
+    /// checkpoints instead, until released sections have paid it back.
+    pub fn try_reserve_victim(
+        &self,
+        n: u64,
+        no_chain: impl FnOnce() -> bool,
+    ) -> Option<Allowance<'_>> {
         let others = self.victims.fetch_add(1, Ordering::AcqRel);
+        let mut lent = false;
         let floor = if others != 0 {
             self.app_floor
         } else if self.recovery_reserve().1 > 0 {
             // Owed: nothing can be fsync'd now (module comment), the held part may clean.
             -self.recovery_held.load(Ordering::Acquire)
+        } else if self.headroom_global() < n as i64 {
+            // Counted before the look at the chains, and an fsync marks its chain before it
+            // looks at this count (both SeqCst): one of the two sees the other.
+            self.lending.fetch_add(1, Ordering::SeqCst);
+            if no_chain() {
+                lent = true;
+                -self.recovery_held.load(Ordering::Acquire)
+            } else {
+                self.lending.fetch_sub(1, Ordering::SeqCst);
+                0
+            }
         } else {
             0
         };
-        let a = self.try_reserve_above(n, floor, true);
-        if a.is_none() {
-            self.victims.fetch_sub(1, Ordering::AcqRel);
+        let mut a = self.try_reserve_above(n, floor, true);
+        match &mut a {
+            Some(a) => a.lent = lent,
+            None => {
+                self.victims.fetch_sub(1, Ordering::AcqRel);
+                if lent {
+                    self.lending.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
         }
         a
+    }
+
+    /// The recovery reserve is lent to a collector now, or was used by one and not yet
+    /// paid back (`H < 0`): an fsync must not start a chain to roll forward (it
+    /// checkpoints instead). The caller has marked its chain (SeqCst) before this look.
+    pub fn reserve_lent(&self) -> bool {
+        self.lending.load(Ordering::SeqCst) > 0
+            || (self.headroom_global() < 0 && self.headroom() < 0)
     }
 
     fn try_reserve_above(&self, n: u64, floor: i64, victim: bool) -> Option<Allowance<'_>> {
@@ -617,6 +663,7 @@ impl SpaceBudget {
             budget: self,
             prev,
             victim,
+            lent: false,
             _not_send: PhantomData,
         })
     }
@@ -752,6 +799,8 @@ pub struct Allowance<'a> {
     prev: (usize, u64),
     /// A victim reservation (counted in `victims`).
     victim: bool,
+    /// Allowed into the held recovery reserve (counted in `lending`).
+    lent: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -763,6 +812,9 @@ impl Drop for Allowance<'_> {
         }
         if self.victim {
             self.budget.victims.fetch_sub(1, Ordering::AcqRel);
+        }
+        if self.lent {
+            self.budget.lending.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -792,7 +844,7 @@ mod tests {
     fn a_trimmed_allowance_gives_back_its_surplus_at_once() {
         let b = SpaceBudget::new(512, 10, 0);
         {
-            let _a = b.try_reserve_victim(1000).expect("room");
+            let _a = b.try_reserve_victim(1000, || false).expect("room");
             b.charge(100);
             assert_eq!(b.trim_allowance(600), 300, "900 left, 600 kept");
             assert_eq!(b.headroom(), 5120 - 1000 + 300);
@@ -848,14 +900,18 @@ mod tests {
         let b = SpaceBudget::new(512, 6, 0);
         // 3072 blocks; application floor 1024. The first collector may take everything,
         // a second one must leave 1024.
-        let first = b.try_reserve_victim(1000).expect("first collector");
+        let first = b
+            .try_reserve_victim(1000, || false)
+            .expect("first collector");
         assert!(
-            b.try_reserve_victim(1049).is_none(),
+            b.try_reserve_victim(1049, || false).is_none(),
             "2072 left: below 1024 + 1049"
         );
-        let second = b.try_reserve_victim(1048).expect("exactly 1024 left");
+        let second = b
+            .try_reserve_victim(1048, || false)
+            .expect("exactly 1024 left");
         assert!(
-            b.try_reserve_victim(1).is_none(),
+            b.try_reserve_victim(1, || false).is_none(),
             "a third leaves the floor too"
         );
         assert!(
@@ -864,7 +920,9 @@ mod tests {
         );
         drop(second);
         drop(first);
-        let all = b.try_reserve_victim(3072).expect("alone again: down to 0");
+        let all = b
+            .try_reserve_victim(3072, || false)
+            .expect("alone again: down to 0");
         drop(all);
         assert_eq!(b.headroom(), 3072);
     }
@@ -892,13 +950,40 @@ mod tests {
         assert!(b.try_reserve(1, true).is_none());
         assert!(b.try_reserve(1, false).is_none());
         drop(
-            b.try_reserve_victim(512)
+            b.try_reserve_victim(512, || false)
                 .expect("collector cleans with the held part"),
         );
-        assert!(b.try_reserve_victim(513).is_none());
+        assert!(b.try_reserve_victim(513, || false).is_none());
         b.sections_changed(4);
         assert_eq!(b.recovery_reserve(), (4 * 512, 0));
         assert_eq!(b.headroom(), 512);
+    }
+
+    #[test]
+    fn held_reserve_is_lent_with_nothing_owed_only_without_a_chain() {
+        // The reserve holds every free block and nothing is owed: headroom 0.
+        let b = SpaceBudget::new(512, 4, 0);
+        b.set_recovery_reserve(4);
+        assert_eq!((b.headroom(), b.recovery_reserve()), (0, (4 * 512, 0)));
+        assert!(b.try_reserve(1, true).is_none());
+        // An fsync chain to roll forward: the reserve stays whole.
+        assert!(b.try_reserve_victim(16, || false).is_none());
+        assert!(!b.reserve_lent());
+        // None: the first collector cleans with it, and an fsync sees the loan.
+        let first = b.try_reserve_victim(16, || true).expect("lent");
+        assert!(b.reserve_lent());
+        assert!(
+            b.try_reserve_victim(1, || true).is_none(),
+            "a second collector leaves the application floor"
+        );
+        b.charge(8); // the moves
+        drop(first);
+        assert!(b.reserve_lent(), "used and not yet paid back: H < 0");
+        assert_eq!(b.headroom(), -8);
+        b.sections_changed(1); // the victim released
+        assert!(!b.reserve_lent());
+        assert_eq!(b.headroom(), 504);
+        assert_eq!(b.overcommit_blocks.load(Ordering::Relaxed), 0);
     }
 
     fn rmw_count() -> u64 {
