@@ -143,7 +143,10 @@ fn full_scale_volume_with_the_reserve_held_and_nothing_owed_still_cleans() {
     fs.abandon();
     let fs = Fs::mount(dev.clone(), opts()).unwrap();
     assert_eq!(fs.read_file("/fsynced").unwrap(), b"survives the cut");
-    assert!(fs.stats().roll_forward_nodes > 0, "the fsync was rolled forward");
+    assert!(
+        fs.stats().roll_forward_nodes > 0,
+        "the fsync was rolled forward"
+    );
     for name in kept[1].iter().take(5) {
         fs.unlink(fs.resolve("/d1").unwrap(), name.as_bytes())
             .unwrap();
