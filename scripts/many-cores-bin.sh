@@ -3,7 +3,8 @@
 # (default .dev-run; added to .git/info/exclude, since the device tool carries only ignored
 # paths, 64 MiB in all): the release `flashlog` binary and the core's race-test binaries
 # under their plain names (chaos, powercut, flusher, gc_races, space, mlogs, op_path_locks,
-# scale_commit, iplfs, device_gc), debug info stripped: about 32 MiB. A perf copy with its
+# scale_commit, iplfs, device_gc, races_new, scale_full, background_gc), debug info
+# stripped: about 36 MiB. A perf copy with its
 # libraries (for the profile phases) is another ~33 MiB: carry it in a folder of its own,
 # and only when a phase needs it.
 #
@@ -11,7 +12,7 @@
 #   then, on the many-core machine: scripts/many-cores.sh next DIR/flashlog OUTDIR
 set -euo pipefail
 dir=${1:-.dev-run}
-tests=(chaos powercut flusher gc_races space mlogs op_path_locks scale_commit iplfs device_gc)
+tests=(chaos powercut flusher gc_races space mlogs op_path_locks scale_commit iplfs device_gc races_new scale_full background_gc)
 cd "$(dirname "$0")/.."
 mkdir -p "$dir"
 if [ -d .git/info ] && ! grep -qx "/$dir/" .git/info/exclude 2>/dev/null; then

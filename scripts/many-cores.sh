@@ -295,7 +295,7 @@ next)
     # DWAL without the kernel's first-touch page faults (a third of the CPU on 2 cores).
     run fxmark-resident-dwal-lanes fxmark --device ram-resident:4GiB --threads 16 --duration 2 \
         --mlogs 16 --tests DWAL --policies f2fs,f2fs/flushers=16
-    race_tests 1 device_gc
+    race_tests 1 device_gc races_new scale_full background_gc
     race_tests 2 chaos gc_races scale_commit powercut flusher iplfs
     ;;
 quick)
