@@ -4,7 +4,7 @@
 # paths, 64 MiB in all): the release `flashlog` binary and the core's race-test binaries
 # under their plain names (chaos, powercut, flusher, gc_races, space, mlogs, op_path_locks,
 # scale_commit, iplfs, device_gc, races_new, scale_full, background_gc), debug info
-# stripped: about 36 MiB. A perf copy with its
+# stripped: about 40 MiB. A perf copy with its
 # libraries (for the profile phases) is another ~33 MiB: carry it in a folder of its own,
 # and only when a phase needs it.
 #
