@@ -393,7 +393,8 @@ fn mount_of_an_image_that_cannot_be_written_suggests_ro() {
 /// refused with a clear error before anything is written, and no image is left. Before,
 /// mkfs of 1 PiB filled memory until the kernel killed it (22 GiB touched on a 24 GiB
 /// machine, the 1 PiB image left behind), and under a memory limit it aborted with
-/// "memory allocation of 77002786224 bytes failed". On a tmpfs, which takes files of any
+/// "memory allocation of 77002786224 bytes failed". A refused mkfs over an existing volume
+/// leaves it as it was. On a tmpfs, which takes files of any
 /// size (ext4 refuses files past 16 TiB before mkfs gets this far).
 #[test]
 fn mkfs_of_a_volume_larger_than_memory_is_refused() {
@@ -407,9 +408,32 @@ fn mkfs_of_a_volume_larger_than_memory_is_refused() {
     std::fs::create_dir_all(&d).unwrap();
     let o = flashlog(&["mkfs", "--size", "1048576T", "huge.img"], &d);
     let left = d.join("huge.img").exists();
+    // Over an existing volume with --force: refused before its metadata is zeroed (the
+    // check came after the zeroing at first).
+    let old = d.join("old.img");
+    let made = flashlog(&["mkfs", "--size", "64M", "old.img"], &d);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let before = digest(&old);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_len(1 << 60)
+        .unwrap();
+    let o2 = flashlog(&["mkfs", "--force", "--size", "1048576T", "old.img"], &d);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let after = digest(&old);
     let _ = std::fs::remove_dir_all(&d);
     assert_clear_error(&o, "mkfs --size 1048576T");
     let e = stderr(&o);
     assert!(e.contains("not enough memory"), "{e}");
     assert!(!left, "the image was left behind");
+    assert_clear_error(&o2, "mkfs --force --size 1048576T over a volume");
+    assert!(stderr(&o2).contains("not enough memory"), "{}", stderr(&o2));
+    assert_eq!(before, after, "the refused mkfs changed the volume");
 }

@@ -263,6 +263,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> Result<MkfsReport>
         Geometry::compute(caps.block_count, opts.segs_per_sec, opts.mlogs)
     }
     .map_err(|e| Error::Invalid(Box::leak(e.to_string().into_boxed_str())))?;
+    crate::seg::check_table_memory(&geo)?;
     // Zero the metadata areas: a stale block of an earlier volume with a valid crc would be
     // trusted. Discard zeroes where the device says it does. (An infinite volume's metadata
     // ends at `ssa_addr`, far below its main area at region 1.)
@@ -616,6 +617,7 @@ pub(crate) fn load(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> Result<(FsI
         )));
     }
     crate::gc_none::check_volume(dev.capabilities(), &geo)?;
+    crate::seg::check_table_memory(&geo)?;
     if !opts.read_only {
         upgrade_superblock(&*dev, &sb)?;
     }

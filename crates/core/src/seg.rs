@@ -132,6 +132,33 @@ pub struct SegEntry {
     ckpt: [AtomicU64; WORDS],
 }
 
+/// Refuse a volume whose in-memory tables this machine cannot hold: the segment table
+/// (144 bytes per 2 MiB segment: 1.2 GiB for 16 TiB, 72 GiB for 1 PiB) and the NAT's arrays
+/// (13 bytes per nid, up to 2^26), against the memory available (`MemAvailable`). Linux lends
+/// address space it does not have, so without this a table past the memory was killed part
+/// way through filling (and the OOM killer may pick another process): mkfs of 1 PiB filled
+/// 22 GiB. Called by mkfs and mount before they write anything.
+pub fn check_table_memory(geo: &Geometry) -> Result<()> {
+    let nsegs = if geo.infinite { 0 } else { geo.main_segments };
+    let segs = nsegs * std::mem::size_of::<SegEntry>() as u64;
+    let nat = geo.max_nid as u64 * (8 + 4 + 1);
+    match mem_available() {
+        Some(avail) if segs + nat > avail => Err(Error::NoMemory(format!(
+            "a {} GiB volume needs {} MiB for its tables (segment table {} MiB: {} segments \
+             of {} bytes; NAT {} MiB: {} nids), more than the {} MiB this machine has available",
+            geo.block_count >> 18,
+            (segs + nat) >> 20,
+            segs >> 20,
+            nsegs,
+            std::mem::size_of::<SegEntry>(),
+            nat >> 20,
+            geo.max_nid,
+            avail >> 20
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Memory the machine has available (`MemAvailable` of /proc/meminfo), if it says.
 fn mem_available() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -529,32 +556,18 @@ impl SegManager {
             geo.main_segments as usize
         };
         let nsecs = if geo.infinite { 0 } else { geo.sections() };
-        // The segment table is the one table that grows with the volume (144 bytes per
-        // 2 MiB segment: 1.2 GiB for 16 TiB, 72 GiB for 1 PiB): a volume larger than this
-        // machine can hold is an error, not an abort.
-        // Linux lends address space it does not have: a table past the memory would be
-        // killed part way through filling (and the OOM killer may pick another process),
-        // so it is refused against what the machine has available before it is touched.
-        let need = (nsegs * std::mem::size_of::<SegEntry>()) as u64;
-        let no_memory = |avail: Option<u64>| {
+        // `check_table_memory` refused a volume whose tables the machine cannot hold, before
+        // anything was written; this catches an allocator that refuses all the same.
+        let no_memory = || {
             Error::NoMemory(format!(
-                "the segment table of a {} GiB volume needs {} MiB ({} segments of {} bytes){}",
+                "the segment table of a {} GiB volume: {} segments of {} bytes",
                 geo.block_count >> 18,
-                need >> 20,
                 nsegs,
-                std::mem::size_of::<SegEntry>(),
-                avail.map_or(String::new(), |a| format!(
-                    ", more than the {} MiB this machine has available",
-                    a >> 20
-                ))
+                std::mem::size_of::<SegEntry>()
             ))
         };
-        let avail = mem_available();
-        if avail.is_some_and(|a| need > a) {
-            return Err(no_memory(avail));
-        }
         let mut segs: Vec<SegEntry> = Vec::new();
-        segs.try_reserve_exact(nsegs).map_err(|_| no_memory(None))?;
+        segs.try_reserve_exact(nsegs).map_err(|_| no_memory())?;
         segs.extend((0..nsegs).map(|_| SegEntry::new()));
         let segs = segs.into_boxed_slice();
         // One part per mlog (at least one section each).
