@@ -465,15 +465,9 @@ impl BlockDevice for Counted {
     }
 }
 
-/// MemAvailable from /proc/meminfo in bytes (None where it cannot be read).
-pub fn mem_available() -> Option<u64> {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-}
+/// MemAvailable from /proc/meminfo in bytes (None where it cannot be read): the core's,
+/// which mkfs and mount check their tables against.
+pub use flashlog_core::seg::mem_available;
 
 /// Raw sequential write bandwidth of a fresh device: `threads` writers, 1 MiB requests, each
 /// over its own region, `bytes` in total, then a flush. MiB/s.

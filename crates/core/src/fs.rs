@@ -2178,7 +2178,11 @@ impl Fs {
             // from the recovery reserve: marked before the look at a collector's loan of
             // the reserve (`SpaceBudget::try_reserve_victim`), and while one is out the
             // checkpoint makes it durable instead.
-            fs.fsync_chain_after.fetch_max(cp_ver + 1, Ordering::SeqCst);
+            // (A read first: once one fsync has marked this interval, the others need no
+            // write of the shared line; a mark seen is as good as one made for the order.)
+            if fs.fsync_chain_after.load(Ordering::SeqCst) <= cp_ver {
+                fs.fsync_chain_after.fetch_max(cp_ver + 1, Ordering::SeqCst);
+            }
             if fs.seg.space.reserve_lent() {
                 return Ok(true);
             }

@@ -688,7 +688,6 @@ impl<'a> Checker<'a> {
     }
 
     fn check_nat_leaks(&mut self) {
-        let mut leaked = 0;
         // Only written NAT blocks are held (`load_nat`).
         let mut unreached = Vec::new();
         for (block, entries) in self.nat.iter().enumerate() {
@@ -704,17 +703,15 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        for (nid, e) in unreached {
-            leaked += 1;
-            if leaked <= 20 {
-                self.err(
-                    "nat",
-                    format!(
-                        "node {nid} (inode {}) at {} is not reachable from any inode",
-                        e.ino, e.addr
-                    ),
-                );
-            }
+        let leaked = unreached.len();
+        for (nid, e) in unreached.into_iter().take(20) {
+            self.err(
+                "nat",
+                format!(
+                    "node {nid} (inode {}) at {} is not reachable from any inode",
+                    e.ino, e.addr
+                ),
+            );
         }
         if leaked > 20 {
             self.err("nat", format!("{} more unreachable nodes", leaked - 20));

@@ -344,7 +344,7 @@ impl BgSleep {
 pub fn has_enough_invalid_blocks(fs: &FsInner) -> bool {
     let user = fs.sb.geo.user_blocks;
     let invalid = user.saturating_sub(fs.alloc_blocks.used());
-    let free_user = (fs.seg.free_sections() * BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64)
+    let free_user = (fs.seg.free_sections() * fs.limits.per_sec)
         .saturating_sub(fs.sb.geo.ovp_segments * BLOCKS_PER_SEG);
     invalid > user * LIMIT_INVALID_PCT / 100 && free_user < invalid * LIMIT_FREE_PCT / 100
 }
@@ -857,12 +857,20 @@ impl FsInner {
     /// device ran out of reclaimable lines, "every candidate line is fully valid"). Also
     /// when a batch of upcalls waits on a mount without a handler thread
     /// (`Collector::upcalls_due`).
+    #[inline]
     fn device_discard_due(&self) -> Result<()> {
-        let fs = self;
-        if fs.opts.gc != crate::config::GcPolicy::Device || fs.opts.read_only {
+        if self.opts.gc != crate::config::GcPolicy::Device || self.opts.read_only {
             return Ok(());
         }
-        let per_sec = BLOCKS_PER_SEG * fs.sb.geo.segs_per_sec as u64;
+        self.device_discard_due_slow()
+    }
+
+    /// `device_discard_due` on a `gc=device` read-write mount. Apart, so that the check
+    /// every operation makes (`ensure_space`) has no call for the other policies.
+    #[inline(never)]
+    fn device_discard_due_slow(&self) -> Result<()> {
+        let fs = self;
+        let per_sec = fs.limits.per_sec;
         let due = || fs.collector.upcalls_due() || fs.seg.dead_pending() >= per_sec;
         if !due() {
             return Ok(());
@@ -993,9 +1001,7 @@ impl FsInner {
     #[inline]
     pub fn ensure_space(&self, force: bool) -> Result<()> {
         let fs = self;
-        if fs.opts.gc == crate::config::GcPolicy::Device {
-            self.device_discard_due()?;
-        }
+        self.device_discard_due()?;
         fs.collector.space_low(fs)?;
         if !force {
             // First against the dirty counts' upper bounds, one load each: the exact counts

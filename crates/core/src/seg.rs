@@ -159,8 +159,9 @@ pub fn check_table_memory(geo: &Geometry) -> Result<()> {
     }
 }
 
-/// Memory the machine has available (`MemAvailable` of /proc/meminfo), if it says.
-fn mem_available() -> Option<u64> {
+/// Memory the machine has available (`MemAvailable` of /proc/meminfo) in bytes, if it says
+/// (the bench checks its RAM devices against it too).
+pub fn mem_available() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
