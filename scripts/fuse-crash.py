@@ -1126,6 +1126,12 @@ def shared_writer_main(paths, k, nw, seed, logpath, args):
     def emit(rec):
         rec["ts"] = time.monotonic_ns()
         os.write(log, (json.dumps(rec) + "\n").encode())
+
+    def failed(seq, e):
+        # A call that failed: logged; after the kill, a pause before the next one.
+        emit({"t": "err", "i": seq, "e": errno.errorcode.get(e.errno, str(e.errno))})
+        if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+            time.sleep(1)
     try:
         rng = random.Random(seed)
         direct = [bool(args.odirect) and j % 2 == 1 for j in range(len(paths))]
@@ -1142,9 +1148,7 @@ def shared_writer_main(paths, k, nw, seed, logpath, args):
                 try:
                     (os.fsync if kind == "fsync" else os.fdatasync)(fds[j])
                 except OSError as e:
-                    emit({"t": "err", "i": seq, "e": errno.errorcode.get(e.errno, str(e.errno))})
-                    if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
-                        time.sleep(1)
+                    failed(seq, e)
                     continue
                 emit({"t": "ok", "i": seq})
                 continue
@@ -1174,9 +1178,7 @@ def shared_writer_main(paths, k, nw, seed, logpath, args):
                     if fd != fds[j]:
                         os.close(fd)
             except OSError as e:
-                emit({"t": "err", "i": seq, "e": errno.errorcode.get(e.errno, str(e.errno))})
-                if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
-                    time.sleep(1)
+                failed(seq, e)
                 continue
             emit({"t": "ok", "i": seq})
     except BaseException as e:  # noqa: B902
