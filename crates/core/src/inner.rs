@@ -869,6 +869,7 @@ impl FsInner {
                 }
             }
         }
+        self.test_point("flush:copied");
         // 3. Map what is still the page that was copied.
         let mut st = cell.lock();
         let (mut n, mut moves, mut orphaned) = (0, 0, 0);

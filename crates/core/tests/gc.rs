@@ -148,7 +148,7 @@ fn run_geo(
         skipped * 20 <= read,
         "{gc:?} util {util_pct}% {mode:?}: {skipped} of {read} blocks read by the cleaner were not moved"
     );
-    eprintln!("{gc:?} util {util_pct}% {mode:?}: WAF {:.2}, GC moved {moved} blocks, freed {freed} sections, SSR {ssr} blocks", (dev_blocks * 4096) as f64 / app_bytes as f64);
+    eprintln!("{gc:?} util {util_pct}% {mode:?}: WAF {:.2}, GC moved {moved} blocks, freed {freed} sections, SSR {ssr} blocks, read {read}, skipped {skipped}", (dev_blocks * 4096) as f64 / app_bytes as f64);
     fs.unmount().unwrap();
 }
 
