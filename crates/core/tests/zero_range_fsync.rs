@@ -1,6 +1,8 @@
 //! A zero range over blocks already written, then fsync (data only and full), then a power
-//! cut: the zeros must survive recovery (a suspected loss seen once through the mount by
-//! fuse-crash.py, docs/TESTING.md "Known failures").
+//! cut: the zeros must survive recovery. (Written for a loss fuse-crash.py reported once
+//! through the mount, CI of e02e244; that report was the checker's: the byte came from a
+//! copy out of a file whose write had been refused, docs/TESTING.md "CI failures of
+//! 2026-11-28, eighth session".)
 
 use flashlog_core::*;
 use flashlog_dev::{BlockDevice, CrashMode, SimDevice};
