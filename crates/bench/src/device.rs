@@ -234,7 +234,7 @@ impl DeviceSpec {
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
             bail!(
                 "{} needs about {:.2} GiB of RAM (its contents are kept in memory), but only \
-                 {:.2} GiB is available (MemAvailable); use a smaller --device SIZE, or \
+                 {:.2} GiB is available (MemAvailable, or less under a cgroup memory limit); use a smaller --device SIZE, or \
                  --image FILE",
                 self.describe(),
                 gib(need),
@@ -465,8 +465,9 @@ impl BlockDevice for Counted {
     }
 }
 
-/// MemAvailable from /proc/meminfo in bytes (None where it cannot be read): the core's,
-/// which mkfs and mount check their tables against.
+/// Memory this process may still use, in bytes (MemAvailable from /proc/meminfo, or less
+/// under a cgroup memory limit; None where nothing says): the core's, which mkfs, mount and
+/// fsck check their tables against.
 pub use flashlog_core::seg::mem_available;
 
 /// Raw sequential write bandwidth of a fresh device: `threads` writers, 1 MiB requests, each

@@ -3,7 +3,8 @@
 //! Works on the device directly through the format crate (no mount), so it also runs on
 //! images that cannot be mounted. Every read is checked; every walk is bounded (node trees by
 //! depth, the directory tree by a visited set, chains by a step limit), so a corrupt image
-//! gives findings, never a panic or a hang.
+//! gives findings, never a panic or a hang. A volume whose tables (SIT, NAT block pointers)
+//! exceed the memory this process may use is refused first with `Error::NoMemory`.
 //!
 //! Checked (docs/FORMAT.md "Invariants"):
 //! - superblock copies and the checkpoint packs;
@@ -23,13 +24,13 @@
 
 use crate::cell::libc_mode::{S_IFDIR, S_IFMT};
 use crate::checkpoint::{read_checkpoint, read_pack, read_superblock};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use flashlog_dev::BlockDevice;
 use flashlog_format::codec::{as_block, test_bit, zero_block, Block};
 use flashlog_format::cp::Checkpoint;
 use flashlog_format::dir::{self as fdir, BLOCK_LAYOUT, INLINE_LAYOUT};
 use flashlog_format::meta::{
-    NatBlock, NatEntry, SitBlock, SsaBlock, NAT_ENTRIES_PER_BLOCK, SIT_ENTRIES_PER_BLOCK,
+    NatBlock, NatEntry, SitBlock, SitEntry, SsaBlock, NAT_ENTRIES_PER_BLOCK, SIT_ENTRIES_PER_BLOCK,
 };
 use flashlog_format::node::{
     self, iflag, InodeHdr, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, NIDS_PER_BLOCK,
@@ -156,6 +157,32 @@ enum Owner {
     Data { nid: Nid, slot: u16 },
 }
 
+/// Refuse, before `load_sit` and `load_nat` allocate them, tables this process cannot hold:
+/// one `SitEntry` per main segment (80 bytes: 160 MiB for 4 TiB) and one NAT block pointer
+/// per NAT block (the NAT's blocks in use come on top, sparse). Against the memory it may
+/// still use ([`crate::memlimit`]): without this a volume too large for the machine (or the
+/// container's cgroup limit) was SIGKILLed or aborted part way through.
+fn check_table_memory(geo: &Geometry) -> Result<()> {
+    let nsegs = if geo.infinite { 0 } else { geo.main_segments };
+    let sit = nsegs * std::mem::size_of::<SitEntry>() as u64;
+    let nat = geo.nat_blocks * std::mem::size_of::<Option<Box<[NatEntry]>>>() as u64;
+    match crate::memlimit::available() {
+        Some(avail) if sit + nat > avail.bytes => Err(Error::NoMemory(format!(
+            "checking a {} GiB volume needs {} MiB for its tables (SIT {} MiB: {} segments of \
+             {} bytes; NAT {} MiB: {} blocks), more than {}",
+            geo.block_count >> 18,
+            (sit + nat) >> 20,
+            sit >> 20,
+            nsegs,
+            std::mem::size_of::<SitEntry>(),
+            nat >> 20,
+            geo.nat_blocks,
+            avail.describe()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 struct Checker<'a> {
     dev: &'a dyn BlockDevice,
     sb: Superblock,
@@ -164,7 +191,7 @@ struct Checker<'a> {
     /// The NAT by NAT block: `None` for a block whose entries are all free (never written),
     /// so that an empty 2^26-nid table costs 2 MiB, not 1 GiB.
     nat: Vec<Option<Box<[NatEntry]>>>,
-    sit: Vec<flashlog_format::meta::SitEntry>,
+    sit: Vec<SitEntry>,
     report: FsckReport,
     /// Every reachable main-area block.
     owners: HashMap<BlkAddr, Owner>,
@@ -1139,6 +1166,7 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
     }
     report.checkpoint_version = cp.version;
     let geo = sb.geo.clone();
+    check_table_memory(&geo)?;
     let mut c = Checker {
         dev,
         sb,

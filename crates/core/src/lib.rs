@@ -54,6 +54,7 @@ pub mod gc_none;
 pub mod inner;
 pub mod io;
 pub mod lock;
+pub mod memlimit;
 pub mod nat;
 pub mod recovery;
 pub mod scale;

@@ -132,20 +132,22 @@ pub struct SegEntry {
     ckpt: [AtomicU64; WORDS],
 }
 
-/// Refuse a volume whose in-memory tables this machine cannot hold: the segment table
+/// Refuse a volume whose in-memory tables this process cannot hold: the segment table
 /// (144 bytes per 2 MiB segment: 1.2 GiB for 16 TiB, 72 GiB for 1 PiB) and the NAT's arrays
-/// (13 bytes per nid, up to 2^26), against the memory available (`MemAvailable`). Linux lends
+/// (13 bytes per nid, up to 2^26), against the memory it may still use
+/// ([`crate::memlimit`]: `MemAvailable`, or less under a cgroup memory limit). Linux lends
 /// address space it does not have, so without this a table past the memory was killed part
 /// way through filling (and the OOM killer may pick another process): mkfs of 1 PiB filled
-/// 22 GiB. Called by mkfs and mount before they write anything.
+/// 22 GiB; in a container, a volume within the host's memory but past the container's limit
+/// was SIGKILLed without a word. Called by mkfs and mount before they write anything.
 pub fn check_table_memory(geo: &Geometry) -> Result<()> {
     let nsegs = if geo.infinite { 0 } else { geo.main_segments };
     let segs = nsegs * std::mem::size_of::<SegEntry>() as u64;
     let nat = geo.max_nid as u64 * (8 + 4 + 1);
-    match mem_available() {
-        Some(avail) if segs + nat > avail => Err(Error::NoMemory(format!(
+    match crate::memlimit::available() {
+        Some(avail) if segs + nat > avail.bytes => Err(Error::NoMemory(format!(
             "a {} GiB volume needs {} MiB for its tables (segment table {} MiB: {} segments \
-             of {} bytes; NAT {} MiB: {} nids), more than the {} MiB this machine has available",
+             of {} bytes; NAT {} MiB: {} nids), more than {}",
             geo.block_count >> 18,
             (segs + nat) >> 20,
             segs >> 20,
@@ -153,19 +155,17 @@ pub fn check_table_memory(geo: &Geometry) -> Result<()> {
             std::mem::size_of::<SegEntry>(),
             nat >> 20,
             geo.max_nid,
-            avail >> 20
+            avail.describe()
         ))),
         _ => Ok(()),
     }
 }
 
-/// Memory the machine has available (`MemAvailable` of /proc/meminfo) in bytes, if it says
-/// (the bench checks its RAM devices against it too).
+/// Memory this process may still use, in bytes, if anything says: the least of the
+/// machine's `MemAvailable` and the room under its cgroup memory limits
+/// ([`crate::memlimit::available`]; the bench checks its RAM devices against it too).
 pub fn mem_available() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib << 10)
+    crate::memlimit::available().map(|a| a.bytes)
 }
 
 impl SegEntry {
