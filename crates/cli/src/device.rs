@@ -166,6 +166,14 @@ pub fn explain(path: &Path, e: flashlog_core::Error) -> anyhow::Error {
             path.display(),
             path.display()
         ),
+        flashlog_core::Error::NoMemory(why) => {
+            anyhow!("{}: not enough memory: {why}; {NO_MEMORY_HINT}", path.display())
+        }
         e => anyhow!("{}: {e}", path.display()),
     }
 }
+
+/// What to do about a volume whose tables do not fit (mkfs, mount, fsck refuse it before
+/// they allocate them).
+pub const NO_MEMORY_HINT: &str = "run it where more memory is free (a larger machine, or a \
+     higher memory limit of the container, service or cgroup it names)";

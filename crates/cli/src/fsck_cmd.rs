@@ -98,7 +98,11 @@ fn check(a: &Args) -> anyhow::Result<ExitCode> {
     // A volume that is not Flashlog at all is an operational error, not a finding.
     let sb = flashlog_core::checkpoint::read_superblock(&*dev)
         .map_err(|e| device::explain(&a.target, e))?;
-    let report = flashlog_core::fsck(&*dev).map_err(|e| device::explain(&a.target, e))?;
+    let report = flashlog_core::fsck(&*dev).map_err(|e| match e {
+        // The check could not start: "cannot check IMG: not enough memory: ...".
+        flashlog_core::Error::NoMemory(_) => anyhow::anyhow!("{e}; {}", device::NO_MEMORY_HINT),
+        e => device::explain(&a.target, e),
+    })?;
     let code = report.exit_code();
     let ck = flashlog_core::checkpoint::read_checkpoint(&*dev, &sb.geo)
         .map_err(|e| device::explain(&a.target, e))?;

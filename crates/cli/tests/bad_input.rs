@@ -437,3 +437,156 @@ fn mkfs_of_a_volume_larger_than_memory_is_refused() {
     assert!(stderr(&o2).contains("not enough memory"), "{}", stderr(&o2));
     assert_eq!(before, after, "the refused mkfs changed the volume");
 }
+
+/// A child memory cgroup of this machine (v1 memory controller, else cgroup v2 with the
+/// memory controller enabled for children of the root) limited to `limit` bytes; `None` where
+/// neither can be made (no root, no controller, a container's cgroup with processes in it).
+fn memory_cgroup(name: &str, limit: u64) -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut v1 = None;
+    let mut v2 = None;
+    for line in mountinfo.lines() {
+        let (pre, post) = line.split_once(" - ")?;
+        let point = PathBuf::from(pre.split(' ').nth(4)?);
+        let post: Vec<&str> = post.split(' ').collect();
+        match post[..] {
+            ["cgroup", _, opts, ..] if opts.split(',').any(|o| o == "memory") => {
+                v1.get_or_insert(point);
+            }
+            ["cgroup2", ..] => {
+                v2.get_or_insert(point);
+            }
+            _ => {}
+        }
+    }
+    let make = |dir: PathBuf, file: &str| -> Option<PathBuf> {
+        std::fs::create_dir(&dir).ok()?;
+        if std::fs::write(dir.join(file), limit.to_string()).is_err() {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        Some(dir)
+    };
+    if let Some(m) = v1 {
+        if let Some(d) = make(m.join(name), "memory.limit_in_bytes") {
+            return Some(d);
+        }
+    }
+    let m = v2?;
+    let ctl = std::fs::read_to_string(m.join("cgroup.subtree_control")).unwrap_or_default();
+    if !ctl.split_whitespace().any(|c| c == "memory") {
+        std::fs::write(m.join("cgroup.subtree_control"), "+memory").ok()?;
+    }
+    make(m.join(name), "memory.max")
+}
+
+/// A sparse file's checksum from its data extents only (SEEK_DATA/SEEK_HOLE), with their
+/// offsets and the file's length: a 4 TiB image in a few hundred KiB of reads.
+fn sparse_digest(path: &Path) -> u64 {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::fd::AsRawFd;
+    let mut f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len();
+    let mut h = len;
+    let mut pos = 0i64;
+    let mut buf = Vec::new();
+    loop {
+        // SAFETY: lseek on a descriptor this function owns.
+        let data = unsafe { libc::lseek(f.as_raw_fd(), pos, libc::SEEK_DATA) };
+        if data < 0 {
+            break; // ENXIO: no data past `pos`
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(f.as_raw_fd(), data, libc::SEEK_HOLE) };
+        assert!(hole > data, "SEEK_HOLE at {data}");
+        f.seek(SeekFrom::Start(data as u64)).unwrap();
+        buf.resize((hole - data) as usize, 0);
+        f.read_exact(&mut buf).unwrap();
+        h = (h ^ data as u64).wrapping_mul(0x100_0000_01b3);
+        for c in buf.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            h = (h ^ u64::from_le_bytes(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        pos = hole;
+    }
+    h
+}
+
+/// In a container or a service with a memory limit (a cgroup's), `MemAvailable` is the
+/// host's. Before, mount's table check passed against it and the process was SIGKILLed by
+/// the OOM killer while filling its tables (no message: `mount --daemon` said only that its
+/// background process exited, `fsck`, which had no check at all, died of SIGKILL). Now fsck
+/// and mount of a 4 TiB volume (tables: 1.1 GiB for mount, 163 MiB for fsck) under a
+/// 128 MiB cgroup limit exit with "not enough memory" naming the cgroup's limit, and leave
+/// the volume as it was. Needs root (to make the cgroup); skipped otherwise.
+#[test]
+fn fsck_and_mount_under_a_cgroup_memory_limit_are_refused_not_killed() {
+    use std::os::unix::process::ExitStatusExt;
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm: skipped");
+        return;
+    }
+    let d = shm.join(format!("flashlog-cgmem-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("mnt")).unwrap();
+    let Some(cg) = memory_cgroup(&format!("flashlog-test-{}", std::process::id()), 128 << 20)
+    else {
+        let _ = std::fs::remove_dir_all(&d);
+        eprintln!("cannot make a memory cgroup (not root, or no memory controller): skipped");
+        return;
+    };
+    let made = flashlog(&["mkfs", "--size", "4T", "big.img"], &d);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let img = d.join("big.img");
+    let before = sparse_digest(&img);
+    let in_cgroup = |args: &[&str]| -> Output {
+        let join = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cg.display());
+        Command::new("sh")
+            .args(["-c", &join, "sh", env!("CARGO_BIN_EXE_flashlog")])
+            .args(args)
+            .current_dir(&d)
+            .output()
+            .expect("run flashlog in the cgroup")
+    };
+    let fsck = in_cgroup(&["fsck", "big.img"]);
+    let mount = in_cgroup(&["mount", "--daemon", "--log", "mount.log", "big.img", "mnt"]);
+    // Nothing may stay mounted, whatever happened.
+    let _ = Command::new("fusermount3")
+        .args(["-u", "-q"])
+        .arg(d.join("mnt"))
+        .status();
+    let after = sparse_digest(&img);
+    let log = std::fs::read_to_string(d.join("mount.log")).unwrap_or_default();
+    // The cgroup can go once the processes in it are gone (a daemon that did mount exits
+    // after its unmount).
+    let mut removed = false;
+    for _ in 0..100 {
+        if std::fs::remove_dir(&cg).is_ok() {
+            removed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_dir_all(&d);
+    for (o, what) in [(&fsck, "fsck"), (&mount, "mount --daemon")] {
+        assert_eq!(
+            o.status.signal(),
+            None,
+            "{what} was killed by a signal\n{}",
+            stderr(o)
+        );
+        assert_clear_error(o, what);
+        let e = stderr(o);
+        assert!(e.contains("not enough memory"), "{what}: {e}\nlog: {log}");
+        assert!(e.contains("cgroup memory limit"), "{what}: {e}");
+    }
+    assert_eq!(
+        fsck.status.code(),
+        Some(8),
+        "fsck: not an operational error"
+    );
+    assert_eq!(before, after, "the refused commands changed the volume");
+    assert!(removed, "the cgroup {} could not be removed", cg.display());
+}
