@@ -124,6 +124,13 @@ fn parse_mountinfo(text: &str) -> Vec<Mount> {
 
 /// mountinfo's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134` backslash).
 fn unescape(s: &str) -> String {
+    String::from_utf8_lossy(&unescape_mountinfo_bytes(s)).into_owned()
+}
+
+/// A field of /proc/self/mountinfo with its `\ooo` escapes (space, tab, newline, backslash)
+/// undone, as the bytes of the path or source it names (also the FUSE adapter's and the
+/// CLI's reader of mountinfo). An escape past `\377` is kept as it is.
+pub fn unescape_mountinfo_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -144,7 +151,7 @@ fn unescape(s: &str) -> String {
         out.push(b[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// The memory cgroup directories whose limits apply to this process, from its own cgroup

@@ -96,26 +96,9 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&unescape_mountinfo_bytes(s)).into_owned()
 }
 
-/// A field of /proc/self/mountinfo with its `\ooo` escapes (space, tab, newline, backslash)
-/// undone, as the bytes of the path or source it names.
-pub fn unescape_mountinfo_bytes(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
-}
+/// A field of /proc/self/mountinfo with its `\ooo` escapes undone (the core's reader,
+/// which its cgroup memory limits share).
+pub use flashlog_core::memlimit::unescape_mountinfo_bytes;
 
 /// Let the kernel keep up to `ratio` percent of its dirty-page limit for this mount before
 /// it throttles writers (FUSE's default is 1 %, with the bdi's strict limit, so a writer
@@ -139,5 +122,8 @@ mod tests {
         // Not an escape: left as is (and no panic at the end of the string).
         assert_eq!(unescape_mountinfo("/a\\04"), "/a\\04");
         assert_eq!(unescape_mountinfo("\\"), "\\");
+        // Past \377 it is no byte: kept (it overflowed a u8 before, a panic in a debug
+        // build, a wrong byte in release).
+        assert_eq!(unescape_mountinfo("/a\\777b"), "/a\\777b");
     }
 }
