@@ -37,7 +37,7 @@ use flashlog_format::node::{
 };
 use flashlog_format::sb::{Geometry, Superblock};
 use flashlog_format::{
-    BlkAddr, Ino, Nid, BLOCKS_PER_SEG, BLOCK_SIZE, NEW_ADDR, NULL_ADDR, ROOT_INO,
+    BlkAddr, Ino, Nid, SegNo, BLOCKS_PER_SEG, BLOCK_SIZE, NEW_ADDR, NULL_ADDR, ROOT_INO,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
@@ -87,7 +87,7 @@ pub struct FsckReport {
     /// Every reachable main-area block, ascending (the crash simulator and the D2FS tests
     /// compare it with what the device maps). Not in the JSON report.
     #[serde(skip)]
-    pub reachable: Vec<BlkAddr>,
+    pub reachable: Reachable,
 }
 
 /// The live interval of one log head's region on an infinite volume.
@@ -157,14 +157,251 @@ enum Owner {
     Data { nid: Nid, slot: u16 },
 }
 
+const SEG: usize = BLOCKS_PER_SEG as usize;
+/// `SegOwners::tag` of a node block; a data block's tag is its slot + 1, 0 is "not reached".
+const NODE_TAG: u16 = u16::MAX;
+
+/// The owners of the reached blocks of one main segment, 6 bytes a block (3 KiB a segment).
+#[derive(Clone)]
+struct SegOwners {
+    nid: [Nid; SEG],
+    tag: [u16; SEG],
+}
+
+impl SegOwners {
+    fn new() -> Box<Self> {
+        Box::new(SegOwners {
+            nid: [0; SEG],
+            tag: [0; SEG],
+        })
+    }
+    fn get(&self, off: usize) -> Option<Owner> {
+        match self.tag[off] {
+            0 => None,
+            NODE_TAG => Some(Owner::Node(self.nid[off])),
+            t => Some(Owner::Data {
+                nid: self.nid[off],
+                slot: t - 1,
+            }),
+        }
+    }
+    fn set(&mut self, off: usize, owner: Owner) {
+        let (nid, tag) = match owner {
+            Owner::Node(nid) => (nid, NODE_TAG),
+            // Slots are below ADDRS_PER_BLOCK, far from the node tag.
+            Owner::Data { nid, slot } => (nid, slot + 1),
+        };
+        self.nid[off] = nid;
+        self.tag[off] = tag;
+    }
+}
+
+/// Every reached main-area block and its owner, one table per segment the walk touches,
+/// allocated when it does: a full volume costs ~6 bytes a block, an empty segment 8 bytes
+/// (finite volumes, a slot in a vector by segment) or nothing (infinite volumes, whose
+/// 2^64-block main area is a sparse map by segment).
+#[derive(Default)]
+struct Owners {
+    main_addr: BlkAddr,
+    /// Finite volumes: by main segment.
+    dense: Vec<Option<Box<SegOwners>>>,
+    /// Infinite volumes.
+    sparse: BTreeMap<SegNo, Box<SegOwners>>,
+    infinite: bool,
+    len: u64,
+}
+
+impl Owners {
+    fn new(geo: &Geometry) -> Self {
+        Owners {
+            main_addr: geo.main_addr,
+            dense: if geo.infinite {
+                Vec::new()
+            } else {
+                (0..geo.main_segments).map(|_| None).collect()
+            },
+            sparse: BTreeMap::new(),
+            infinite: geo.infinite,
+            len: 0,
+        }
+    }
+
+    /// Bytes the walk holds for `segs` touched segments (and what `into_reachable` makes of
+    /// them), beyond the vector `new` allocates.
+    fn cost_per_segment() -> u64 {
+        (std::mem::size_of::<SegOwners>() + std::mem::size_of::<(BlkAddr, SegBits)>()) as u64
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn seg(&self, seg: SegNo) -> Option<&SegOwners> {
+        if self.infinite {
+            self.sparse.get(&seg).map(|b| &**b)
+        } else {
+            self.dense.get(seg as usize)?.as_deref()
+        }
+    }
+
+    /// Record `owner` for main-area block `addr` (in segment `seg`); the earlier owner if
+    /// it was reached already (then kept).
+    fn insert(&mut self, seg: SegNo, addr: BlkAddr, owner: Owner) -> Option<Owner> {
+        let off = (addr - self.main_addr) as usize % SEG;
+        let t = if self.infinite {
+            self.sparse.entry(seg).or_insert_with(SegOwners::new)
+        } else {
+            self.dense[seg as usize].get_or_insert_with(SegOwners::new)
+        };
+        if let Some(prev) = t.get(off) {
+            return Some(prev);
+        }
+        t.set(off, owner);
+        self.len += 1;
+        None
+    }
+
+    #[cfg(test)]
+    fn get(&self, addr: BlkAddr) -> Option<Owner> {
+        let rel = addr.checked_sub(self.main_addr)?;
+        self.seg(rel / BLOCKS_PER_SEG)?
+            .get((rel % BLOCKS_PER_SEG) as usize)
+    }
+
+    /// The touched segments in `lo..hi`, ascending.
+    fn segs(&self, lo: SegNo, hi: SegNo) -> Box<dyn Iterator<Item = (SegNo, &SegOwners)> + '_> {
+        if lo >= hi {
+            return Box::new(std::iter::empty());
+        }
+        if self.infinite {
+            Box::new(self.sparse.range(lo..hi).map(|(&s, t)| (s, &**t)))
+        } else {
+            let n = self.dense.len() as u64;
+            let (lo, hi) = (lo.min(n) as usize, hi.min(n) as usize);
+            Box::new(
+                self.dense[lo..hi]
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(i, t)| Some(((lo + i) as SegNo, t.as_deref()?))),
+            )
+        }
+    }
+
+    /// The reached blocks in `lo..hi` with their owners, ascending.
+    fn range(&self, lo: BlkAddr, hi: BlkAddr) -> impl Iterator<Item = (BlkAddr, Owner)> + '_ {
+        let main = self.main_addr;
+        let seg_lo = lo.saturating_sub(main) / BLOCKS_PER_SEG;
+        let seg_hi = match hi.checked_sub(main) {
+            Some(r) => r.div_ceil(BLOCKS_PER_SEG),
+            None => 0,
+        };
+        self.segs(seg_lo, seg_hi).flat_map(move |(s, t)| {
+            let start = main + s * BLOCKS_PER_SEG;
+            (0..SEG).filter_map(move |off| {
+                let a = start + off as u64;
+                if a < lo || a >= hi {
+                    return None;
+                }
+                Some((a, t.get(off)?))
+            })
+        })
+    }
+
+    /// Every reached block, ascending.
+    fn iter(&self) -> impl Iterator<Item = (BlkAddr, Owner)> + '_ {
+        self.range(0, BlkAddr::MAX)
+    }
+
+    /// The reached blocks without their owners, each table dropped as it is converted.
+    fn into_reachable(self) -> Reachable {
+        let main = self.main_addr;
+        let mut r = Reachable::default();
+        let mut push = |s: SegNo, t: Box<SegOwners>| {
+            let mut bits = [0u64; SEG / 64];
+            for (off, &tag) in t.tag.iter().enumerate() {
+                if tag != 0 {
+                    bits[off / 64] |= 1 << (off % 64);
+                }
+            }
+            r.len += bits.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+            r.segs.push((main + s * BLOCKS_PER_SEG, bits));
+        };
+        if self.infinite {
+            for (s, t) in self.sparse {
+                push(s, t);
+            }
+        } else {
+            for (s, t) in self.dense.into_iter().enumerate() {
+                if let Some(t) = t {
+                    push(s as SegNo, t);
+                }
+            }
+        }
+        r.segs.shrink_to_fit();
+        r
+    }
+}
+
+/// One bit per block of a segment.
+type SegBits = [u64; SEG / 64];
+
+/// The reachable main-area blocks of a volume: a bitmap for each segment holding one,
+/// 72 bytes a segment (a 4 TiB volume's full set is 150 MiB, against 8 GiB as a list).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reachable {
+    /// First block of the segment, its bitmap; ascending.
+    segs: Vec<(BlkAddr, SegBits)>,
+    len: usize,
+}
+
+impl Reachable {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The blocks, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = BlkAddr> + '_ {
+        self.segs.iter().flat_map(|(start, bits)| {
+            (0..SEG)
+                .filter(move |&off| bits[off / 64] >> (off % 64) & 1 != 0)
+                .map(move |off| start + off as u64)
+        })
+    }
+    pub fn contains(&self, addr: BlkAddr) -> bool {
+        let i = self.segs.partition_point(|(s, _)| *s <= addr);
+        let Some((start, bits)) = i.checked_sub(1).map(|i| &self.segs[i]) else {
+            return false;
+        };
+        let off = addr - start;
+        off < SEG as u64 && bits[off as usize / 64] >> (off % 64) & 1 != 0
+    }
+    pub fn first(&self) -> Option<BlkAddr> {
+        self.iter().next()
+    }
+    pub fn last(&self) -> Option<BlkAddr> {
+        let (start, bits) = self.segs.last()?;
+        let w = bits.iter().rposition(|&w| w != 0)?;
+        Some(start + (w * 64) as u64 + 63 - bits[w].leading_zeros() as u64)
+    }
+    /// The blocks as a sorted list (8 bytes a block: for small volumes and tests).
+    pub fn to_vec(&self) -> Vec<BlkAddr> {
+        self.iter().collect()
+    }
+}
+
 /// Refuse, before `load_sit` and `load_nat` allocate them, tables this process cannot hold:
-/// one `SitEntry` per main segment (80 bytes: 160 MiB for 4 TiB) and one NAT block pointer
-/// per NAT block (the NAT's blocks in use come on top, sparse). Against the memory it may
-/// still use ([`crate::memlimit`]): without this a volume too large for the machine (or the
+/// one `SitEntry` per main segment (80 bytes: 160 MiB for 4 TiB), one NAT block pointer
+/// per NAT block (the NAT's blocks in use come on top, sparse) and the walk's slot per main
+/// segment ([`Owners`], 8 bytes). Against the memory it may still use
+/// ([`crate::memlimit`]): without this a volume too large for the machine (or the
 /// container's cgroup limit) was SIGKILLed or aborted part way through.
 fn check_table_memory(geo: &Geometry) -> Result<()> {
     let nsegs = if geo.infinite { 0 } else { geo.main_segments };
-    let sit = nsegs * std::mem::size_of::<SitEntry>() as u64;
+    let per_seg =
+        (std::mem::size_of::<SitEntry>() + std::mem::size_of::<Option<Box<SegOwners>>>()) as u64;
+    let sit = nsegs * per_seg;
     let nat = geo.nat_blocks * std::mem::size_of::<Option<Box<[NatEntry]>>>() as u64;
     match crate::memlimit::available() {
         Some(avail) if sit + nat > avail.bytes => Err(Error::NoMemory(format!(
@@ -174,7 +411,7 @@ fn check_table_memory(geo: &Geometry) -> Result<()> {
             (sit + nat) >> 20,
             sit >> 20,
             nsegs,
-            std::mem::size_of::<SitEntry>(),
+            per_seg,
             nat >> 20,
             geo.nat_blocks,
             avail.describe()
@@ -194,7 +431,7 @@ struct Checker<'a> {
     sit: Vec<SitEntry>,
     report: FsckReport,
     /// Every reachable main-area block.
-    owners: HashMap<BlkAddr, Owner>,
+    owners: Owners,
     reserved_blocks: u64,
     /// First block of the device's GC region (gc=device), else `u64::MAX`.
     device_from: BlkAddr,
@@ -207,6 +444,45 @@ struct Checker<'a> {
 }
 
 impl<'a> Checker<'a> {
+    /// Refuse, before the walk, a volume whose reachable blocks this process cannot record
+    /// ([`Owners`]: 3 KiB for each segment holding one) and whose inodes and nodes it cannot
+    /// track (an `InodeHdr` each, a nid each). Finite volumes count the segments the SIT
+    /// marks in use; infinite ones have no SIT and count the checkpoint's valid blocks
+    /// packed into full segments (a lower bound: live blocks spread over more segments need
+    /// more). What it counts is what a consistent volume needs at the least, so it refuses
+    /// only walks that cannot fit; a corrupt count past the volume's size is bounded by it.
+    fn check_walk_memory(&self) -> Result<()> {
+        let g = &self.geo;
+        let segs = if g.infinite {
+            self.cp
+                .valid_blocks
+                .min(g.user_blocks)
+                .div_ceil(BLOCKS_PER_SEG)
+        } else {
+            self.sit
+                .iter()
+                .filter(|e| e.valid != 0 || e.bitmap.iter().any(|&b| b != 0))
+                .count() as u64
+        };
+        let blocks = segs * Owners::cost_per_segment();
+        let nodes = self.cp.valid_nodes.min(g.max_nid as u64);
+        let inodes = self.cp.valid_inodes.min(nodes);
+        let files = nodes * std::mem::size_of::<Nid>() as u64
+            + inodes * std::mem::size_of::<(Ino, InodeHdr)>() as u64;
+        match crate::memlimit::available() {
+            Some(avail) if blocks + files > avail.bytes => Err(Error::NoMemory(format!(
+                "checking this volume needs at least {} MiB to walk it ({} MiB for the reachable \
+                 blocks of {segs} segments, {} MiB for {nodes} nodes and {inodes} inodes), \
+                 more than {}",
+                (blocks + files) >> 20,
+                blocks >> 20,
+                files >> 20,
+                avail.describe()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     fn add(&mut self, severity: Severity, area: &'static str, message: String) {
         if self.report.findings.len() >= MAX_FINDINGS {
             if severity == Severity::Error {
@@ -343,7 +619,10 @@ impl<'a> Checker<'a> {
             );
             return false;
         }
-        if let Some(prev) = self.owners.insert(addr, owner) {
+        let Some(seg) = self.geo.seg_of(addr) else {
+            unreachable!("is_main checked")
+        };
+        if let Some(prev) = self.owners.insert(seg, addr, owner) {
             self.err(
                 "inode",
                 format!("inode {ino}: block {addr} used twice ({prev:?} and {owner:?})"),
@@ -751,11 +1030,13 @@ impl<'a> Checker<'a> {
         // The segments holding a reachable block: a segment outside it whose SIT marks no
         // block has nothing to compare, and is passed without 512 lookups (a 16 TiB volume
         // has 8 million segments; looking each block up took fsck 5 minutes there).
-        let reached_segs: HashSet<u64> = self.owners.keys().filter_map(|&a| g.seg_of(a)).collect();
+        // Taken out while `err` borrows `self`; put back below.
+        let owners = std::mem::take(&mut self.owners);
         for seg in 0..g.main_segments {
             let se = &self.sit[seg as usize];
             total_valid += se.valid as u64;
-            if !reached_segs.contains(&seg) && se.bitmap.iter().all(|&b| b == 0) {
+            let table = owners.seg(seg);
+            if table.is_none() && se.bitmap.iter().all(|&b| b == 0) {
                 continue;
             }
             let se = se.clone();
@@ -763,7 +1044,7 @@ impl<'a> Checker<'a> {
             let mut wrong = 0;
             let mut any_reached = false;
             for off in 0..BLOCKS_PER_SEG as usize {
-                let reached = self.owners.contains_key(&(start + off as u64));
+                let reached = table.is_some_and(|t| t.get(off).is_some());
                 any_reached |= reached;
                 if reached != test_bit(&se.bitmap, off) {
                     wrong += 1;
@@ -789,9 +1070,9 @@ impl<'a> Checker<'a> {
                     format!("segment {seg}: {} more validity mismatches", wrong - 3),
                 );
             }
-            if !any_reached {
+            let Some(table) = table.filter(|_| any_reached) else {
                 continue;
-            }
+            };
             let copy = test_bit(&self.cp.ssa_bitmap, seg as usize) as u8;
             let Some(b) = self.read(g.ssa_block_addr(seg, copy)) else {
                 continue;
@@ -811,7 +1092,7 @@ impl<'a> Checker<'a> {
             let mut mixed = 0;
             let mut bad = 0;
             for off in 0..BLOCKS_PER_SEG as usize {
-                let Some(&owner) = self.owners.get(&(start + off as u64)) else {
+                let Some(owner) = table.get(off) else {
                     continue;
                 };
                 // The device's GC region (gc=device) packs node and data blocks together.
@@ -846,7 +1127,8 @@ impl<'a> Checker<'a> {
                 );
             }
         }
-        let reachable = self.owners.len() as u64;
+        self.owners = owners;
+        let reachable = self.owners.len();
         if total_valid != reachable {
             self.err(
                 "sit",
@@ -860,7 +1142,7 @@ impl<'a> Checker<'a> {
     fn check_infinite(&mut self) {
         let g = self.geo.clone();
         let cp = self.cp.clone();
-        let reachable = self.owners.len() as u64;
+        let reachable = self.owners.len();
         if cp.live_blocks != reachable {
             self.err(
                 "checkpoint",
@@ -897,18 +1179,15 @@ impl<'a> Checker<'a> {
         let mut outside = 0u64;
         let mut ahead = 0u64;
         // Taken out while `err` borrows `self`; put back below.
-        let addrs = std::mem::take(&mut self.report.reachable);
-        for &a in &addrs {
+        let owners = std::mem::take(&mut self.owners);
+        for (a, owner) in owners.iter() {
             let hi = g.seg_of(a).map(|s| g.region_of_seg(s));
             let Some(v) = hi.and_then(|hi| iv.get_mut(hi)) else {
                 outside += 1;
                 if outside <= 3 {
                     self.err(
                         "inode",
-                        format!(
-                            "block {a:#x} is in no log head's region ({:?})",
-                            self.owners[&a]
-                        ),
+                        format!("block {a:#x} is in no log head's region ({owner:?})"),
                     );
                 }
                 continue;
@@ -934,7 +1213,7 @@ impl<'a> Checker<'a> {
             );
         }
         self.report.live_intervals = iv;
-        self.report.reachable = addrs;
+        self.owners = owners;
     }
 
     /// The discard log decodes, and names no reachable block (that would be data loss at
@@ -952,24 +1231,20 @@ impl<'a> Checker<'a> {
         };
         self.report.discard_log_commands = cmds.len() as u64;
         self.report.discard_log_blocks = cmds.iter().map(|c| c.len).sum();
-        let mut live: Vec<BlkAddr> = self.owners.keys().copied().collect();
-        live.sort_unstable();
+        let owners = std::mem::take(&mut self.owners);
         let mut hits = 0;
         for c in cmds {
-            let lo = live.partition_point(|&a| a < c.addr);
-            for &a in live[lo..].iter().take_while(|&&a| a < c.addr + c.len) {
+            for (a, owner) in owners.range(c.addr, c.addr.saturating_add(c.len)) {
                 hits += 1;
                 if hits <= 3 {
                     self.err(
                         "checkpoint",
-                        format!(
-                            "discard log names block {a:#x}, which is reachable ({:?})",
-                            self.owners[&a]
-                        ),
+                        format!("discard log names block {a:#x}, which is reachable ({owner:?})"),
                     );
                 }
             }
         }
+        self.owners = owners;
         if hits > 3 {
             self.err(
                 "checkpoint",
@@ -981,7 +1256,7 @@ impl<'a> Checker<'a> {
     fn check_counters_and_heads(&mut self) {
         let g = self.geo.clone();
         let cp = self.cp.clone();
-        let want_blocks = self.owners.len() as u64 + self.reserved_blocks;
+        let want_blocks = self.owners.len() + self.reserved_blocks;
         if cp.valid_blocks != want_blocks {
             self.err(
                 "checkpoint",
@@ -1167,6 +1442,7 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
     report.checkpoint_version = cp.version;
     let geo = sb.geo.clone();
     check_table_memory(&geo)?;
+    let owners = Owners::new(&geo);
     let mut c = Checker {
         dev,
         sb,
@@ -1175,7 +1451,7 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
         nat: Vec::new(),
         sit: Vec::new(),
         report,
-        owners: HashMap::new(),
+        owners,
         reserved_blocks: 0,
         device_from: {
             let c = dev.capabilities();
@@ -1194,13 +1470,11 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
     if !c.geo.infinite {
         c.load_sit();
     }
+    c.check_walk_memory()?;
     c.check_tree();
     c.check_links();
     c.check_orphans();
     c.check_nat_leaks();
-    let mut reachable: Vec<BlkAddr> = c.owners.keys().copied().collect();
-    reachable.sort_unstable();
-    c.report.reachable = reachable;
     if c.geo.infinite {
         c.check_infinite();
     } else {
@@ -1208,5 +1482,84 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
     }
     c.check_counters_and_heads();
     c.check_discard_log();
+    c.report.reachable = std::mem::take(&mut c.owners).into_reachable();
     Ok(c.report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owners(infinite: bool, main_addr: BlkAddr, segs: u64) -> Owners {
+        Owners {
+            main_addr,
+            dense: if infinite {
+                Vec::new()
+            } else {
+                (0..segs).map(|_| None).collect()
+            },
+            infinite,
+            ..Default::default()
+        }
+    }
+
+    /// Blocks on both sides of a segment boundary (and far apart on an infinite volume):
+    /// each keeps its owner, a second claim returns the first owner and changes nothing,
+    /// ranges and the reachable set come out in address order.
+    #[test]
+    fn owners_across_segment_boundaries() {
+        for (infinite, main) in [(false, 1024), (true, 1024)] {
+            let mut o = owners(infinite, main, 8);
+            let far = if infinite { 1 << 40 } else { 7 };
+            let claims = [
+                (main + 511, Owner::Node(5)),
+                (main + 512, Owner::Data { nid: 6, slot: 0 }),
+                (main + 3 * 512 + 7, Owner::Data { nid: 7, slot: 1017 }),
+                (main + far * 512 + 511, Owner::Node(u32::MAX)),
+            ];
+            for &(a, w) in &claims {
+                let seg = (a - main) / 512;
+                assert_eq!(o.insert(seg, a, w), None);
+            }
+            assert_eq!(o.len(), 4);
+            assert_eq!(
+                o.insert(1, main + 512, Owner::Node(9)),
+                Some(Owner::Data { nid: 6, slot: 0 })
+            );
+            assert_eq!(
+                o.insert(0, main + 511, Owner::Node(9)),
+                Some(Owner::Node(5))
+            );
+            assert_eq!(o.len(), 4);
+            for &(a, w) in &claims {
+                assert_eq!(o.get(a), Some(w));
+            }
+            assert_eq!(o.get(main + 510), None);
+            assert_eq!(o.get(main - 1), None);
+            assert_eq!(o.iter().collect::<Vec<_>>(), claims.to_vec());
+            assert_eq!(
+                o.range(main + 511, main + 513).collect::<Vec<_>>(),
+                claims[..2].to_vec()
+            );
+            assert_eq!(o.range(0, main + 511).count(), 0);
+            assert_eq!(o.range(main + 513, main + 3 * 512 + 7).count(), 0);
+            assert_eq!(
+                o.range(main + 3 * 512 + 7, BlkAddr::MAX)
+                    .collect::<Vec<_>>(),
+                claims[2..].to_vec()
+            );
+            let r = o.into_reachable();
+            let want: Vec<BlkAddr> = claims.iter().map(|c| c.0).collect();
+            assert_eq!(r.len(), 4);
+            assert_eq!(r.to_vec(), want);
+            assert_eq!(r.first(), Some(want[0]));
+            assert_eq!(r.last(), Some(want[3]));
+            for a in main - 1..main + 4 * 512 {
+                assert_eq!(r.contains(a), want.contains(&a), "{a}");
+            }
+            assert!(r.contains(want[3]) && !r.contains(want[3] + 1));
+        }
+        assert!(Reachable::default().is_empty());
+        assert_eq!(Reachable::default().last(), None);
+    }
 }

@@ -146,7 +146,7 @@ fn round_trip(dir: &Path, bytes: u64, mlogs: u32, files: u64) -> (u64, f64) {
     eprintln!("fsck: {fsck_s:.2} s");
     assert_eq!(errors(&report), Vec::<String>::new());
     assert_eq!(report.files, files);
-    let top = *report.reachable.last().unwrap();
+    let top = report.reachable.last().unwrap();
     // The last mlog owns the last 1/mlogs of the sections: its files' blocks lie there.
     let last_part = geo.main_addr + geo.main_blocks() / mlogs as u64 * (mlogs as u64 - 1);
     assert!(

@@ -53,7 +53,7 @@ fn device_holds_only_live_blocks(ssd: &SsdDevice, dev: &dyn BlockDevice) {
     let r = flashlog_core::fsck::fsck(dev).unwrap();
     let caps = dev.capabilities();
     let gc_from = caps.block_count - caps.gc_region_blocks;
-    let d = ssd.valid_against(caps.conventional_blocks, &r.reachable);
+    let d = ssd.valid_against(caps.conventional_blocks, &r.reachable.to_vec());
     eprintln!(
         "host live blocks {}, device valid blocks {}",
         r.reachable.len(),

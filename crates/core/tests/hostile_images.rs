@@ -1243,3 +1243,47 @@ fn iplfs_node_head_wound_back_does_not_overwrite_live_nodes() {
          after: {after:#?}"
     );
 }
+
+/// fsck records reached blocks in one table per segment: two blocks of `/big` on either
+/// side of a segment boundary, each also given to another file (`/a` and `/b` block 0),
+/// are both reported as used twice, each naming both of its owners.
+#[test]
+fn blocks_used_twice_across_a_segment_boundary_name_both_owners() {
+    let img = image();
+    let (a, b, big) = (img.ino["a"], img.ino["b"], img.ino["big"]);
+    let main = current(&*img.dev).0.geo.main_addr;
+    // /big's data blocks and their owners (nid, slot): the inode and its two direct nodes.
+    let blk = node_read(&img.dev, big);
+    let mut owner = HashMap::new();
+    for s in 0..node::ADDRS_PER_INODE {
+        owner.insert(node::inode_addr(&blk, s), (big, s));
+    }
+    for k in 0..2 {
+        let nid = node::inode_nid(&blk, k);
+        let d = node_read(&img.dev, nid);
+        for s in 0..node::ADDRS_PER_BLOCK {
+            owner.insert(node::dnode_addr(&d, s), (nid, s));
+        }
+    }
+    let first = *owner
+        .keys()
+        .filter(|&&x| x > main && (x - main) % 512 == 0 && owner.contains_key(&(x - 1)))
+        .min()
+        .expect("/big holds both sides of a segment boundary");
+    let last = first - 1;
+    node_edit(&img.dev, a, |x| node::set_inode_addr(x, 0, last));
+    node_edit(&img.dev, b, |x| node::set_inode_addr(x, 0, first));
+    let errs = fsck_errors(&*img.dev);
+    for (addr, other) in [(last, a), (first, b)] {
+        let (nid, slot) = owner[&addr];
+        let msg = errs
+            .iter()
+            .find(|e| e.contains(&format!("block {addr} used twice")))
+            .unwrap_or_else(|| panic!("block {addr} not reported used twice: {errs:#?}"));
+        assert!(
+            msg.contains(&format!("Data {{ nid: {nid}, slot: {slot} }}"))
+                && msg.contains(&format!("Data {{ nid: {other}, slot: 0 }}")),
+            "{msg}"
+        );
+    }
+}

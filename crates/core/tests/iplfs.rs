@@ -729,3 +729,66 @@ fn a_discard_batch_in_flight_at_a_checkpoint_is_in_its_log() {
         "dead blocks the device still maps"
     );
 }
+
+/// The NAT entry of `nid` (current copy).
+fn nat_addr(dev: &dyn BlockDevice, nid: u32) -> u64 {
+    use flashlog_format::meta::{nat_pos, NatBlock};
+    let sb = checkpoint::read_superblock(dev).unwrap();
+    let cp = checkpoint::read_checkpoint(dev, &sb.geo).unwrap();
+    let (i, slot) = nat_pos(nid);
+    let copy = flashlog_format::codec::test_bit(&cp.nat_bitmap, i as usize) as u8;
+    let mut b = [0u8; 4096];
+    dev.read(sb.geo.nat_block_addr(i, copy), &mut b).unwrap();
+    NatBlock::decode(&b, i).unwrap().entries[slot].addr
+}
+
+/// fsck of an infinite volume (its reached blocks in a sparse map by segment, the main
+/// area being 2^64 blocks) still finds corrupt references: `/b`'s block 0 given `/a`'s
+/// block 1 (used twice, both owners named), its block 1 a block ahead of the data head.
+#[test]
+fn corrupt_references_on_an_infinite_volume_are_found() {
+    use flashlog_format::node;
+    let ssd = interval(CAP);
+    Fs::mkfs(ssd.clone(), &MkfsOptions::default()).unwrap();
+    let fs = Fs::mount(ssd.clone(), opts()).unwrap();
+    let a = fs.write_file("/a", &pattern(1, 4 * 4096)).unwrap();
+    let b = fs.write_file("/b", &pattern(2, 2 * 4096)).unwrap();
+    fs.unmount().unwrap();
+    let r = fsck_clean(&*ssd);
+    let head = r
+        .live_intervals
+        .iter()
+        .filter(|v| v.live_blocks > 0)
+        .map(|v| v.head_at)
+        .max()
+        .unwrap();
+    let read = |nid: u32| {
+        let mut x = [0u8; 4096];
+        ssd.read(nat_addr(&*ssd, nid), &mut x).unwrap();
+        x
+    };
+    let shared = node::inode_addr(&read(a), 1);
+    let mut x = read(b);
+    node::set_inode_addr(&mut x, 0, shared);
+    node::set_inode_addr(&mut x, 1, head + 10);
+    flashlog_format::codec::seal(&mut x, flashlog_format::tag::NODE);
+    ssd.write(nat_addr(&*ssd, b), &x).unwrap();
+    let r = fsck::fsck(&*ssd).unwrap();
+    let msgs: Vec<String> = r.findings.iter().map(|f| f.to_string()).collect();
+    let twice = msgs
+        .iter()
+        .find(|m| m.contains(&format!("block {shared} used twice")))
+        .unwrap_or_else(|| panic!("no double use reported: {msgs:#?}"));
+    assert!(
+        twice.contains(&format!("Data {{ nid: {a}, slot: 1 }}"))
+            && twice.contains(&format!("Data {{ nid: {b}, slot: 0 }}")),
+        "{twice}"
+    );
+    assert!(
+        msgs.iter().any(|m| m.contains(&format!(
+            "block {:#x} is reachable but at or ahead of log head",
+            head + 10
+        ))),
+        "{msgs:#?}"
+    );
+}

@@ -489,7 +489,7 @@ pub fn run_case(case: &DeviceCase) -> Result<DeviceOutcome, String> {
         .map_err(|e| format!("unmount after the check: {e}"))?;
     match fsck(&*ssd) {
         Ok(r) if r.is_clean() => {
-            if let Some(m) = dead_on_flash(&ssd, &r.reachable) {
+            if let Some(m) = dead_on_flash(&ssd, &r.reachable.to_vec()) {
                 bad.push(m);
             }
         }

@@ -491,7 +491,7 @@ fn check_mapped(fs: &Fs, ssd: &SsdDevice, exact: bool) -> (u64, Vec<String>) {
     let mut bad = Vec::new();
     let main = fs.inner().geo().main_addr;
     let reachable = match fsck(ssd) {
-        Ok(r) if r.is_clean() => r.reachable,
+        Ok(r) if r.is_clean() => r.reachable.to_vec(),
         Ok(r) => return (0, vec![format!("fsck of the mounted volume: {r}")]),
         Err(e) => return (0, vec![format!("fsck of the mounted volume: {e}")]),
     };
