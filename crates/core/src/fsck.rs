@@ -4,7 +4,10 @@
 //! images that cannot be mounted. Every read is checked; every walk is bounded (node trees by
 //! depth, the directory tree by a visited set, chains by a step limit), so a corrupt image
 //! gives findings, never a panic or a hang. A volume whose tables (SIT, NAT block pointers)
-//! exceed the memory this process may use is refused first with `Error::NoMemory`.
+//! exceed the memory this process may use is refused first with `Error::NoMemory`, and so
+//! is one whose walk cannot fit (`Checker::check_walk_memory`). The walk records each
+//! reachable block's owner in a table per main segment it touches (`Owners`, ~6 bytes a
+//! used block), not a map per block.
 //!
 //! Checked (docs/FORMAT.md "Invariants"):
 //! - superblock copies and the checkpoint packs;
