@@ -229,8 +229,8 @@ impl Owners {
         }
     }
 
-    /// Bytes the walk holds for `segs` touched segments (and what `into_reachable` makes of
-    /// them), beyond the vector `new` allocates.
+    /// Bytes the walk holds for each segment it touches (its table, and the bitmap
+    /// `into_reachable` makes of it), beyond the vector `new` allocates.
     fn cost_per_segment() -> u64 {
         (std::mem::size_of::<SegOwners>() + std::mem::size_of::<(BlkAddr, SegBits)>()) as u64
     }
