@@ -615,15 +615,12 @@ impl<'a> Checker<'a> {
 
     /// Claim a main-area block for `owner`; report double use and bad addresses.
     fn claim(&mut self, addr: BlkAddr, owner: Owner, ino: Ino) -> bool {
-        if !self.geo.is_main(addr) {
+        let Some(seg) = self.geo.seg_of(addr) else {
             self.err(
                 "inode",
                 format!("inode {ino}: {owner:?} points at block {addr:#x} outside the main area"),
             );
             return false;
-        }
-        let Some(seg) = self.geo.seg_of(addr) else {
-            unreachable!("is_main checked")
         };
         if let Some(prev) = self.owners.insert(seg, addr, owner) {
             self.err(
