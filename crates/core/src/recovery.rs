@@ -41,12 +41,14 @@
 
 use crate::error::{Error, Result};
 use crate::inner::FsInner;
+use flashlog_dev::BlockDevice;
 use flashlog_format::codec::zero_block;
 use flashlog_format::cp::{Checkpoint, LogKind, Temp};
 use flashlog_format::meta::{NatEntry, Summary};
 use flashlog_format::node::{
     self, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, INODE_NIDS_COUNT, NIDS_PER_BLOCK,
 };
+use flashlog_format::sb::Geometry;
 use flashlog_format::{BlkAddr, Ino, Nid, BLOCKS_PER_SEG, NEW_ADDR, NULL_ADDR};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -158,22 +160,23 @@ struct ChainNode {
 
 /// Walk one warm node log (the `chain`-th) from its checkpointed position.
 fn walk_chain(
-    fs: &FsInner,
+    dev: &dyn BlockDevice,
+    geo: &Geometry,
     ck: &Checkpoint,
     chain: usize,
     start: BlkAddr,
     out: &mut Vec<ChainNode>,
 ) -> Result<()> {
     let mut addr = start;
-    let limit = fs.sb.geo.main_blocks();
+    let limit = geo.main_blocks();
     let mut seen = HashSet::new();
     let mut b = zero_block();
     let tag = node::cp_ver_tag(ck.version);
     for pos in 0..limit {
-        if !fs.sb.geo.is_main(addr) || !seen.insert(addr) {
+        if !geo.is_main(addr) || !seen.insert(addr) {
             break;
         }
-        if fs.dev.read(addr, &mut b[..]).is_err() {
+        if dev.read(addr, &mut b[..]).is_err() {
             break;
         }
         let Ok(f) = node::check_node(&b, None) else {
@@ -196,9 +199,8 @@ fn walk_chain(
     Ok(())
 }
 
-/// Replay fsync'd nodes. Returns the number of inodes recovered.
-pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
-    let geo = fs.sb.geo.clone();
+/// Every mlog's warm node log from its checkpointed position (unsorted).
+fn walk_chains(dev: &dyn BlockDevice, geo: &Geometry, ck: &Checkpoint) -> Result<Vec<ChainNode>> {
     let mut chain = Vec::new();
     for (i, h) in ck
         .heads
@@ -213,8 +215,28 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
         } else {
             continue;
         };
-        walk_chain(fs, ck, i, start, &mut chain)?;
+        walk_chain(dev, geo, ck, i, start, &mut chain)?;
     }
+    Ok(chain)
+}
+
+/// Whether roll-forward would replay anything after checkpoint `ck`: an fsync-marked inode
+/// on a chain (what makes a read-only mount refuse). Reads only the chains' node blocks:
+/// `flashlog fsck` and `inspect` ask this without mounting, which held the volume's
+/// tables (1.1 GiB for 4 TiB) on top of fsck's own.
+pub fn fsync_pending(dev: &dyn BlockDevice, geo: &Geometry, ck: &Checkpoint) -> Result<bool> {
+    Ok(walk_chains(dev, geo, ck)?.iter().any(is_fsync_inode))
+}
+
+/// An inode written by fsync (the mark roll-forward replays up to).
+fn is_fsync_inode(c: &ChainNode) -> bool {
+    c.flags & node::flag::FSYNC != 0 && c.kind == Some(NodeKind::Inode) && c.nid == c.ino
+}
+
+/// Replay fsync'd nodes. Returns the number of inodes recovered.
+pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
+    let geo = fs.sb.geo.clone();
+    let mut chain = walk_chains(&*fs.dev, &geo, ck)?;
     // Versions written from now on (this mount's own, before its first checkpoint) must
     // follow every one found, in case the chains are walked again (a cut before that
     // checkpoint lands). A sequence at or past `SEQ_CHECKPOINT_AT` (only a volume from
@@ -236,7 +258,7 @@ pub fn roll_forward(fs: &FsInner, ck: &Checkpoint) -> Result<u64> {
     // Per inode: the position of its last fsync mark.
     let mut last_fsync: BTreeMap<Ino, usize> = BTreeMap::new();
     for (i, c) in chain.iter().enumerate() {
-        if c.flags & node::flag::FSYNC != 0 && c.kind == Some(NodeKind::Inode) && c.nid == c.ino {
+        if is_fsync_inode(c) {
             last_fsync.insert(c.ino, i);
         }
     }
