@@ -5,7 +5,6 @@ use flashlog_core::fsck::Severity;
 use flashlog_dev::BlockDevice;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// fsck(8): "operational error" — the check could not run.
 const EXIT_OPERATIONAL: u8 = 8;
@@ -48,23 +47,22 @@ pub(crate) struct Unclean {
     pub flagged_clean: bool,
     /// Whether fsync'd data past the checkpoint awaits roll-forward recovery: found by
     /// walking the fsync chains as roll-forward does (`recovery::fsync_pending`, reads
-    /// only); `None` if the superblock or checkpoint could not be read.
+    /// only); `None` if a chain could not be read.
     pub roll_forward: Option<bool>,
 }
 
 impl Unclean {
     /// `None` for a cleanly unmounted volume. Reads the volume's chains, so only for a
     /// volume nobody has mounted.
-    pub fn of(dev: Arc<dyn BlockDevice>, ck_flags: u32) -> Option<Unclean> {
-        let flagged_clean = ck_flags & flashlog_format::cp::flags::UMOUNT != 0;
+    pub fn of(
+        dev: &dyn BlockDevice,
+        geo: &flashlog_format::sb::Geometry,
+        ck: &flashlog_format::cp::Checkpoint,
+    ) -> Option<Unclean> {
+        let flagged_clean = ck.flags & flashlog_format::cp::flags::UMOUNT != 0;
         // The chains alone, as roll-forward walks them (a read-only mount did this, and
         // held the volume's tables for it: 1.1 GiB for 4 TiB, seven times fsck's own).
-        let roll_forward = (|| {
-            use flashlog_core::checkpoint::{read_checkpoint, read_superblock};
-            let geo = read_superblock(&*dev).ok()?.geo;
-            let ck = read_checkpoint(&*dev, &geo).ok()?;
-            flashlog_core::recovery::fsync_pending(&*dev, &geo, &ck).ok()
-        })();
+        let roll_forward = flashlog_core::recovery::fsync_pending(dev, geo, ck).ok();
         if flagged_clean && roll_forward != Some(true) {
             return None;
         }
@@ -102,7 +100,7 @@ fn check(a: &Args) -> anyhow::Result<ExitCode> {
     let code = report.exit_code();
     let ck = flashlog_core::checkpoint::read_checkpoint(&*dev, &sb.geo)
         .map_err(|e| device::explain(&a.target, e))?;
-    let unclean = Unclean::of(dev.clone(), ck.flags);
+    let unclean = Unclean::of(&*dev, &sb.geo, &ck);
     if a.json {
         let mut v = serde_json::to_value(&report)?;
         v["unmounted_cleanly"] = unclean.is_none().into();

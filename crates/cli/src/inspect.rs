@@ -142,7 +142,7 @@ fn render_with(
     let mut out = String::new();
     let sb = read_superblock(dev)?;
     let ck = read_checkpoint(dev, &sb.geo)?;
-    let unclean = probe.and_then(|d| Unclean::of(d, ck.flags));
+    let unclean = probe.and_then(|d| Unclean::of(&*d, &sb.geo, &ck));
     let u = segment_usage(dev, &sb, &ck)?;
     // IPLFS: no SIT to summarise; the live interval per log head (a walk of the tree, as
     // fsck does it: there is no reverse map) and the discard log instead.
