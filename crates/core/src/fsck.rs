@@ -27,7 +27,7 @@
 
 use crate::cell::libc_mode::{S_IFDIR, S_IFMT};
 use crate::checkpoint::{read_checkpoint, read_pack, read_superblock};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use flashlog_dev::BlockDevice;
 use flashlog_format::codec::{as_block, test_bit, zero_block, Block};
 use flashlog_format::cp::Checkpoint;
@@ -406,10 +406,10 @@ fn check_table_memory(geo: &Geometry) -> Result<()> {
         (std::mem::size_of::<SitEntry>() + std::mem::size_of::<Option<Box<SegOwners>>>()) as u64;
     let sit = nsegs * per_seg;
     let nat = geo.nat_blocks * std::mem::size_of::<Option<Box<[NatEntry]>>>() as u64;
-    match crate::memlimit::available() {
-        Some(avail) if sit + nat > avail.bytes => Err(Error::NoMemory(format!(
+    crate::memlimit::refuse_over(sit + nat, || {
+        format!(
             "checking a {} GiB volume needs {} MiB for its tables (SIT {} MiB: {} segments of \
-             {} bytes; NAT {} MiB: {} blocks), more than {}",
+             {} bytes; NAT {} MiB: {} blocks)",
             geo.block_count >> 18,
             (sit + nat) >> 20,
             sit >> 20,
@@ -417,10 +417,8 @@ fn check_table_memory(geo: &Geometry) -> Result<()> {
             per_seg,
             nat >> 20,
             geo.nat_blocks,
-            avail.describe()
-        ))),
-        _ => Ok(()),
-    }
+        )
+    })
 }
 
 struct Checker<'a> {
@@ -472,18 +470,15 @@ impl<'a> Checker<'a> {
         let inodes = self.cp.valid_inodes.min(nodes);
         let files = nodes * std::mem::size_of::<Nid>() as u64
             + inodes * std::mem::size_of::<(Ino, InodeHdr)>() as u64;
-        match crate::memlimit::available() {
-            Some(avail) if blocks + files > avail.bytes => Err(Error::NoMemory(format!(
+        crate::memlimit::refuse_over(blocks + files, || {
+            format!(
                 "checking this volume needs at least {} MiB to walk it ({} MiB for the reachable \
-                 blocks of {segs} segments, {} MiB for {nodes} nodes and {inodes} inodes), \
-                 more than {}",
+                 blocks of {segs} segments, {} MiB for {nodes} nodes and {inodes} inodes)",
                 (blocks + files) >> 20,
                 blocks >> 20,
                 files >> 20,
-                avail.describe()
-            ))),
-            _ => Ok(()),
-        }
+            )
+        })
     }
 
     fn add(&mut self, severity: Severity, area: &'static str, message: String) {

@@ -61,6 +61,20 @@ pub fn available() -> Option<Available> {
     combine(machine, cgroup)
 }
 
+/// Refuse with `Error::NoMemory` when `need` bytes exceed what this process may still use:
+/// "{what}, more than the N MiB ...". The one check mkfs, mount and fsck make before they
+/// allocate their tables.
+pub fn refuse_over(need: u64, what: impl FnOnce() -> String) -> crate::error::Result<()> {
+    match available() {
+        Some(avail) if need > avail.bytes => Err(crate::error::Error::NoMemory(format!(
+            "{}, more than {}",
+            what(),
+            avail.describe()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn combine(machine: Option<u64>, cgroup: Option<(u64, PathBuf)>) -> Option<Available> {
     match (machine, cgroup) {
         (Some(m), Some((c, dir))) if c < m => Some(Available {

@@ -144,10 +144,10 @@ pub fn check_table_memory(geo: &Geometry) -> Result<()> {
     let nsegs = if geo.infinite { 0 } else { geo.main_segments };
     let segs = nsegs * std::mem::size_of::<SegEntry>() as u64;
     let nat = geo.max_nid as u64 * (8 + 4 + 1);
-    match crate::memlimit::available() {
-        Some(avail) if segs + nat > avail.bytes => Err(Error::NoMemory(format!(
+    crate::memlimit::refuse_over(segs + nat, || {
+        format!(
             "a {} GiB volume needs {} MiB for its tables (segment table {} MiB: {} segments \
-             of {} bytes; NAT {} MiB: {} nids), more than {}",
+             of {} bytes; NAT {} MiB: {} nids)",
             geo.block_count >> 18,
             (segs + nat) >> 20,
             segs >> 20,
@@ -155,10 +155,8 @@ pub fn check_table_memory(geo: &Geometry) -> Result<()> {
             std::mem::size_of::<SegEntry>(),
             nat >> 20,
             geo.max_nid,
-            avail.describe()
-        ))),
-        _ => Ok(()),
-    }
+        )
+    })
 }
 
 /// Memory this process may still use, in bytes, if anything says: the least of the
