@@ -11,7 +11,7 @@
 //!
 //! Lock order: a `prefree` shard is a leaf lock. Entries themselves are atomics.
 
-use crate::bitmap::AtomicBitmap;
+use crate::bitmap::{zeroed_atomics, AtomicBitmap};
 use crate::error::{Error, Result};
 use flashlog_dev::BlockDevice;
 use flashlog_format::codec::test_bit;
@@ -40,6 +40,9 @@ pub struct NatTable {
     pending: crate::stats::Counter<8>,
 }
 
+// `NatTable::new` relies on it: a zeroed entry is an unused nid.
+const _: () = assert!(NULL_ADDR == 0);
+
 /// Free nids below which an operation first checkpoints, when nids wait for one
 /// (`NatTable::short_of_nids`): more than the operations in flight take at once.
 pub const NID_LOW: u64 = 512;
@@ -59,9 +62,10 @@ impl NatTable {
             in_use.fetch_add(1, Ordering::Relaxed);
         }
         NatTable {
-            addr: (0..n).map(|_| AtomicU64::new(NULL_ADDR)).collect(),
-            ino: (0..n).map(|_| AtomicU32::new(0)).collect(),
-            version: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            // NULL_ADDR is 0: the tables start as zeroed memory, resident only where written.
+            addr: zeroed_atomics(n),
+            ino: zeroed_atomics(n),
+            version: zeroed_atomics(n),
             used,
             prefree: (0..NID_HINTS).map(|_| Default::default()).collect(),
             dirty: AtomicBitmap::new(nat_blocks),
@@ -99,7 +103,11 @@ impl NatTable {
                     if nid >= t.max_nid as usize {
                         break;
                     }
-                    t.version[nid].store(e.version, Ordering::Relaxed);
+                    // Zeros are not stored: the table's pages stay untouched where the
+                    // NAT is empty.
+                    if e.version != 0 {
+                        t.version[nid].store(e.version, Ordering::Relaxed);
+                    }
                     if e.addr != NULL_ADDR {
                         if nid < FIRST_FREE_NID as usize
                             && nid != flashlog_format::ROOT_INO as usize
