@@ -436,18 +436,37 @@ struct Checker<'a> {
     reserved_blocks: u64,
     /// First block of the device's GC region (gc=device), else `u64::MAX`.
     device_from: BlkAddr,
-    /// Inode -> names found in directories.
-    links: HashMap<Ino, u32>,
-    /// Nids reached through inodes.
-    reached_nids: HashSet<Nid>,
+    /// Every inode a directory entry names: its names, and its link count once walked.
+    inodes: HashMap<Ino, Reached>,
+    /// Nids reached through inodes: a bit per nid of the volume (8 MiB at 2^26 nids).
+    reached_nids: Vec<u64>,
     subdirs: HashMap<Ino, u32>,
-    inode_hdrs: BTreeMap<Ino, InodeHdr>,
+}
+
+/// What the tree walk keeps of an inode that directory entries name (12 bytes; it kept the
+/// whole `InodeHdr` with its name until 2026-11-29, about 380 bytes per file with the sets
+/// beside it, so 10 million files needed 3.8 GB).
+#[derive(Default, Clone, Copy)]
+struct Reached {
+    /// Entries that name it.
+    names: u32,
+    /// The link count its inode block states (valid once `WALKED`).
+    nlink: u32,
+    state: u8,
+}
+
+impl Reached {
+    /// Its walk was started (an inode is walked once, however many names it has).
+    const SEEN: u8 = 1;
+    /// Its inode block was read: `nlink` holds its link count.
+    const WALKED: u8 = 2;
+    const DIR: u8 = 4;
 }
 
 impl<'a> Checker<'a> {
     /// Refuse, before the walk, a volume whose reachable blocks this process cannot record
     /// ([`Owners`]: 3 KiB for each segment holding one) and whose inodes and nodes it cannot
-    /// track (an `InodeHdr` each, a nid each). Finite volumes count the segments the SIT
+    /// track (a [`Reached`] each, a bit per nid). Finite volumes count the segments the SIT
     /// marks in use; infinite ones have no SIT and count the checkpoint's valid blocks
     /// packed into full segments (a lower bound: live blocks spread over more segments need
     /// more). What it counts is what a consistent volume needs at the least, so it refuses
@@ -468,8 +487,9 @@ impl<'a> Checker<'a> {
         let blocks = segs * Owners::cost_per_segment();
         let nodes = self.cp.valid_nodes.min(g.max_nid as u64);
         let inodes = self.cp.valid_inodes.min(nodes);
-        let files = nodes * std::mem::size_of::<Nid>() as u64
-            + inodes * std::mem::size_of::<(Ino, InodeHdr)>() as u64;
+        // A hash table's slot per inode, at most half full after it grows.
+        let files = (g.max_nid as u64).div_ceil(8)
+            + inodes * 2 * (std::mem::size_of::<(Ino, Reached)>() as u64 + 1);
         crate::memlimit::refuse_over(blocks + files, || {
             format!(
                 "checking this volume needs at least {} MiB to walk it ({} MiB for the reachable \
@@ -646,10 +666,12 @@ impl<'a> Checker<'a> {
                 ),
             );
         }
-        if !self.reached_nids.insert(nid) {
+        let (word, bit) = ((nid / 64) as usize, 1u64 << (nid % 64));
+        if self.reached_nids[word] & bit != 0 {
             self.err("inode", format!("inode {ino}: node {nid} reached twice"));
             return None;
         }
+        self.reached_nids[word] |= bit;
         if !self.claim(e.addr, Owner::Node(nid), ino) {
             return None;
         }
@@ -818,8 +840,13 @@ impl<'a> Checker<'a> {
         let seed = self.sb.hash_seed;
         let mut queue = VecDeque::from([(ROOT_INO, ROOT_INO)]);
         let mut seen_dirs = HashSet::new();
-        let mut seen_inodes = HashSet::new();
-        self.links.insert(ROOT_INO, 1);
+        self.inodes.insert(
+            ROOT_INO,
+            Reached {
+                names: 1,
+                ..Default::default()
+            },
+        );
         while let Some((dir, parent)) = queue.pop_front() {
             if !seen_dirs.insert(dir) {
                 self.err(
@@ -828,7 +855,7 @@ impl<'a> Checker<'a> {
                 );
                 continue;
             }
-            seen_inodes.insert(dir);
+            self.inodes.entry(dir).or_default().state |= Reached::SEEN;
             let Some((hdr, blk, data)) = self.walk_inode(dir, true) else {
                 continue;
             };
@@ -908,16 +935,18 @@ impl<'a> Checker<'a> {
                         continue;
                     }
                 }
-                *self.links.entry(d.ino).or_default() += 1;
+                let r = self.inodes.entry(d.ino).or_default();
+                r.names += 1;
                 if d.ftype == fdir::ftype::DIR {
                     subdirs += 1;
                     queue.push_back((d.ino, dir));
-                } else if seen_inodes.insert(d.ino) {
+                } else if r.state & Reached::SEEN == 0 {
+                    r.state |= Reached::SEEN;
                     self.check_file(d.ino, d.ftype);
                 }
             }
             self.subdirs.insert(dir, subdirs);
-            self.inode_hdrs.insert(dir, hdr);
+            self.walked(dir, hdr.nlink, true);
         }
     }
 
@@ -945,32 +974,48 @@ impl<'a> Checker<'a> {
                 ),
             );
         }
-        self.inode_hdrs.insert(ino, hdr);
+        let is_dir = hdr.mode & crate::cell::libc_mode::S_IFMT == crate::cell::libc_mode::S_IFDIR;
+        self.walked(ino, hdr.nlink, is_dir);
+    }
+
+    /// Record the link count of an inode whose block the walk read.
+    fn walked(&mut self, ino: Ino, nlink: u32, dir: bool) {
+        let r = self.inodes.entry(ino).or_default();
+        r.nlink = nlink;
+        r.state |= Reached::WALKED | if dir { Reached::DIR } else { 0 };
     }
 
     fn check_links(&mut self) {
-        let hdrs = std::mem::take(&mut self.inode_hdrs);
-        for (&ino, hdr) in &hdrs {
-            let is_dir =
-                hdr.mode & crate::cell::libc_mode::S_IFMT == crate::cell::libc_mode::S_IFDIR;
-            let want = if is_dir {
+        let mut wrong: Vec<(Ino, u32, u32)> = Vec::new();
+        for (&ino, r) in &self.inodes {
+            if r.state & Reached::WALKED == 0 {
+                continue;
+            }
+            let want = if r.state & Reached::DIR != 0 {
                 2 + self.subdirs.get(&ino).copied().unwrap_or(0)
             } else {
-                self.links.get(&ino).copied().unwrap_or(0)
+                r.names
             };
-            if hdr.nlink != want {
-                self.err(
-                    "inode",
-                    format!("inode {ino}: link count {} but {want} found", hdr.nlink),
-                );
+            if r.nlink != want {
+                wrong.push((ino, r.nlink, want));
             }
         }
-        self.inode_hdrs = hdrs;
+        wrong.sort_unstable();
+        for (ino, nlink, want) in wrong {
+            self.err(
+                "inode",
+                format!("inode {ino}: link count {nlink} but {want} found"),
+            );
+        }
     }
 
     fn check_orphans(&mut self) {
         for ino in self.cp.orphans.clone() {
-            if self.inode_hdrs.contains_key(&ino) {
+            if self
+                .inodes
+                .get(&ino)
+                .is_some_and(|r| r.state & Reached::WALKED != 0)
+            {
                 self.err(
                     "orphan",
                     format!("orphan inode {ino} is still linked in a directory"),
@@ -998,7 +1043,7 @@ impl<'a> Checker<'a> {
                 if nid != 0
                     && nid < self.geo.max_nid
                     && e.addr != NULL_ADDR
-                    && !self.reached_nids.contains(&nid)
+                    && self.reached_nids[(nid / 64) as usize] & (1 << (nid % 64)) == 0
                 {
                     unreached.push((nid, *e));
                 }
@@ -1456,16 +1501,16 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
                 u64::MAX
             }
         },
-        links: HashMap::new(),
-        reached_nids: HashSet::new(),
+        inodes: HashMap::new(),
+        reached_nids: Vec::new(),
         subdirs: HashMap::new(),
-        inode_hdrs: BTreeMap::new(),
     };
     c.load_nat();
     if !c.geo.infinite {
         c.load_sit();
     }
     c.check_walk_memory()?;
+    c.reached_nids = vec![0; (c.geo.max_nid as usize).div_ceil(64)];
     c.check_tree();
     c.check_links();
     c.check_orphans();
