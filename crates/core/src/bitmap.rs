@@ -6,10 +6,11 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-/// Atomic integer types, for which all-zero bytes are the value 0.
+/// Types for which all-zero bytes are a valid value: atomic integers (the value 0), and
+/// structs made only of them.
 ///
 /// # Safety
-/// Implement only for types with the same size and bit validity as an integer.
+/// Implement only for types of which all-zero bytes are a valid value.
 pub(crate) unsafe trait ZeroIsValid {}
 // SAFETY: the standard library documents each atomic integer as having "the same size and
 // bit validity as the underlying integer type".
@@ -24,19 +25,29 @@ unsafe impl ZeroIsValid for AtomicU8 {}
 /// would touch (and so make resident) all of it (a 4 TiB volume's NAT: ~870 MB).
 /// (`Box::new_zeroed_slice` would do, from Rust 1.92; the crates' MSRV is 1.85.)
 pub(crate) fn zeroed_atomics<T: ZeroIsValid>(n: usize) -> Box<[T]> {
-    let layout = std::alloc::Layout::array::<T>(n).expect("a table larger than memory");
+    try_zeroed(n).unwrap_or_else(|| {
+        std::alloc::handle_alloc_error(
+            std::alloc::Layout::array::<T>(n).unwrap_or(std::alloc::Layout::new::<T>()),
+        )
+    })
+}
+
+/// [`zeroed_atomics`], or `None` where the allocator refuses (or `n` overflows the address
+/// space), for tables whose size comes from the volume.
+pub(crate) fn try_zeroed<T: ZeroIsValid>(n: usize) -> Option<Box<[T]>> {
+    let layout = std::alloc::Layout::array::<T>(n).ok()?;
     if layout.size() == 0 {
-        return Vec::new().into_boxed_slice();
+        return Some(Vec::new().into_boxed_slice());
     }
     // SAFETY: the layout's size is not zero.
     let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
     if p.is_null() {
-        std::alloc::handle_alloc_error(layout);
+        return None;
     }
     // SAFETY: `p` is a live allocation of the global allocator with the layout of `[T; n]`
     // (what dropping the box frees), and zeroed memory is `n` valid values of `T`
     // (`ZeroIsValid`).
-    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) }
+    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) })
 }
 
 pub struct AtomicBitmap {
