@@ -39,6 +39,7 @@ use flashlog_format::node::{
     self, iflag, InodeHdr, NodeKind, ADDRS_PER_BLOCK, ADDRS_PER_INODE, NIDS_PER_BLOCK,
 };
 use flashlog_format::sb::{Geometry, Superblock};
+use flashlog_format::SEG_BITMAP_BYTES;
 use flashlog_format::{
     BlkAddr, Ino, Nid, SegNo, BLOCKS_PER_SEG, BLOCK_SIZE, NEW_ADDR, NULL_ADDR, ROOT_INO,
 };
@@ -394,16 +395,64 @@ impl Reachable {
     }
 }
 
+/// The SIT as fsck reads it: every segment's valid count and class, and its bitmap only
+/// where that marks a block (11 bytes per segment, and 64 more per segment in use; a whole
+/// `SitEntry` of 80 bytes per segment until 2026-11-29: 160 MiB at 4 TiB, used or not).
+#[derive(Default)]
+struct Sit {
+    valid: Vec<u16>,
+    class: Vec<u8>,
+    bitmaps: Vec<Option<Box<[u8; SEG_BITMAP_BYTES]>>>,
+}
+
+impl Sit {
+    /// Bytes per segment before any bitmap.
+    const PER_SEGMENT: usize = 2 + 1 + std::mem::size_of::<Option<Box<[u8; SEG_BITMAP_BYTES]>>>();
+
+    fn new(segments: usize) -> Sit {
+        Sit {
+            valid: vec![0; segments],
+            class: vec![SitEntry::default().class; segments],
+            bitmaps: vec![None; segments],
+        }
+    }
+    fn len(&self) -> usize {
+        self.valid.len()
+    }
+    fn set(&mut self, seg: usize, e: &SitEntry) {
+        self.valid[seg] = e.valid;
+        self.class[seg] = e.class;
+        self.bitmaps[seg] = e.bitmap.iter().any(|&b| b != 0).then(|| Box::new(e.bitmap));
+    }
+    fn valid(&self, seg: u64) -> u16 {
+        self.valid[seg as usize]
+    }
+    fn class(&self, seg: u64) -> u8 {
+        self.class[seg as usize]
+    }
+    /// The segment's validity bitmap (all zeros where it marks nothing).
+    fn bitmap(&self, seg: u64) -> &[u8; SEG_BITMAP_BYTES] {
+        static NONE: [u8; SEG_BITMAP_BYTES] = [0; SEG_BITMAP_BYTES];
+        self.bitmaps[seg as usize].as_deref().unwrap_or(&NONE)
+    }
+    /// Segments whose entry counts or marks a block.
+    fn in_use(&self) -> usize {
+        (0..self.len())
+            .filter(|&s| self.valid[s] != 0 || self.bitmaps[s].is_some())
+            .count()
+    }
+}
+
 /// Refuse, before `load_sit` and `load_nat` allocate them, tables this process cannot hold:
-/// one `SitEntry` per main segment (80 bytes: 160 MiB for 4 TiB), one NAT block pointer
+/// [`Sit`]'s 11 bytes per main segment (the bitmaps of segments in use come on top: the
+/// walk's check counts them), one NAT block pointer
 /// per NAT block (the NAT's blocks in use come on top, sparse) and the walk's slot per main
 /// segment ([`Owners`], 8 bytes). Against the memory it may still use
 /// ([`crate::memlimit`]): without this a volume too large for the machine (or the
 /// container's cgroup limit) was SIGKILLed or aborted part way through.
 fn check_table_memory(geo: &Geometry) -> Result<()> {
     let nsegs = if geo.infinite { 0 } else { geo.main_segments };
-    let per_seg =
-        (std::mem::size_of::<SitEntry>() + std::mem::size_of::<Option<Box<SegOwners>>>()) as u64;
+    let per_seg = (Sit::PER_SEGMENT + std::mem::size_of::<Option<Box<SegOwners>>>()) as u64;
     let sit = nsegs * per_seg;
     let nat = geo.nat_blocks * std::mem::size_of::<Option<Box<[NatEntry]>>>() as u64;
     crate::memlimit::refuse_over(sit + nat, || {
@@ -429,7 +478,7 @@ struct Checker<'a> {
     /// The NAT by NAT block: `None` for a block whose entries are all free (never written),
     /// so that an empty 2^26-nid table costs 2 MiB, not 1 GiB.
     nat: Vec<Option<Box<[NatEntry]>>>,
-    sit: Vec<SitEntry>,
+    sit: Sit,
     report: FsckReport,
     /// Every reachable main-area block.
     owners: Owners,
@@ -479,11 +528,9 @@ impl<'a> Checker<'a> {
                 .min(g.user_blocks)
                 .div_ceil(BLOCKS_PER_SEG)
         } else {
-            self.sit
-                .iter()
-                .filter(|e| e.valid != 0 || e.bitmap.iter().any(|&b| b != 0))
-                .count() as u64
+            self.sit.in_use() as u64
         };
+        // A segment in use has a bitmap in `Sit` (held already) and an owner table.
         let blocks = segs * Owners::cost_per_segment();
         let nodes = self.cp.valid_nodes.min(g.max_nid as u64);
         let inodes = self.cp.valid_inodes.min(nodes);
@@ -593,7 +640,7 @@ impl<'a> Checker<'a> {
 
     fn load_sit(&mut self) {
         let g = self.geo.clone();
-        let mut sit = vec![Default::default(); g.main_segments as usize];
+        let mut sit = Sit::new(g.main_segments as usize);
         for i in 0..g.sit_blocks {
             let copy = test_bit(&self.cp.sit_bitmap, i as usize) as u8;
             let Some(b) = self.read(g.sit_block_addr(i, copy)) else {
@@ -601,10 +648,10 @@ impl<'a> Checker<'a> {
             };
             match SitBlock::decode(&b, i) {
                 Ok(sb) => {
-                    for (slot, e) in sb.entries.into_iter().enumerate() {
+                    for (slot, e) in sb.entries.iter().enumerate() {
                         let seg = i as usize * SIT_ENTRIES_PER_BLOCK + slot;
                         if seg < sit.len() {
-                            sit[seg] = e;
+                            sit.set(seg, e);
                         }
                     }
                 }
@@ -1073,20 +1120,19 @@ impl<'a> Checker<'a> {
         // Taken out while `err` borrows `self`; put back below.
         let owners = std::mem::take(&mut self.owners);
         for seg in 0..g.main_segments {
-            let se = &self.sit[seg as usize];
-            total_valid += se.valid as u64;
+            total_valid += self.sit.valid(seg) as u64;
             let table = owners.seg(seg);
-            if table.is_none() && se.bitmap.iter().all(|&b| b == 0) {
+            if table.is_none() && self.sit.bitmaps[seg as usize].is_none() {
                 continue;
             }
-            let se = se.clone();
+            let bitmap = *self.sit.bitmap(seg);
             let start = g.seg_start(seg);
             let mut wrong = 0;
             let mut any_reached = false;
             for off in 0..BLOCKS_PER_SEG as usize {
                 let reached = table.is_some_and(|t| t.get(off).is_some());
                 any_reached |= reached;
-                if reached != test_bit(&se.bitmap, off) {
+                if reached != test_bit(&bitmap, off) {
                     wrong += 1;
                     if wrong <= 3 {
                         let what = if reached {
@@ -1126,7 +1172,7 @@ impl<'a> Checker<'a> {
             };
             // The segment's log class decides how the cleaner moves its blocks: node and
             // data blocks never share a segment.
-            let class = se.class;
+            let class = self.sit.class(seg);
             let class_node = crate::seg::class_kind(class, g.log_heads as usize)
                 == Some(flashlog_format::cp::LogKind::Node);
             let mut mixed = 0;
@@ -1356,12 +1402,12 @@ impl<'a> Checker<'a> {
                 continue;
             }
             current.insert(h.seg / sps);
-            let se = &self.sit[h.seg as usize];
+            let bitmap = *self.sit.bitmap(h.seg);
             // Data heads may thread-log (SSR) into a segment with valid blocks ahead; node
             // heads never do.
             let strict = h.kind == flashlog_format::cp::LogKind::Node;
             for off in (h.blkoff as usize..BLOCKS_PER_SEG as usize).filter(|_| strict) {
-                if test_bit(&se.bitmap, off) {
+                if test_bit(&bitmap, off) {
                     self.err(
                         "checkpoint",
                         format!(
@@ -1380,7 +1426,7 @@ impl<'a> Checker<'a> {
                     );
                 } else {
                     current.insert(h.next_seg / sps);
-                    if self.sit[h.next_seg as usize].valid != 0 && h.next_seg / sps != h.seg / sps {
+                    if self.sit.valid(h.next_seg) != 0 && h.next_seg / sps != h.seg / sps {
                         self.err(
                             "checkpoint",
                             format!(
@@ -1395,7 +1441,7 @@ impl<'a> Checker<'a> {
         let mut free = 0;
         for sec in 0..g.sections() {
             let valid: u64 = (sec * sps..(sec + 1) * sps)
-                .map(|s| self.sit[s as usize].valid as u64)
+                .map(|s| self.sit.valid(s) as u64)
                 .sum();
             // The device's GC region (gc=device) is never free for the host.
             let device = g.seg_start(sec * sps) >= self.device_from;
@@ -1489,7 +1535,7 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
         geo,
         cp,
         nat: Vec::new(),
-        sit: Vec::new(),
+        sit: Sit::default(),
         report,
         owners,
         reserved_blocks: 0,

@@ -97,6 +97,11 @@ impl NatTable {
                 let off = (2 * k as usize + copy) * BLOCK_SIZE;
                 let blk =
                     flashlog_format::codec::as_block(&buf[off..off + BLOCK_SIZE], "NAT block")?;
+                if flashlog_format::codec::is_zero(blk) {
+                    // Never written (what `decode` reads as all entries free): nothing to
+                    // store in the zeroed table. Most of a big volume's NAT is such blocks.
+                    continue;
+                }
                 let nb = NatBlock::decode(blk, idx)?;
                 for (slot, e) in nb.entries.iter().enumerate() {
                     let nid = idx as usize * NAT_ENTRIES_PER_BLOCK + slot;

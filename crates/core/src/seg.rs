@@ -640,6 +640,10 @@ impl SegManager {
                 &buf[copy * BLOCK_SIZE..(copy + 1) * BLOCK_SIZE],
                 "SIT block",
             )?;
+            if flashlog_format::codec::is_zero(blk) {
+                // Never written: free segments, which the zeroed table already holds.
+                continue;
+            }
             let sb = SitBlock::decode(blk, i)?;
             for (slot, e) in sb.entries.iter().enumerate() {
                 let seg = i as usize * SIT_ENTRIES_PER_BLOCK + slot;
