@@ -13,7 +13,8 @@
 # DIR (images up to 16 TiB - 4 KiB, default /tmp: ext4 holds no larger file); larger
 # images go to a tmpfs this script mounts (written data then costs RAM). Sizes are what
 # `flashlog mkfs --size` takes, or a byte count (odd sizes: 1099511631872 = 1 TiB + 4 KiB).
-# Memory is O(segments) plus the NAT: about 0.6 GiB + 75 KiB per GiB of volume.
+# Memory: the segment table and NAT entries a volume uses are resident (up to 0.8 GiB of NAT
+# and 72 KiB per GiB of volume when full); mount refuses unless the whole of both would fit.
 set -euo pipefail
 F=${FLASHLOG:-$(dirname "$0")/../target/release/flashlog}
 WRITE_MB=${WRITE_MB:-1024}
