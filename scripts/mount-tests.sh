@@ -654,6 +654,14 @@ t_kernel_features() {
     result "$(grep -c '^PASS' "$kf/out.txt") checks passed, $(grep -c '^SKIP' "$kf/out.txt") skipped (O_TMPFILE: fuser has no TMPFILE request)"
 }
 
+t_readdirplus() {
+    local out rc=0
+    out=$(python3 "$root/scripts/readdirplus-check.py" --bin "$FL" 2>&1) || rc=1
+    echo "$out"
+    ((rc)) && return 1
+    result "listings with attributes (readdirplus=always, auto, off): attributes, . and .., lookups balanced"
+}
+
 t_emulated() {
     local emnt=$work/emu-mnt elog=$work/emu.log epid=$work/emu.pid eimg=$work/emu.img out pid rc=0
     mkdir -p "$emnt"
@@ -832,6 +840,7 @@ step "FUSE knobs: bdi_max_ratio, killpriv" t_fuse_knobs
 step "requests per new file, times durable" t_requests_per_file
 step "POSIX differential against tmpfs (posix-diff.py)" t_posix_diff
 step "kernel features: mmap, O_DIRECT, fallocate, overlayfs (kernel-features.py)" t_kernel_features
+step "directory listings with attributes (readdirplus-check.py)" t_readdirplus
 step "kill -9 of the daemon at random, 96 % full (fuse-crash.py)" t_fuse_crash
 step "life cycle: recovery read-only, changed images, loop devices, -o (lifecycle-check.sh)" t_lifecycle
 step "--device 970pro-like -o gc=device, gc=none" t_emulated

@@ -277,7 +277,10 @@ fn a_mount_keeps_only_the_used_part_of_its_tables_resident() {
         .sb
         .geo;
     let dense = geo.max_nid as u64 * 13 + geo.main_segments * 144;
-    assert!(dense > 1 << 30, "2^26 nids and 2 million segments expected: {geo:?}");
+    assert!(
+        dense > 1 << 30,
+        "2^26 nids and 2 million segments expected: {geo:?}"
+    );
     for round in 0..2 {
         let before = resident();
         let fs = Fs::mount(dev.clone(), MountOptions::default()).unwrap();
