@@ -34,6 +34,10 @@
 //!   free count equals the clear `used` bits in its range (a claim takes the count first,
 //!   then a bit of the same range, so a taken count always finds its bit).
 //!
+//! - memory: the segment table is zeroed memory ([`SegEntry`]: all zeros is a free
+//!   segment no head wrote), and `load` stores only what differs from zero, so segments
+//!   never used cost no resident memory.
+//!
 //! Lock order: a log head's mutex, then `ssa_dirty` (a part's), then `prefree` (a part's;
 //! leaves). A thread holds at most one log head at a time, at most one part's map of each
 //! kind. The space budget is atomics only.
