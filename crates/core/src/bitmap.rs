@@ -35,6 +35,8 @@ pub(crate) fn zeroed_atomics<T: ZeroIsValid>(n: usize) -> Box<[T]> {
 /// [`zeroed_atomics`], or `None` where the allocator refuses (or `n` overflows the address
 /// space), for tables whose size comes from the volume.
 pub(crate) fn try_zeroed<T: ZeroIsValid>(n: usize) -> Option<Box<[T]>> {
+    // A zero-sized `T` would come back as an empty slice, not `n` elements.
+    const { assert!(std::mem::size_of::<T>() > 0) };
     let layout = std::alloc::Layout::array::<T>(n).ok()?;
     if layout.size() == 0 {
         return Some(Vec::new().into_boxed_slice());

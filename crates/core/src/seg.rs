@@ -1864,7 +1864,13 @@ impl SegManager {
                         self.dead_runs(seg as SegNo, &mut runs);
                     }
                     for w in 0..WORDS {
-                        se.ckpt[w].store(se.bitmap[w].load(Ordering::Acquire), Ordering::Release);
+                        // Stored only when it changes: a free segment's page of the table
+                        // stays unmapped (a skipped store keeps any bit set meanwhile,
+                        // which only makes SSR skip one more hole).
+                        let v = se.bitmap[w].load(Ordering::Acquire);
+                        if se.ckpt[w].load(Ordering::Acquire) != v {
+                            se.ckpt[w].store(v, Ordering::Release);
+                        }
                     }
                 }
             }

@@ -460,6 +460,24 @@ fn dirent_type(ftype: u8) -> FileType {
     file_type((ftype as u32) << 12)
 }
 
+/// Whether a directory entry's name may go to the kernel in a listing. The kernel fails a
+/// whole READDIR or READDIRPLUS reply with EIO at a name holding '/' (and leaves the
+/// entries after it in a READDIRPLUS unlinked, their lookups uncounted by it but counted
+/// here); NUL would cut the name short for every program. Only a damaged or hostile image
+/// holds such a name (the core refuses to create one, fsck reports it): it is left out, so
+/// that the rest of the directory lists, and a warning names the directory.
+fn listable(dir: Ino, name: &[u8]) -> bool {
+    if !name.is_empty() && !name.contains(&b'/') && !name.contains(&0) {
+        return true;
+    }
+    tracing::warn!(
+        "directory {dir}: entry {:?} left out of a listing (a name no file may have: run \
+         flashlog fsck)",
+        String::from_utf8_lossy(name)
+    );
+    false
+}
+
 fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         ino: fuse_ino(a.ino),
@@ -1173,7 +1191,7 @@ impl Filesystem for FlashlogFuse {
             let entries = tri!(reply, self.fs.readdir(ino, offset, READDIR_BATCH));
             let Some(last) = entries.last() else { break };
             let next = last.next_offset;
-            for e in &entries {
+            for e in entries.iter().filter(|e| listable(ino, &e.name)) {
                 if reply.add(
                     fuse_ino(e.ino),
                     e.next_offset,
@@ -1226,7 +1244,7 @@ impl Filesystem for FlashlogFuse {
             };
             let Some(last) = entries.last() else { break };
             let next = last.next_offset;
-            for e in &entries {
+            for e in entries.iter().filter(|e| listable(ino, &e.name)) {
                 let a = match self.fs.getattr(e.ino) {
                     Ok(a) => a,
                     Err(Error::NotFound) => continue,
@@ -1561,6 +1579,16 @@ fn reply_xattr(reply: ReplyXattr, data: &[u8], size: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_the_kernel_refuses_in_a_listing_are_left_out() {
+        for ok in [&b"a"[..], b".", b"..", b"\xff\xfe", b"a b\\c"] {
+            assert!(listable(3, ok), "{ok:?}");
+        }
+        for bad in [&b""[..], b"a/b", b"/", b"a\0b"] {
+            assert!(!listable(3, bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn every_op_is_counted_under_its_own_name() {
