@@ -70,8 +70,8 @@
 use crate::errno::errno_of;
 use crate::options::{MountConfig, Readdirplus};
 use flashlog_core::{
-    Attr, Creator, Error, FallocMode, Fs, Ino, RenameFlags, SetAttr, TimeSet, Timespec, XattrMode,
-    ROOT_INO,
+    Attr, Creator, DirEntry, Error, FallocMode, Fs, Ino, RenameFlags, SetAttr, TimeSet, Timespec,
+    XattrMode, ROOT_INO,
 };
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -362,6 +362,33 @@ impl FlashlogFuse {
             return None;
         }
         Some(a.ino)
+    }
+
+    /// Hand `add` the listable entries of directory `ino` from `offset`, a batch of the
+    /// core's at a time, until it says the reply is full (returns true) or the directory
+    /// ends; its error, or the core's, ends the walk.
+    fn list_entries(
+        &self,
+        ino: Ino,
+        mut offset: u64,
+        mut add: impl FnMut(&DirEntry) -> flashlog_core::Result<bool>,
+    ) -> flashlog_core::Result<()> {
+        loop {
+            let entries = self.fs.readdir(ino, offset, READDIR_BATCH)?;
+            let Some(last) = entries.last() else {
+                return Ok(());
+            };
+            let next = last.next_offset;
+            for e in entries.iter().filter(|e| listable(ino, &e.name)) {
+                if add(e)? {
+                    return Ok(());
+                }
+            }
+            if entries.len() < READDIR_BATCH || next <= offset {
+                return Ok(());
+            }
+            offset = next;
+        }
     }
 
     /// Drop a pin (the removal failed, the kernel forgot the inode, or unmount).
@@ -1186,28 +1213,18 @@ impl Filesystem for FlashlogFuse {
     ) {
         self.counts.count(Op::Readdir);
         let ino = ino!(reply, ino);
-        let mut offset = offset;
-        loop {
-            let entries = tri!(reply, self.fs.readdir(ino, offset, READDIR_BATCH));
-            let Some(last) = entries.last() else { break };
-            let next = last.next_offset;
-            for e in entries.iter().filter(|e| listable(ino, &e.name)) {
-                if reply.add(
-                    fuse_ino(e.ino),
-                    e.next_offset,
-                    dirent_type(e.ftype),
-                    OsStr::from_bytes(&e.name),
-                ) {
-                    reply.ok();
-                    return;
-                }
-            }
-            if entries.len() < READDIR_BATCH || next <= offset {
-                break;
-            }
-            offset = next;
+        let listed = self.list_entries(ino, offset, |e| {
+            Ok(reply.add(
+                fuse_ino(e.ino),
+                e.next_offset,
+                dirent_type(e.ftype),
+                OsStr::from_bytes(&e.name),
+            ))
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno_of(&e)),
         }
-        reply.ok();
     }
 
     /// READDIR with each entry's attributes. Every entry but `.` and `..` counts as a
@@ -1228,49 +1245,33 @@ impl Filesystem for FlashlogFuse {
     ) {
         self.counts.count(Op::Readdirplus);
         let ino = ino!(reply, ino);
-        let mut offset = offset;
         let mut added = 0usize;
-        let fail = |reply: ReplyDirectoryPlus, added: usize, e: &Error| {
-            if added > 0 {
-                reply.ok();
-            } else {
-                reply.error(errno_of(e));
-            }
-        };
-        'batches: loop {
-            let entries = match self.fs.readdir(ino, offset, READDIR_BATCH) {
-                Ok(entries) => entries,
-                Err(e) => return fail(reply, added, &e),
+        let listed = self.list_entries(ino, offset, |e| {
+            let a = match self.fs.getattr(e.ino) {
+                Ok(a) => a,
+                Err(Error::NotFound) => return Ok(false),
+                Err(err) => return Err(err),
             };
-            let Some(last) = entries.last() else { break };
-            let next = last.next_offset;
-            for e in entries.iter().filter(|e| listable(ino, &e.name)) {
-                let a = match self.fs.getattr(e.ino) {
-                    Ok(a) => a,
-                    Err(Error::NotFound) => continue,
-                    Err(err) => return fail(reply, added, &err),
-                };
-                if reply.add(
-                    fuse_ino(e.ino),
-                    e.next_offset,
-                    OsStr::from_bytes(&e.name),
-                    &TTL,
-                    &file_attr(&a),
-                    Generation(u64::from(a.generation)),
-                ) {
-                    break 'batches; // the buffer is full: this entry was not added
-                }
-                added += 1;
-                if e.name != b"." && e.name != b".." {
-                    self.lookups.looked_up(a.ino as u64);
-                }
+            if reply.add(
+                fuse_ino(e.ino),
+                e.next_offset,
+                OsStr::from_bytes(&e.name),
+                &TTL,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+            ) {
+                return Ok(true); // the buffer is full: this entry was not added
             }
-            if entries.len() < READDIR_BATCH || next <= offset {
-                break;
+            added += 1;
+            if e.name != b"." && e.name != b".." {
+                self.lookups.looked_up(a.ino as u64);
             }
-            offset = next;
+            Ok(false)
+        });
+        match listed {
+            Err(e) if added == 0 => reply.error(errno_of(&e)),
+            _ => reply.ok(),
         }
-        reply.ok();
     }
 
     fn fsyncdir(
