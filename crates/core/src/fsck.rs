@@ -248,10 +248,11 @@ impl Owners {
         }
     }
 
-    /// Record `owner` for main-area block `addr` (in segment `seg`); the earlier owner if
-    /// it was reached already (then kept).
-    fn insert(&mut self, seg: SegNo, addr: BlkAddr, owner: Owner) -> Option<Owner> {
-        let off = (addr - self.main_addr) as usize % SEG;
+    /// Record `owner` for main-area block `addr` (the caller checked that it is one); the
+    /// earlier owner if it was reached already (then kept).
+    fn insert(&mut self, addr: BlkAddr, owner: Owner) -> Option<Owner> {
+        let rel = addr - self.main_addr;
+        let (seg, off) = (rel / BLOCKS_PER_SEG, (rel % BLOCKS_PER_SEG) as usize);
         let t = if self.infinite {
             self.sparse.entry(seg).or_insert_with(SegOwners::new)
         } else {
@@ -677,14 +678,14 @@ impl<'a> Checker<'a> {
 
     /// Claim a main-area block for `owner`; report double use and bad addresses.
     fn claim(&mut self, addr: BlkAddr, owner: Owner, ino: Ino) -> bool {
-        let Some(seg) = self.geo.seg_of(addr) else {
+        if self.geo.seg_of(addr).is_none() {
             self.err(
                 "inode",
                 format!("inode {ino}: {owner:?} points at block {addr:#x} outside the main area"),
             );
             return false;
-        };
-        if let Some(prev) = self.owners.insert(seg, addr, owner) {
+        }
+        if let Some(prev) = self.owners.insert(addr, owner) {
             self.err(
                 "inode",
                 format!("inode {ino}: block {addr} used twice ({prev:?} and {owner:?})"),
@@ -1604,18 +1605,14 @@ mod tests {
                 (main + far * 512 + 511, Owner::Node(u32::MAX)),
             ];
             for &(a, w) in &claims {
-                let seg = (a - main) / 512;
-                assert_eq!(o.insert(seg, a, w), None);
+                assert_eq!(o.insert(a, w), None);
             }
             assert_eq!(o.len(), 4);
             assert_eq!(
-                o.insert(1, main + 512, Owner::Node(9)),
+                o.insert(main + 512, Owner::Node(9)),
                 Some(Owner::Data { nid: 6, slot: 0 })
             );
-            assert_eq!(
-                o.insert(0, main + 511, Owner::Node(9)),
-                Some(Owner::Node(5))
-            );
+            assert_eq!(o.insert(main + 511, Owner::Node(9)), Some(Owner::Node(5)));
             assert_eq!(o.len(), 4);
             for &(a, w) in &claims {
                 assert_eq!(o.get(a), Some(w));
