@@ -2,9 +2,12 @@
 
 use crate::device;
 use flashlog_core::fsck::Severity;
+use flashlog_core::FsckStep;
 use flashlog_dev::BlockDevice;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 /// fsck(8): "operational error" — the check could not run.
 const EXIT_OPERATIONAL: u8 = 8;
@@ -19,6 +22,51 @@ pub struct Args {
     /// Only print problems (and nothing when the volume is clean).
     #[arg(long, short = 'q')]
     quiet: bool,
+    /// Show progress on stderr (the default when stderr is a terminal and --quiet is not
+    /// given): each step with what it has done of what it has to do.
+    #[arg(long)]
+    progress: bool,
+}
+
+/// Progress on stderr: on a terminal one line rewritten at most every 200 ms; otherwise a
+/// line when a step starts and ends, and every 5 s between.
+struct ProgressLine {
+    tty: bool,
+    last: Option<(FsckStep, u64, Instant)>,
+}
+
+impl ProgressLine {
+    fn show(&mut self, step: FsckStep, done: u64, total: u64) {
+        let now = Instant::now();
+        let gap = Duration::from_millis(if self.tty { 200 } else { 5000 });
+        if self.last.is_some_and(|(s, d, _)| s == step && d == done) {
+            return; // told twice (a step's end)
+        }
+        let edge = done >= total || self.last.is_none_or(|(s, _, _)| s != step);
+        if !edge
+            && self
+                .last
+                .is_some_and(|(_, _, t)| now.duration_since(t) < gap)
+        {
+            return;
+        }
+        let (what, unit) = step.describe();
+        let pct = (done * 100).checked_div(total).unwrap_or(100).min(100);
+        let line = format!("flashlog fsck: {what}: {done} of {total} {unit} ({pct} %)");
+        if self.tty {
+            eprint!("\r\x1b[K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+        self.last = Some((step, done, now));
+    }
+
+    /// Clear a terminal's line before the report.
+    fn finish(&self) {
+        if self.tty && self.last.is_some() {
+            eprint!("\r\x1b[K");
+        }
+    }
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -92,7 +140,17 @@ fn check(a: &Args) -> anyhow::Result<ExitCode> {
     // A volume that is not Flashlog at all is an operational error, not a finding.
     let sb = flashlog_core::checkpoint::read_superblock(&*dev)
         .map_err(|e| device::explain(&a.target, e))?;
-    let report = flashlog_core::fsck(&*dev).map_err(|e| match e {
+    let tty = std::io::stderr().is_terminal();
+    let mut line = (a.progress || (tty && !a.quiet)).then_some(ProgressLine { tty, last: None });
+    let report = flashlog_core::fsck_with_progress(&*dev, &mut |step, done, total| {
+        if let Some(l) = line.as_mut() {
+            l.show(step, done, total);
+        }
+    });
+    if let Some(l) = &line {
+        l.finish();
+    }
+    let report = report.map_err(|e| match e {
         // The check could not start: "cannot check IMG: not enough memory: ...".
         flashlog_core::Error::NoMemory(_) => anyhow::anyhow!("{e}; {}", device::NO_MEMORY_HINT),
         e => device::explain(&a.target, e),

@@ -119,3 +119,58 @@ fn fsck_says_a_crash_after_a_checkpoint_left_nothing_to_recover() {
     assert_eq!(v["roll_forward_pending"], false, "{v}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `fsck --progress` tells each step on stderr from 0 to 100 % (on a terminal by default;
+/// here stderr is a pipe, so only when asked), and changes nothing else: the same report on
+/// stdout, the same exit code. Without it, and not on a terminal, stderr stays empty.
+#[test]
+fn fsck_progress_tells_every_step_and_changes_no_report() {
+    let d = scratch("progress");
+    let img = d.join("v.img");
+    let s = img.to_str().unwrap();
+    assert!(flashlog(&["mkfs", "--size", "256M", s]).status.success());
+    {
+        let fs = Fs::mount(
+            Arc::new(FileDevice::open(&img, false).unwrap()),
+            MountOptions::default(),
+        )
+        .unwrap();
+        for i in 0..5000 {
+            fs.write_file(&format!("/f{i}"), b"x").unwrap();
+        }
+        fs.unmount().unwrap();
+    }
+    let plain = flashlog(&["fsck", s]);
+    let with = flashlog(&["fsck", "--progress", s]);
+    assert_eq!(plain.status.code(), Some(0), "{}", stdout(&plain));
+    assert_eq!(with.status.code(), Some(0));
+    assert_eq!(
+        stdout(&plain),
+        stdout(&with),
+        "--progress changed the report"
+    );
+    assert!(
+        plain.stderr.is_empty(),
+        "progress without --progress on a pipe: {}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let err = String::from_utf8_lossy(&with.stderr).into_owned();
+    for step in [
+        "reading the NAT",
+        "reading the SIT",
+        "walking the tree",
+        "checking segment usage",
+    ] {
+        let lines: Vec<&str> = err.lines().filter(|l| l.contains(step)).collect();
+        assert!(
+            lines.first().is_some_and(|l| l.ends_with("(0 %)"))
+                && lines.last().is_some_and(|l| l.ends_with("(100 %)")),
+            "{step}: {lines:?}\n{err}"
+        );
+    }
+    assert!(
+        err.contains("walking the tree: 5001 of 5001 inodes (100 %)"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -491,6 +491,7 @@ struct Checker<'a> {
     /// Nids reached through inodes: a bit per nid of the volume (8 MiB at 2^26 nids).
     reached_nids: Vec<u64>,
     subdirs: HashMap<Ino, u32>,
+    progress: &'a mut dyn FnMut(FsckStep, u64, u64),
 }
 
 /// What the tree walk keeps of an inode that directory entries name (12 bytes; it kept the
@@ -566,6 +567,19 @@ impl<'a> Checker<'a> {
         self.add(Severity::Error, area, message)
     }
 
+    /// One more inode walked.
+    fn tree_tick(&mut self) {
+        let n = self.report.files + self.report.directories;
+        self.tick(FsckStep::Tree, n, self.cp.valid_inodes.max(n));
+    }
+
+    /// Tell the progress display, at a step's ends and every 4,096 units.
+    fn tick(&mut self, step: FsckStep, done: u64, total: u64) {
+        if done % 4096 == 0 || done == total {
+            (self.progress)(step, done, total);
+        }
+    }
+
     /// The ACL invariants of docs/FORMAT.md ("POSIX ACLs"): a stored ACL decodes, a default
     /// ACL sits on a directory (errors); an access ACL agrees with the mode bits and says
     /// more than they do (a warning: volumes written before ACL support kept ACLs opaque, and
@@ -622,6 +636,7 @@ impl<'a> Checker<'a> {
         let g = self.geo.clone();
         let mut nat: Vec<Option<Box<[NatEntry]>>> = vec![None; g.nat_blocks as usize];
         for i in 0..g.nat_blocks {
+            self.tick(FsckStep::Nat, i, g.nat_blocks);
             let copy = test_bit(&self.cp.nat_bitmap, i as usize) as u8;
             let Some(b) = self.read(g.nat_block_addr(i, copy)) else {
                 continue;
@@ -636,6 +651,7 @@ impl<'a> Checker<'a> {
                 Err(e) => self.err("nat", format!("NAT block {i} (copy {copy}): {e}")),
             }
         }
+        self.tick(FsckStep::Nat, g.nat_blocks, g.nat_blocks);
         self.nat = nat;
     }
 
@@ -643,6 +659,7 @@ impl<'a> Checker<'a> {
         let g = self.geo.clone();
         let mut sit = Sit::new(g.main_segments as usize);
         for i in 0..g.sit_blocks {
+            self.tick(FsckStep::Sit, i, g.sit_blocks);
             let copy = test_bit(&self.cp.sit_bitmap, i as usize) as u8;
             let Some(b) = self.read(g.sit_block_addr(i, copy)) else {
                 continue;
@@ -659,6 +676,7 @@ impl<'a> Checker<'a> {
                 Err(e) => self.err("sit", format!("SIT block {i} (copy {copy}): {e}")),
             }
         }
+        self.tick(FsckStep::Sit, g.sit_blocks, g.sit_blocks);
         self.sit = sit;
     }
 
@@ -885,6 +903,7 @@ impl<'a> Checker<'a> {
     }
 
     fn check_tree(&mut self) {
+        self.tick(FsckStep::Tree, 0, self.cp.valid_inodes);
         let seed = self.sb.hash_seed;
         let mut queue = VecDeque::from([(ROOT_INO, ROOT_INO)]);
         let mut seen_dirs = HashSet::new();
@@ -908,6 +927,7 @@ impl<'a> Checker<'a> {
                 continue;
             };
             self.report.directories += 1;
+            self.tree_tick();
             if hdr.mode & crate::cell::libc_mode::S_IFMT != crate::cell::libc_mode::S_IFDIR {
                 self.err(
                     "dir",
@@ -1003,6 +1023,7 @@ impl<'a> Checker<'a> {
             return;
         };
         self.report.files += 1;
+        self.tree_tick();
         let mode_type = match hdr.mode & crate::cell::libc_mode::S_IFMT {
             crate::cell::libc_mode::S_IFREG => fdir::ftype::REG,
             crate::cell::libc_mode::S_IFLNK => fdir::ftype::LNK,
@@ -1121,6 +1142,7 @@ impl<'a> Checker<'a> {
         // Taken out while `err` borrows `self`; put back below.
         let owners = std::mem::take(&mut self.owners);
         for seg in 0..g.main_segments {
+            self.tick(FsckStep::Segments, seg, g.main_segments);
             total_valid += self.sit.valid(seg) as u64;
             let table = owners.seg(seg);
             if table.is_none() && self.sit.bitmaps[seg as usize].is_none() {
@@ -1214,6 +1236,7 @@ impl<'a> Checker<'a> {
                 );
             }
         }
+        self.tick(FsckStep::Segments, g.main_segments, g.main_segments);
         self.owners = owners;
         let reachable = self.owners.len();
         if total_valid != reachable {
@@ -1468,8 +1491,43 @@ fn hash_fits(idx: u64, h: u32, depth: u32) -> bool {
     (0..depth.min(fdir::MAX_DEPTH)).any(|l| fdir::bucket_blocks(l, h).contains(&idx))
 }
 
+/// The step a check is in, for a progress display ([`fsck_with_progress`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsckStep {
+    /// Reading the NAT (`done` and `total` count its blocks).
+    Nat,
+    /// Reading the SIT (blocks).
+    Sit,
+    /// Walking the directory tree (inodes; `total` is the checkpoint's count, which a
+    /// damaged volume may not reach or may pass).
+    Tree,
+    /// Comparing the reachable blocks with the SIT and the summaries (segments).
+    Segments,
+}
+
+impl FsckStep {
+    /// What the step does, for people; `unit` names what `done` and `total` count.
+    pub fn describe(self) -> (&'static str, &'static str) {
+        match self {
+            FsckStep::Nat => ("reading the NAT", "blocks"),
+            FsckStep::Sit => ("reading the SIT", "blocks"),
+            FsckStep::Tree => ("walking the tree", "inodes"),
+            FsckStep::Segments => ("checking segment usage", "segments"),
+        }
+    }
+}
+
 /// Check the volume on `dev`. `Err` means the check could not run at all (exit code 8).
 pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
+    fsck_with_progress(dev, &mut |_, _, _| {})
+}
+
+/// [`fsck`], telling `progress` (step, done, total) as it goes: at the start and end of each
+/// step and every 4,096 units between (a display throttles it further by time).
+pub fn fsck_with_progress(
+    dev: &dyn BlockDevice,
+    progress: &mut dyn FnMut(FsckStep, u64, u64),
+) -> Result<FsckReport> {
     let mut report = FsckReport::default();
     let sb = match read_superblock(dev) {
         Ok(sb) => sb,
@@ -1551,6 +1609,7 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
         inodes: HashMap::new(),
         reached_nids: Vec::new(),
         subdirs: HashMap::new(),
+        progress,
     };
     c.load_nat();
     if !c.geo.infinite {
@@ -1559,6 +1618,8 @@ pub fn fsck(dev: &dyn BlockDevice) -> Result<FsckReport> {
     c.check_walk_memory()?;
     c.reached_nids = vec![0; (c.geo.max_nid as usize).div_ceil(64)];
     c.check_tree();
+    let walked = c.report.files + c.report.directories;
+    (c.progress)(FsckStep::Tree, walked, walked);
     c.check_links();
     c.check_orphans();
     c.check_nat_leaks();

@@ -76,5 +76,5 @@ pub use fs::{
     Attr, Creator, Fs, RenameFlags, SetAttr, StatFs, TimeSet, XattrMode, WHITEOUT_DEV,
     WHITEOUT_MODE,
 };
-pub use fsck::{fsck, FsckReport};
+pub use fsck::{fsck, fsck_with_progress, FsckReport, FsckStep};
 pub use stats::Counters;
