@@ -654,26 +654,21 @@ impl SegManager {
                 if seg >= nsegs {
                     break;
                 }
+                if *e == SitEntry::default() {
+                    // A free segment no head wrote: the zeroed entry already says so, and
+                    // its page of the table stays unmapped.
+                    continue;
+                }
                 let se = &m.segs[seg];
-                // Only what differs from the zeroed entry is stored, so that a free
-                // segment's page of the table stays unmapped.
-                if e.valid != 0 {
-                    se.valid.store(e.valid as u32, Ordering::Relaxed);
-                }
-                if e.mtime != 0 {
-                    se.mtime.store(e.mtime, Ordering::Relaxed);
-                }
-                if e.class != 0xff {
-                    se.set_class(e.class);
-                }
+                se.valid.store(e.valid as u32, Ordering::Relaxed);
+                se.mtime.store(e.mtime, Ordering::Relaxed);
+                se.set_class(e.class);
                 for w in 0..WORDS {
                     let mut a = [0u8; 8];
                     a.copy_from_slice(&e.bitmap[w * 8..w * 8 + 8]);
                     let v = u64::from_le_bytes(a);
-                    if v != 0 {
-                        se.bitmap[w].store(v, Ordering::Relaxed);
-                        se.ckpt[w].store(v, Ordering::Relaxed);
-                    }
+                    se.bitmap[w].store(v, Ordering::Relaxed);
+                    se.ckpt[w].store(v, Ordering::Relaxed);
                 }
             }
         }

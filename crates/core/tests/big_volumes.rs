@@ -13,6 +13,8 @@
 //! NAT entries in use (a dense table of up to 2^26 nids, resident only where used): no
 //! size over 1 TiB runs here.
 
+mod common;
+
 use flashlog_core::fsck::{fsck, Severity};
 use flashlog_core::*;
 use flashlog_dev::{BlockDevice, FileDevice};
@@ -249,17 +251,6 @@ fn big_volume_from_env() {
     );
 }
 
-/// This process's resident memory in bytes (`VmRSS` of /proc/self/status).
-fn resident() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS in /proc/self/status");
-    kb << 10
-}
-
 /// A mount makes resident what the volume uses, not its whole tables: the NAT is a dense
 /// table (13 bytes per nid, 2^26 nids from 256 GiB up: 832 MiB) and the segment table has an
 /// entry per segment (144 bytes: 275 MiB at 4 TiB). Both were built element by element, so
@@ -282,9 +273,9 @@ fn a_mount_keeps_only_the_used_part_of_its_tables_resident() {
         "2^26 nids and 2 million segments expected: {geo:?}"
     );
     for round in 0..2 {
-        let before = resident();
+        let before = common::resident_bytes();
         let fs = Fs::mount(dev.clone(), MountOptions::default()).unwrap();
-        let grown = resident().saturating_sub(before);
+        let grown = common::resident_bytes().saturating_sub(before);
         eprintln!(
             "mount {round}: resident memory grew {} MiB (NAT and segment table {} MiB)",
             grown >> 20,

@@ -67,17 +67,6 @@ fn cpu_ms() -> f64 {
     ts.sec as f64 * 1e3 + ts.nsec as f64 / 1e6
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 /// Heap in use by the file system: the heap less the RAM device's chunks.
 fn fs_heap_mib(ram: &RamDevice) -> f64 {
     (common::heap_in_use() as f64 - ram.resident_bytes() as f64) / (1 << 20) as f64
@@ -226,7 +215,7 @@ fn measure_big_directory() {
         sf1.files_free,
         fs_heap_mib(&ram),
         dir_cell_pages(&fs, d),
-        rss_kib() / 1024
+        common::resident_bytes() >> 20
     );
     let t = Instant::now();
     let es = fs.readdir(d, 0, 128).unwrap();
@@ -267,7 +256,7 @@ fn measure_many_files_memory() {
             fs_heap_mib(&ram),
             fs.inner().cells.len(),
             fs.inner().cells.gone_len(),
-            rss_kib() / 1024,
+            common::resident_bytes() >> 20,
             ram.resident_bytes() >> 20,
             fs.statfs().files_free,
             fs.statfs().blocks_free,

@@ -81,7 +81,7 @@ fn bdi_dir(mountpoint: &Path) -> std::io::Result<std::path::PathBuf> {
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
             let fstype = l.split(" - ").nth(1)?.split(' ').next()?;
-            (fstype.starts_with("fuse") && Path::new(&unescape_mountinfo(f.get(4)?)) == want)
+            (fstype.starts_with("fuse") && mountinfo_path(f.get(4)?) == want)
                 .then(|| f[2].to_string())
         })
         .next()
@@ -91,9 +91,11 @@ fn bdi_dir(mountpoint: &Path) -> std::io::Result<std::path::PathBuf> {
         })
 }
 
-/// mountinfo escapes space, tab, newline and backslash as \ooo.
-fn unescape_mountinfo(s: &str) -> String {
-    String::from_utf8_lossy(&unescape_mountinfo_bytes(s)).into_owned()
+/// A path field of /proc/self/mountinfo (escapes undone; its bytes as they are, so that a
+/// mount point that is not UTF-8 compares equal to itself).
+fn mountinfo_path(s: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    std::ffi::OsString::from_vec(unescape_mountinfo_bytes(s)).into()
 }
 
 /// A field of /proc/self/mountinfo with its `\ooo` escapes undone (the core's reader,
@@ -112,18 +114,19 @@ fn set_bdi_max_ratio(mountpoint: &Path, ratio: u32) -> std::io::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::unescape_mountinfo;
+    use super::mountinfo_path;
+    use std::path::Path;
 
     #[test]
     fn mountinfo_paths() {
-        assert_eq!(unescape_mountinfo("/mnt/a\\040b"), "/mnt/a b");
-        assert_eq!(unescape_mountinfo("/x\\134y\\011z"), "/x\\y\tz");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(mountinfo_path("/mnt/a\\040b"), Path::new("/mnt/a b"));
+        assert_eq!(mountinfo_path("/x\\134y\\011z"), Path::new("/x\\y\tz"));
+        assert_eq!(mountinfo_path("/plain"), Path::new("/plain"));
         // Not an escape: left as is (and no panic at the end of the string).
-        assert_eq!(unescape_mountinfo("/a\\04"), "/a\\04");
-        assert_eq!(unescape_mountinfo("\\"), "\\");
+        assert_eq!(mountinfo_path("/a\\04"), Path::new("/a\\04"));
+        assert_eq!(mountinfo_path("\\"), Path::new("\\"));
         // Past \377 it is no byte: kept (it overflowed a u8 before, a panic in a debug
         // build, a wrong byte in release).
-        assert_eq!(unescape_mountinfo("/a\\777b"), "/a\\777b");
+        assert_eq!(mountinfo_path("/a\\777b"), Path::new("/a\\777b"));
     }
 }

@@ -521,6 +521,17 @@ extern "C" {
     fn mallinfo2() -> MallInfo2;
 }
 
+/// This process's resident memory in bytes (`VmRSS` of /proc/self/status).
+pub fn resident_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status");
+    kib << 10
+}
+
 /// Heap bytes in use by the whole process (glibc: small/medium chunks plus mmapped ones).
 pub fn heap_in_use() -> u64 {
     let m = unsafe { mallinfo2() };
