@@ -1,5 +1,6 @@
 //! Closed-form expectations the emulator is validated against: the Lambert-W write
-//! amplification of greedy/FIFO GC under uniform random writes (reference/ssd-emulator.md §3),
+//! amplification of greedy/FIFO GC and that of random victims under uniform random writes
+//! (reference/ssd-emulator.md §3),
 //! the reserve correction for lines held back from the spare pool, and the bandwidth/latency
 //! a configuration implies (derived in docs/EMULATOR.md).
 //!
@@ -11,7 +12,7 @@
 
 use serde::Serialize;
 
-use crate::config::{SsdConfig, MAP_UNIT};
+use crate::config::{SsdConfig, VictimKind, MAP_UNIT};
 
 /// Principal branch of the Lambert W function on [−1/e, 0] (Halley iteration).
 pub fn lambert_w0(x: f64) -> f64 {
@@ -50,6 +51,28 @@ pub fn lambert_w0(x: f64) -> f64 {
 pub fn waf_greedy(rho: f64) -> f64 {
     let a = 1.0 + rho;
     a / (a + lambert_w0(-a * (-a).exp()))
+}
+
+/// WAF of random victim selection under uniform random writes at overprovisioning ρ:
+/// (1 + ρ)/ρ. A line drawn uniformly holds the average valid share of the lines, U/T =
+/// 1/(1 + ρ), at every line size; each collection frees the rest (Hu et al., SYSTOR '09;
+/// Van Houdt, SIGMETRICS '13).
+pub fn waf_random(rho: f64) -> f64 {
+    (1.0 + rho) / rho
+}
+
+/// The closed form for a victim policy at overprovisioning ρ: `waf_random` for random
+/// selection (and d-choices with d = 1, the same policy); the Lambert-W form for FIFO (exact
+/// at every line size), greedy (its limit as lines grow; below it for small lines) and
+/// cost-benefit (at or just below it in the reference's simulation); NaN for d-choices with
+/// d >= 2, which has no closed form (Van Houdt's mean field is a fixed point solved
+/// numerically; measured, it runs from random at d = 1 to greedy near d = 30).
+pub fn waf_model(policy: VictimKind, rho: f64) -> f64 {
+    match policy {
+        VictimKind::Random | VictimKind::DChoices(1) => waf_random(rho),
+        VictimKind::Greedy | VictimKind::CostBenefit | VictimKind::Fifo => waf_greedy(rho),
+        VictimKind::DChoices(_) => f64::NAN,
+    }
 }
 
 /// Lines held back from the spare pool by the page FTL's GC trigger "GC while free lines

@@ -64,7 +64,8 @@ pub struct SsdArgs {
     /// virtual (deterministic, fast) or wall (real time, threads sleep).
     #[arg(long, default_value = "virtual")]
     pub clock: String,
-    /// GC victim policy: greedy or cost-benefit.
+    /// GC victim policy: greedy, cost-benefit, fifo, random, d-choices (d = log2 of the
+    /// line count) or d-choices:D.
     #[arg(long)]
     pub policy: Option<String>,
     /// Page contents: none, ram or file:PATH.
@@ -116,7 +117,9 @@ pub struct Report {
     /// Emulator speed: requests per host second.
     pub emulator_ops_per_s: f64,
     pub waf: f64,
-    /// Lambert-W model at the effective OP (uniform random writes over the used range).
+    /// The policy's closed form at the effective OP (uniform random writes over the used
+    /// range; `analytic::waf_model`): (1+ρ)/ρ for random victims, Lambert-W for greedy,
+    /// FIFO and cost-benefit, NaN (none) for d-choices with d >= 2.
     pub model_waf: f64,
     pub effective_op: f64,
     pub measured_effective_op: f64,
@@ -379,7 +382,7 @@ fn build_report(
             cfg.ftl,
             crate::config::FtlKind::Page | crate::config::FtlKind::Interval(_)
         ) {
-            analytic::waf_greedy(eff)
+            analytic::waf_model(cfg.gc.policy, eff)
         } else {
             f64::NAN
         },
@@ -425,6 +428,7 @@ fn print_table(r: &Report) {
             ),
         ),
         ("lines", format!("{} × {}", r.lines, mib(r.line_bytes))),
+        ("GC victim policy", r.policy.name()),
         ("requests", r.ops.to_string()),
         ("device time", format!("{:.4} s", r.elapsed_s)),
         (

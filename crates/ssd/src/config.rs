@@ -159,18 +159,56 @@ pub enum VictimKind {
     Greedy,
     /// Largest (1−u)·age/(1+u) (Rosenblum & Ousterhout), age in host writes.
     CostBenefit,
+    /// Oldest sealed line (MQSim's `FIFO`).
+    Fifo,
+    /// A sealed line drawn uniformly (MQSim's `RANDOM`).
+    Random,
+    /// Fewest valid pages of `d` lines drawn uniformly (MQSim's `RGA`, "randomized greedy");
+    /// 0: log2 of the line count, MQSim's default.
+    DChoices(u32),
 }
 
 impl VictimKind {
     pub fn parse(s: &str) -> Result<Self, ConfigError> {
+        let bad = |why: String| ConfigError::BadValue {
+            key: "gc.policy".into(),
+            value: s.into(),
+            why,
+        };
         match s {
             "greedy" => Ok(VictimKind::Greedy),
             "cost-benefit" | "cb" => Ok(VictimKind::CostBenefit),
-            _ => Err(ConfigError::BadValue {
-                key: "gc.policy".into(),
-                value: s.into(),
-                why: "expected greedy or cost-benefit".into(),
-            }),
+            "fifo" => Ok(VictimKind::Fifo),
+            "random" => Ok(VictimKind::Random),
+            "d-choices" | "rga" => Ok(VictimKind::DChoices(0)),
+            _ => {
+                let d = s
+                    .strip_prefix("d-choices:")
+                    .or_else(|| s.strip_prefix("rga:"))
+                    .ok_or_else(|| {
+                        bad("expected greedy, cost-benefit, fifo, random, d-choices or \
+                             d-choices:D"
+                            .into())
+                    })?;
+                match d.parse::<u32>() {
+                    Ok(d) if (1..=1024).contains(&d) => Ok(VictimKind::DChoices(d)),
+                    _ => Err(bad(format!(
+                        "d-choices:D takes a number of lines to draw from 1 to 1024, got {d:?}"
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// The name `parse` reads back.
+    pub fn name(&self) -> String {
+        match self {
+            VictimKind::Greedy => "greedy".into(),
+            VictimKind::CostBenefit => "cost-benefit".into(),
+            VictimKind::Fifo => "fifo".into(),
+            VictimKind::Random => "random".into(),
+            VictimKind::DChoices(0) => "d-choices".into(),
+            VictimKind::DChoices(d) => format!("d-choices:{d}"),
         }
     }
 }
@@ -970,6 +1008,22 @@ mod tests {
         c.set_kv("read_4k_ns=10us,20us").unwrap();
         assert_eq!(c.timing.read_4k_ns, vec![10_000, 20_000]);
         c.set_kv("channel_bytes_per_s=800MiB").unwrap();
+        c.set_kv("gc_policy=cost-benefit").unwrap();
+        for p in [
+            "greedy",
+            "cost-benefit",
+            "fifo",
+            "random",
+            "d-choices",
+            "d-choices:7",
+        ] {
+            c.set_kv(&format!("gc_policy={p}")).unwrap();
+            assert_eq!(c.gc.policy.name(), p);
+        }
+        assert_eq!(VictimKind::parse("rga:3").unwrap(), VictimKind::DChoices(3));
+        for bad in ["d-choices:0", "d-choices:x", "rga:2000", "lru", ""] {
+            assert!(VictimKind::parse(bad).is_err(), "{bad}");
+        }
         c.set_kv("gc_policy=cost-benefit").unwrap();
         c.set_kv("store=file:/tmp/x").unwrap();
         assert!(c.set_kv("bogus=1").is_err());

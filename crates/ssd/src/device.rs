@@ -40,8 +40,8 @@ use parking_lot::Mutex;
 use crate::config::{ClockKind, ConfigError, FtlKind, SsdConfig, StoreKind, VictimKind};
 use crate::engine::{Engine, EngineError};
 use crate::ftl::{
-    CostBenefit, CoupledFtl, Ftl, FtlError, FtlStats, Greedy, IntervalMap, PageFtl, VictimPolicy,
-    ZonedFtl,
+    CostBenefit, CoupledFtl, DChoices, Fifo, Ftl, FtlError, FtlStats, Greedy, IntervalMap, PageFtl,
+    Random, VictimPolicy, ZonedFtl,
 };
 use crate::locks::{LockMeter, LockStats, Metered};
 use crate::stats::{LatencyStats, MemoryStats, OpKind, Recorder, SsdStats};
@@ -49,6 +49,9 @@ use crate::store::Store;
 
 /// Recorder shards (see `SsdDevice::recs`).
 const RECORDER_SHARDS: usize = 16;
+/// Seed of the sampled victim policies (`random`, `d-choices`): fixed, so that a run on the
+/// virtual clock repeats exactly.
+const VICTIM_SEED: u64 = 0x5eed_f1a5_4109;
 
 static NEXT_THREAD_SLOT: AtomicU64 = AtomicU64::new(0);
 
@@ -140,6 +143,12 @@ impl SsdDevice {
         let policy: Box<dyn VictimPolicy> = match cfg.gc.policy {
             VictimKind::Greedy => Box::new(Greedy),
             VictimKind::CostBenefit => Box::new(CostBenefit),
+            VictimKind::Fifo => Box::new(Fifo),
+            VictimKind::Random => Box::new(Random::new(VICTIM_SEED)),
+            VictimKind::DChoices(d) => {
+                let lines = u32::try_from(cfg.geometry.lines()).unwrap_or(u32::MAX);
+                Box::new(DChoices::new(d, lines, VICTIM_SEED))
+            }
         };
         let ftl: Box<dyn Ftl> = match &cfg.ftl {
             FtlKind::Page => Box::new(PageFtl::new(&cfg, policy)),

@@ -1,7 +1,8 @@
 //! The FTL plug-in point: the [`Ftl`] trait every flash translation layer implements, and the
 //! building blocks they share: logical/physical page numbers, the [`LineTable`] (superblock
-//! states, valid counts, free list, greedy buckets), the [`VictimPolicy`] trait with greedy and
-//! cost-benefit policies, the device-event queue, FTL errors and statistics.
+//! states, valid counts, free list, greedy buckets), the [`VictimPolicy`] trait with greedy,
+//! cost-benefit, FIFO, random and d-choices policies, the device-event queue, FTL errors
+//! and statistics.
 //!
 //! One folder, one file per FTL: `page` (page mapping, NVMeVirt's conventional FTL), `zoned`
 //! (ZNS-style block-mapped zones, no device GC), `coupled` (D2FS coupled GC with migration
@@ -555,6 +556,136 @@ impl VictimPolicy for CostBenefit {
             }
         }
         best.map(|(_, l)| l)
+    }
+}
+
+/// Oldest sealed line first (first in, first out), by the host-write clock at sealing; lines
+/// sealed at the same count (a GC burst) go lowest-numbered first. A line with no invalid
+/// page is passed over (collecting it frees nothing, and the FTLs refuse such a victim).
+/// Under uniform random writes its WAF is the Lambert-W closed form at every line size
+/// (`analytic::waf_greedy`), the limit greedy reaches only as lines grow
+/// (reference/ssd-emulator.md §3). O(lines).
+#[derive(Debug, Default)]
+pub struct Fifo;
+
+impl VictimPolicy for Fifo {
+    fn name(&self) -> &'static str {
+        "fifo"
+    }
+    fn select(&mut self, lines: &LineTable, _now_seq: u64) -> Option<LineId> {
+        lines
+            .sealed_lines()
+            .min_by_key(|&l| (lines.sealed_at(l), l.0))
+    }
+}
+
+/// splitmix64: the sampled policies' generator (deterministic, a fixed seed per policy).
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0; the bias of the multiply-shift is below 2^-32 for any
+    /// line count).
+    fn below(&mut self, n: u32) -> u32 {
+        (((self.next() >> 32) * u64::from(n)) >> 32) as u32
+    }
+}
+
+/// A sealed line with at least one invalid page: one that collecting frees something.
+fn reclaimable(lines: &LineTable, l: LineId) -> bool {
+    lines.state(l) == LineState::Sealed && lines.vpc(l) < lines.slots_per_line()
+}
+
+/// A reclaimable line drawn uniformly (rejection sampling over the line numbers, so every
+/// one is equally likely whatever the others' states). After 64 misses, when such lines are
+/// a small share of all, the first one at or after a random start.
+fn random_reclaimable(lines: &LineTable, rng: &mut SplitMix) -> Option<LineId> {
+    let n = lines.lines();
+    if lines.sealed_count() == 0 || n == 0 {
+        return None;
+    }
+    for _ in 0..64 {
+        let l = LineId(rng.below(n));
+        if reclaimable(lines, l) {
+            return Some(l);
+        }
+    }
+    let start = rng.below(n);
+    (0..n)
+        .map(|i| LineId((start + i) % n))
+        .find(|&l| reclaimable(lines, l))
+}
+
+/// A sealed line with an invalid page, chosen uniformly at random (MQSim's `RANDOM_P`; its
+/// `RANDOM` may also draw a fully valid block, which these FTLs refuse as a victim): the
+/// baseline every other policy is measured against. Under uniform random writes its WAF is
+/// near `(1 + ρ)/ρ` (`analytic::waf_random`), a victim holding about the average valid
+/// share; a little below it, since the fully valid lines GC has just sealed are never drawn.
+#[derive(Debug)]
+pub struct Random(SplitMix);
+
+impl Random {
+    pub fn new(seed: u64) -> Self {
+        Random(SplitMix(seed))
+    }
+}
+
+impl VictimPolicy for Random {
+    fn name(&self) -> &'static str {
+        "random"
+    }
+    fn select(&mut self, lines: &LineTable, _now_seq: u64) -> Option<LineId> {
+        random_reclaimable(lines, &mut self.0)
+    }
+}
+
+/// Randomized greedy, d-choices (MQSim's `RGA`, Van Houdt SIGMETRICS '13): of `d` lines
+/// drawn as `Random` draws (with replacement), the one with the fewest valid pages. d = 1 is
+/// `Random`; as d grows it approaches greedy (d ≈ 30 is greedy in Van Houdt's mean field)
+/// at O(d) a choice instead of greedy's sorted state.
+#[derive(Debug)]
+pub struct DChoices {
+    d: u32,
+    rng: SplitMix,
+}
+
+impl DChoices {
+    /// `d` = 0 picks MQSim's default for the table, log2 of its line count (at least 1).
+    pub fn new(d: u32, lines: u32, seed: u64) -> Self {
+        let d = if d == 0 { lines.max(2).ilog2() } else { d };
+        DChoices {
+            d,
+            rng: SplitMix(seed),
+        }
+    }
+
+    pub fn d(&self) -> u32 {
+        self.d
+    }
+}
+
+impl VictimPolicy for DChoices {
+    fn name(&self) -> &'static str {
+        "d-choices"
+    }
+    fn select(&mut self, lines: &LineTable, _now_seq: u64) -> Option<LineId> {
+        let mut best = random_reclaimable(lines, &mut self.rng)?;
+        for _ in 1..self.d {
+            if let Some(l) = random_reclaimable(lines, &mut self.rng) {
+                if lines.vpc(l) < lines.vpc(best) {
+                    best = l;
+                }
+            }
+        }
+        Some(best)
     }
 }
 
