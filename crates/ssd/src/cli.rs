@@ -118,8 +118,8 @@ pub struct Report {
     pub emulator_ops_per_s: f64,
     pub waf: f64,
     /// The policy's closed form at the effective OP (uniform random writes over the used
-    /// range; `analytic::waf_model`): (1+ρ)/ρ for random victims, Lambert-W for greedy,
-    /// FIFO and cost-benefit, NaN (none) for d-choices with d >= 2.
+    /// range; `analytic::waf_model`): Lambert-W for greedy, FIFO and cost-benefit, the
+    /// mean field for random and d-choices.
     pub model_waf: f64,
     pub effective_op: f64,
     pub measured_effective_op: f64,
@@ -382,7 +382,12 @@ fn build_report(
             cfg.ftl,
             crate::config::FtlKind::Page | crate::config::FtlKind::Interval(_)
         ) {
-            analytic::waf_model(cfg.gc.policy, eff)
+            analytic::waf_model(
+                cfg.gc.policy,
+                eff,
+                cfg.geometry.slots_per_line() as u32,
+                u32::try_from(cfg.geometry.lines()).unwrap_or(u32::MAX),
+            )
         } else {
             f64::NAN
         },

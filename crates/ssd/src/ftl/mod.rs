@@ -647,6 +647,11 @@ impl VictimPolicy for Random {
     }
 }
 
+/// d-choices' number of draws when none is given: MQSim's default, log2 of the line count.
+pub fn default_choices(lines: u32) -> u32 {
+    lines.max(2).ilog2()
+}
+
 /// Randomized greedy, d-choices (MQSim's `RGA`, Van Houdt SIGMETRICS '13): of `d` lines
 /// drawn as `Random` draws (with replacement), the one with the fewest valid pages. d = 1 is
 /// `Random`; as d grows it approaches greedy (d ≈ 30 is greedy in Van Houdt's mean field)
@@ -660,7 +665,7 @@ pub struct DChoices {
 impl DChoices {
     /// `d` = 0 picks MQSim's default for the table, log2 of its line count (at least 1).
     pub fn new(d: u32, lines: u32, seed: u64) -> Self {
-        let d = if d == 0 { lines.max(2).ilog2() } else { d };
+        let d = if d == 0 { default_choices(lines) } else { d };
         DChoices {
             d,
             rng: SplitMix(seed),
