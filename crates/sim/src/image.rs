@@ -40,7 +40,8 @@ pub fn sim_mount_options(gc: flashlog_core::GcPolicy) -> MountOptions {
 
 /// mkfs of the base volume for `mlogs` log partitions: the smallest power-of-two size mkfs
 /// accepts for the count (64 MiB for one; each mlog has its own log heads, each head its
-/// own section, and mkfs reserves a second set for roll-forward), at most 1 GiB.
+/// own section, and mkfs reserves a second set for roll-forward), at most 4 GiB (32 mlogs,
+/// the most mkfs makes, take 2 GiB; the RAM device is sparse).
 fn make_base(mlogs: u32) -> Result<RamDevice, String> {
     let mut blocks = crate::VOLUME_BLOCKS;
     let ram = loop {
@@ -55,7 +56,7 @@ fn make_base(mlogs: u32) -> Result<RamDevice, String> {
             },
         ) {
             Ok(_) => break ram,
-            Err(e) if blocks >= crate::VOLUME_BLOCKS << 4 => {
+            Err(e) if blocks >= crate::VOLUME_BLOCKS << 6 => {
                 return Err(format!(
                     "mkfs of a {} MiB base image with {mlogs} mlogs failed: {e}",
                     blocks >> 8
