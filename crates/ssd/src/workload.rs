@@ -84,7 +84,9 @@ impl PhaseResult {
 }
 
 /// SplitMix64: tiny, fast and seedable; good enough for uniform addresses. The one
-/// generator of the emulator's workloads, tests and examples (`Rng(seed)`).
+/// generator of the emulator's workloads, tests, examples and sampled victim policies
+/// (`Rng(seed)`).
+#[derive(Debug, Clone)]
 pub struct Rng(pub u64);
 
 impl Rng {

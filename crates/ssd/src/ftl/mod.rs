@@ -32,6 +32,7 @@ use std::collections::VecDeque;
 use serde::Serialize;
 
 use crate::flash::Flash;
+use crate::workload::Rng;
 use flashlog_dev::{DeviceEvent, WriteHint};
 
 pub use coupled::{CoupledConfig, CoupledFtl};
@@ -579,26 +580,6 @@ impl VictimPolicy for Fifo {
     }
 }
 
-/// splitmix64: the sampled policies' generator (deterministic, a fixed seed per policy).
-#[derive(Debug, Clone)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0; the bias of the multiply-shift is below 2^-32 for any
-    /// line count).
-    fn below(&mut self, n: u32) -> u32 {
-        (((self.next() >> 32) * u64::from(n)) >> 32) as u32
-    }
-}
-
 /// A sealed line with at least one invalid page: one that collecting frees something.
 fn reclaimable(lines: &LineTable, l: LineId) -> bool {
     lines.state(l) == LineState::Sealed && lines.vpc(l) < lines.slots_per_line()
@@ -607,18 +588,18 @@ fn reclaimable(lines: &LineTable, l: LineId) -> bool {
 /// A reclaimable line drawn uniformly (rejection sampling over the line numbers, so every
 /// one is equally likely whatever the others' states). After 64 misses, when such lines are
 /// a small share of all, the first one at or after a random start.
-fn random_reclaimable(lines: &LineTable, rng: &mut SplitMix) -> Option<LineId> {
+fn random_reclaimable(lines: &LineTable, rng: &mut Rng) -> Option<LineId> {
     let n = lines.lines();
     if lines.sealed_count() == 0 || n == 0 {
         return None;
     }
     for _ in 0..64 {
-        let l = LineId(rng.below(n));
+        let l = LineId(rng.below(u64::from(n)) as u32);
         if reclaimable(lines, l) {
             return Some(l);
         }
     }
-    let start = rng.below(n);
+    let start = rng.below(u64::from(n)) as u32;
     (0..n)
         .map(|i| LineId((start + i) % n))
         .find(|&l| reclaimable(lines, l))
@@ -630,11 +611,11 @@ fn random_reclaimable(lines: &LineTable, rng: &mut SplitMix) -> Option<LineId> {
 /// near `(1 + ρ)/ρ` (`analytic::waf_random`), a victim holding about the average valid
 /// share; a little below it, since the fully valid lines GC has just sealed are never drawn.
 #[derive(Debug)]
-pub struct Random(SplitMix);
+pub struct Random(Rng);
 
 impl Random {
     pub fn new(seed: u64) -> Self {
-        Random(SplitMix(seed))
+        Random(Rng(seed))
     }
 }
 
@@ -659,17 +640,14 @@ pub fn default_choices(lines: u32) -> u32 {
 #[derive(Debug)]
 pub struct DChoices {
     d: u32,
-    rng: SplitMix,
+    rng: Rng,
 }
 
 impl DChoices {
     /// `d` = 0 picks MQSim's default for the table, log2 of its line count (at least 1).
     pub fn new(d: u32, lines: u32, seed: u64) -> Self {
         let d = if d == 0 { default_choices(lines) } else { d };
-        DChoices {
-            d,
-            rng: SplitMix(seed),
-        }
+        DChoices { d, rng: Rng(seed) }
     }
 
     pub fn d(&self) -> u32 {
