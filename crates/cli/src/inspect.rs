@@ -310,7 +310,13 @@ fn render_with(
         let position = if g.infinite {
             format!("{:#x}", g.seg_start(h.seg) + u64::from(h.blkoff))
         } else {
-            format!("{:>7}  {:>6}  {:>4}", h.seg, h.blkoff, h.next_seg)
+            // Data heads reserve no next segment (`u64::MAX` on disk).
+            let next = if h.next_seg == u64::MAX {
+                "-".to_string()
+            } else {
+                h.next_seg.to_string()
+            };
+            format!("{:>7}  {:>6}  {next:>4}", h.seg, h.blkoff)
         };
         writeln!(
             out,
