@@ -24,7 +24,7 @@ use crate::analytic::{self, ExpectedPerf};
 use crate::config::{parse_fraction, parse_size, ClockKind, SsdConfig, StoreKind, VictimKind};
 use crate::device::SsdDevice;
 use crate::stats::{LatencySummary, SsdStats};
-use crate::workload::{run_phase, Pattern, Phase, PhaseResult};
+use crate::workload::{run_phase, Gaps, Pattern, Phase, PhaseResult};
 use flashlog_dev::BlockDevice;
 
 /// Options of `flashlog ssd`.
@@ -61,6 +61,14 @@ pub struct SsdArgs {
     /// Requests in flight (threads on the wall clock).
     #[arg(long, default_value_t = 32)]
     pub qd: u32,
+    /// Run the warm-up and measured phases in bursts of this many bytes, each followed by
+    /// `--idle` of idle time (a host that pauses: where idle-time GC, `--set gc_idle=1ms`,
+    /// runs). Virtual clock only. Bandwidths then count the idle time.
+    #[arg(long, value_name = "SIZE", requires = "idle")]
+    pub burst: Option<String>,
+    /// Idle time after each `--burst` (e.g. 20ms).
+    #[arg(long, value_name = "DURATION", requires = "burst")]
+    pub idle: Option<String>,
     /// virtual (deterministic, fast) or wall (real time, threads sleep).
     #[arg(long, default_value = "virtual")]
     pub clock: String,
@@ -261,6 +269,22 @@ pub fn run(a: &SsdArgs) -> anyhow::Result<()> {
         Some(s) => parse_size(s)?,
         None => 0,
     };
+    let gaps = match (&a.burst, &a.idle) {
+        (Some(b), Some(i)) => {
+            let burst = parse_size(b)?;
+            if burst < bs {
+                bail!("--burst {b} is smaller than one request ({bs} B)");
+            }
+            Some(Gaps {
+                every: burst / bs,
+                idle_ns: crate::config::parse_duration_ns(i)?,
+            })
+        }
+        _ => None,
+    };
+    if gaps.is_some() && !dev.is_virtual() {
+        bail!("--burst and --idle need the virtual clock (--clock virtual)");
+    }
     eprintln!(
         "ssd: preset {} | FTL {} | logical {} MiB, physical {} MiB, OP {:.3}, {} lines × {} KiB | clock {:?}",
         cfg.preset,
@@ -285,6 +309,7 @@ pub fn run(a: &SsdArgs) -> anyhow::Result<()> {
             bs: (128 * 1024).min(logical * 4096),
             qd: a.qd,
             seed: a.seed,
+            gaps: None,
         };
         run_logged(&dev, &p, a.quiet, "fill")?;
     }
@@ -299,6 +324,7 @@ pub fn run(a: &SsdArgs) -> anyhow::Result<()> {
         bs,
         qd: a.qd,
         seed: a.seed,
+        gaps,
     };
     if warmup > 0 {
         let mut w = measured.clone();
@@ -377,11 +403,13 @@ fn build_report(
         wall_s: r.wall_secs,
         emulator_ops_per_s: r.ops as f64 / r.wall_secs.max(1e-12),
         waf: s.waf,
-        // The closed form models page mapping under uniform random writes only.
-        model_waf: if matches!(
-            cfg.ftl,
-            crate::config::FtlKind::Page | crate::config::FtlKind::Interval(_)
-        ) {
+        // The closed form models page mapping under uniform random writes only, without
+        // idle GC (the free lines it keeps depend on the idle time).
+        model_waf: if cfg.gc.idle_ns == 0
+            && matches!(
+                cfg.ftl,
+                crate::config::FtlKind::Page | crate::config::FtlKind::Interval(_)
+            ) {
             analytic::waf_model(
                 cfg.gc.policy,
                 eff,
@@ -484,7 +512,14 @@ fn print_table(r: &Report) {
         ("NAND erases", r.stats.counters.nand_erases.to_string()),
         (
             "GC runs / pages moved",
-            format!("{} / {}", r.gc_runs, r.gc_pages_moved),
+            if r.stats.ftl.gc_idle_runs > 0 {
+                format!(
+                    "{} / {} ({} runs in idle time)",
+                    r.gc_runs, r.gc_pages_moved, r.stats.ftl.gc_idle_runs
+                )
+            } else {
+                format!("{} / {}", r.gc_runs, r.gc_pages_moved)
+            },
         ),
         (
             "WAF (measured / model)",

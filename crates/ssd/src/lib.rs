@@ -52,4 +52,4 @@ pub use ftl::{
 };
 pub use locks::{LockStats, LockSummary};
 pub use stats::{OpKind, SsdStats};
-pub use workload::{Pattern, Phase, PhaseResult};
+pub use workload::{Gaps, Pattern, Phase, PhaseResult};

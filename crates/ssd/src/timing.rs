@@ -260,6 +260,13 @@ impl NandTiming {
         end
     }
 
+    /// When the NAND side last has work: every die idle and every buffered unit programmed
+    /// (idle GC's "quiet since").
+    pub fn quiet_from(&self) -> u64 {
+        let wb = self.wbuf.as_ref().map_or(0, |w| w.last_release());
+        self.max_busy.max(wb)
+    }
+
     /// Completion of a flush issued at `t`: every die idle and every buffered unit programmed.
     pub fn flush(&self, t: u64) -> u64 {
         let wb = self.wbuf.as_ref().map_or(0, |w| w.last_release());

@@ -63,6 +63,18 @@ pub struct Phase {
     pub bs: u64,
     pub qd: u32,
     pub seed: u64,
+    /// Bursts with idle time between them (virtual clock only): None, back to back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gaps: Option<Gaps>,
+}
+
+/// A phase in bursts: after every `every` requests the driver waits until all of them have
+/// completed, then leaves the device idle for `idle_ns` before the next burst (a host that
+/// thinks between bursts: what idle-time GC, `gc_idle`, uses).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Gaps {
+    pub every: u64,
+    pub idle_ns: u64,
 }
 
 /// What a phase did.
@@ -160,6 +172,14 @@ pub fn check_phase(dev: &SsdDevice, p: &Phase) -> Result<(), String> {
     if p.qd == 0 {
         return Err("queue depth must be at least 1".into());
     }
+    if let Some(g) = p.gaps {
+        if g.every == 0 {
+            return Err("a burst between idle gaps needs at least one request".into());
+        }
+        if !dev.is_virtual() {
+            return Err("idle gaps between bursts need the virtual clock (--clock virtual)".into());
+        }
+    }
     Ok(())
 }
 
@@ -210,6 +230,14 @@ fn run_virtual(
         bytes += len as u64;
         end = end.max(timed.done_ns);
         heap.push(Reverse(timed.done_ns));
+        if let Some(g) = p.gaps {
+            if i % g.every == g.every - 1 && i + 1 < ops {
+                // The burst drains, then the device is left alone.
+                let resume = end.saturating_add(g.idle_ns);
+                heap = (0..p.qd).map(|_| Reverse(resume)).collect();
+                end = resume;
+            }
+        }
         if let Some(pb) = progress {
             if i % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
                 pb.inc(PROGRESS_EVERY);

@@ -37,6 +37,7 @@ fn phase(pattern: Pattern, blocks: u64, total: u64, bs: u64, qd: u32) -> Phase {
         bs,
         qd,
         seed: 7,
+        gaps: None,
     }
 }
 

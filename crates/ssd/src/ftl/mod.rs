@@ -159,6 +159,8 @@ pub struct FtlStats {
     /// Page FTL: victims collected on the emergency path (the host about to take the last free
     /// line), outside the write-credit pacing.
     pub gc_emergency_runs: u64,
+    /// Page FTL: victims collected by idle-time GC (`gc_idle`), in the gaps between requests.
+    pub gc_idle_runs: u64,
     /// Background work (e.g. IPLFS map compaction): runs and device time charged.
     pub background_runs: u64,
     pub background_ns: u64,

@@ -10,6 +10,15 @@
 //! are free. The emergency path (the host about to take the last free line: NVMeVirt has none
 //! and fails) collects until two lines are free; with pacing it should not run in steady state.
 //!
+//! Idle GC (`gc.idle_ns`, off by default; FEMU's background GC): at each request, if the
+//! device has been quiet (no request, every die idle) for `idle_ns` before it, the victims
+//! it would have collected in that gap are collected now, at the times they would have
+//! started: the first `idle_ns` after the quiet began, each next one when the previous one's
+//! dies are idle, as long as one starts before the request arrived, fewer lines are free
+//! than its target (`idle_free` of all lines; by default half of the spare lines) and the
+//! victim has at least 1/8 of its units invalid.
+//! The request then waits only for the victim still running when it arrived.
+//!
 //! Owns: the mapping, the victim policy, the two write pointers and the write credits.
 //!
 //! Invariants:
@@ -129,6 +138,20 @@ impl Mapping for PageMap {
     }
 }
 
+/// Free lines idle GC stops at: `gc.idle_free` of all lines, or by default half of the spare
+/// lines (physical minus logical; at least one).
+fn idle_free_lines(cfg: &SsdConfig) -> u32 {
+    let g = &cfg.geometry;
+    let lines = match cfg.gc.idle_free {
+        Some(f) => (f * g.lines() as f64).ceil() as u64,
+        None => {
+            let spare = g.physical_slots().saturating_sub(cfg.logical_blocks());
+            (spare / g.slots_per_line() / 2).max(1)
+        }
+    };
+    u32::try_from(lines).unwrap_or(u32::MAX)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stream {
     Host,
@@ -147,6 +170,12 @@ pub struct PageFtl {
     emergency_runs: u64,
     background_runs: u64,
     background_ns: u64,
+    /// Idle GC: quiet time before it starts (0: off), free lines it stops at, the latest
+    /// request seen, victims collected.
+    idle_ns: u64,
+    idle_free_lines: u32,
+    last_request: u64,
+    idle_runs: u64,
 }
 
 impl PageFtl {
@@ -172,6 +201,10 @@ impl PageFtl {
             emergency_runs: 0,
             background_runs: 0,
             background_ns: 0,
+            idle_ns: cfg.gc.idle_ns,
+            idle_free_lines: idle_free_lines(cfg),
+            last_request: 0,
+            idle_runs: 0,
         }
     }
 
@@ -224,6 +257,39 @@ impl PageFtl {
                 .ok_or(FtlError::NoReclaimableSpace {
                     free: flash.lines.free_count(),
                 })?;
+        self.collect(flash, victim, t)
+    }
+
+    /// Idle GC before a request submitted at `t` (see the module header).
+    fn idle_gc(&mut self, flash: &mut Flash, t: u64) -> Result<(), FtlError> {
+        let quiet = flash.timing.quiet_from().max(self.last_request);
+        self.last_request = self.last_request.max(t);
+        if self.idle_ns == 0 {
+            return Ok(());
+        }
+        let b = flash.slots_per_line();
+        let mut start = quiet.saturating_add(self.idle_ns);
+        while start < t && flash.lines.free_count() < self.idle_free_lines {
+            let Some(victim) = self.policy.select(&flash.lines, flash.seq) else {
+                break;
+            };
+            if b - flash.lines.vpc(victim) < b.div_ceil(8) {
+                break;
+            }
+            self.collect(flash, victim, start)?;
+            self.idle_runs += 1;
+            start = flash.timing.quiet_from().max(start);
+        }
+        Ok(())
+    }
+
+    /// Collect `victim` at time `t`; returns the invalid slots it freed.
+    fn collect(
+        &mut self,
+        flash: &mut Flash,
+        victim: crate::ftl::LineId,
+        t: u64,
+    ) -> Result<u64, FtlError> {
         let run = flash.gc_begin(victim, t)?;
         for p in run.slots(flash.slots_per_line()) {
             let Some(lpn) = flash.gc_take(&run, p) else {
@@ -332,6 +398,7 @@ impl Ftl for PageFtl {
     }
 
     fn background(&mut self, flash: &mut Flash, t: u64) -> Result<(), FtlError> {
+        self.idle_gc(flash, t)?;
         // The map answers with what is left of its stall at every request during it:
         // counted once, when a compaction moves the stall's end.
         let ns = self.map.background(t);
@@ -355,6 +422,7 @@ impl Ftl for PageFtl {
     fn stats(&self) -> FtlStats {
         let mut s = FtlStats {
             gc_emergency_runs: self.emergency_runs,
+            gc_idle_runs: self.idle_runs,
             background_runs: self.background_runs,
             background_ns: self.background_ns,
             ..FtlStats::default()
@@ -365,6 +433,7 @@ impl Ftl for PageFtl {
 
     fn reset_stats(&mut self) {
         self.emergency_runs = 0;
+        self.idle_runs = 0;
         self.background_runs = 0;
         self.background_ns = 0;
     }
