@@ -8,7 +8,8 @@
 //! appends it to its thread's log file, which is fsynced every 16 updates (group commit) and
 //! truncated at 32 MiB (less on a small volume: the logs together stay within half the space
 //! the table leaves free). The workloads run in order A, B, F, update-only on the same volume,
-//! each for `--duration` or one operation per record, whichever comes first.
+//! each for `--duration` or `--operations` (YCSB's `operationcount`; default one per
+//! record), whichever comes first.
 //!
 //! `--workloads A,F` picks workloads; `--fsync-every 1` fsyncs the log on every update (MySQL
 //! with fsync, D2FS Fig. 13/15: there the interval FTL's compaction pauses reach the
@@ -188,7 +189,11 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
         let start_s = t_start.elapsed().as_secs_f64();
         let updates = Mutex::new(Lat::default());
         let timeline = Mutex::new(Timeline::new(t_start, ctx.sample_interval()));
-        let per_thread_ops = records / threads as u64;
+        let total_ops = match ctx.args.operations {
+            0 => records,
+            n => n,
+        };
+        let per_thread_ops = total_ops.div_ceil(threads as u64);
         let (ops, secs, rlat, err) = run_workers(threads, ctx.duration(), |t, stop, rlat| {
             let mut rng = Rng::new(ctx.args.seed + wi as u64, t as u64);
             let mut ulat = Lat::default();
