@@ -157,7 +157,10 @@ pub fn waf_d_choices(b: u32, rho: f64, d: u32) -> f64 {
 /// random (d = 1) and d-choices.
 pub fn waf_model(policy: VictimKind, rho: f64, b: u32, lines: u32) -> f64 {
     match policy {
-        VictimKind::Greedy | VictimKind::CostBenefit | VictimKind::Fifo => waf_greedy(rho),
+        VictimKind::Greedy
+        | VictimKind::CostBenefit
+        | VictimKind::CostBenefitFlash
+        | VictimKind::Fifo => waf_greedy(rho),
         VictimKind::Random => waf_d_choices(b, rho, 1),
         VictimKind::DChoices(0) => waf_d_choices(b, rho, crate::ftl::default_choices(lines)),
         VictimKind::DChoices(d) => waf_d_choices(b, rho, d),

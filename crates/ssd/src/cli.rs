@@ -72,8 +72,8 @@ pub struct SsdArgs {
     /// virtual (deterministic, fast) or wall (real time, threads sleep).
     #[arg(long, default_value = "virtual")]
     pub clock: String,
-    /// GC victim policy: greedy, cost-benefit, fifo, random, d-choices (d = log2 of the
-    /// line count) or d-choices:D.
+    /// GC victim policy: greedy, cost-benefit, cost-benefit-flash, fifo, random, d-choices
+    /// (d = log2 of the line count) or d-choices:D.
     #[arg(long)]
     pub policy: Option<String>,
     /// Page contents: none, ram or file:PATH.

@@ -159,6 +159,8 @@ pub enum VictimKind {
     Greedy,
     /// Largest (1−u)·age/(1+u) (Rosenblum & Ousterhout), age in host writes.
     CostBenefit,
+    /// Largest (1−u)·age/(2u) (Kawaguchi et al., cost-benefit for flash).
+    CostBenefitFlash,
     /// Oldest sealed line (MQSim's `FIFO`).
     Fifo,
     /// A sealed line drawn uniformly (MQSim's `RANDOM`).
@@ -178,6 +180,7 @@ impl VictimKind {
         match s {
             "greedy" => Ok(VictimKind::Greedy),
             "cost-benefit" | "cb" => Ok(VictimKind::CostBenefit),
+            "cost-benefit-flash" | "kawaguchi" => Ok(VictimKind::CostBenefitFlash),
             "fifo" => Ok(VictimKind::Fifo),
             "random" => Ok(VictimKind::Random),
             "d-choices" | "rga" => Ok(VictimKind::DChoices(0)),
@@ -186,9 +189,11 @@ impl VictimKind {
                     .strip_prefix("d-choices:")
                     .or_else(|| s.strip_prefix("rga:"))
                     .ok_or_else(|| {
-                        bad("expected greedy, cost-benefit, fifo, random, d-choices or \
-                             d-choices:D"
-                            .into())
+                        bad(
+                            "expected greedy, cost-benefit, cost-benefit-flash, fifo, random, \
+                             d-choices or d-choices:D"
+                                .into(),
+                        )
                     })?;
                 match d.parse::<u32>() {
                     Ok(d) if (1..=1024).contains(&d) => Ok(VictimKind::DChoices(d)),
@@ -205,6 +210,7 @@ impl VictimKind {
         match self {
             VictimKind::Greedy => "greedy".into(),
             VictimKind::CostBenefit => "cost-benefit".into(),
+            VictimKind::CostBenefitFlash => "cost-benefit-flash".into(),
             VictimKind::Fifo => "fifo".into(),
             VictimKind::Random => "random".into(),
             VictimKind::DChoices(0) => "d-choices".into(),

@@ -40,8 +40,8 @@ use parking_lot::Mutex;
 use crate::config::{ClockKind, ConfigError, FtlKind, SsdConfig, StoreKind, VictimKind};
 use crate::engine::{Engine, EngineError};
 use crate::ftl::{
-    CostBenefit, CoupledFtl, DChoices, Fifo, Ftl, FtlError, FtlStats, Greedy, IntervalMap, PageFtl,
-    Random, VictimPolicy, ZonedFtl,
+    CostBenefit, CostBenefitFlash, CoupledFtl, DChoices, Fifo, Ftl, FtlError, FtlStats, Greedy,
+    IntervalMap, PageFtl, Random, VictimPolicy, ZonedFtl,
 };
 use crate::locks::{LockMeter, LockStats, Metered};
 use crate::stats::{LatencyStats, MemoryStats, OpKind, Recorder, SsdStats};
@@ -143,6 +143,7 @@ impl SsdDevice {
         let policy: Box<dyn VictimPolicy> = match cfg.gc.policy {
             VictimKind::Greedy => Box::new(Greedy),
             VictimKind::CostBenefit => Box::new(CostBenefit),
+            VictimKind::CostBenefitFlash => Box::new(CostBenefitFlash),
             VictimKind::Fifo => Box::new(Fifo),
             VictimKind::Random => Box::new(Random::new(VICTIM_SEED)),
             VictimKind::DChoices(d) => {

@@ -46,9 +46,9 @@ pub use device::{SsdDevice, SsdError, Timed, ValidDiff};
 pub use engine::{Counters, EngineError};
 pub use flash::Flash;
 pub use ftl::{
-    CostBenefit, CoupledConfig, CoupledFtl, DChoices, EventQueue, Fifo, Ftl, FtlError, FtlMemory,
-    FtlStats, Greedy, LineId, LineState, LineTable, Lpn, Mapping, PageFtl, PageMap, Ppn, Random,
-    RegionUsage, VictimPolicy, ZonedConfig, ZonedFtl,
+    CostBenefit, CostBenefitFlash, CoupledConfig, CoupledFtl, DChoices, EventQueue, Fifo, Ftl,
+    FtlError, FtlMemory, FtlStats, Greedy, LineId, LineState, LineTable, Lpn, Mapping, PageFtl,
+    PageMap, Ppn, Random, RegionUsage, VictimPolicy, ZonedConfig, ZonedFtl,
 };
 pub use locks::{LockStats, LockSummary};
 pub use stats::{OpKind, SsdStats};
