@@ -107,7 +107,8 @@ pub struct Report {
     pub ftl: String,
     pub workload: &'static str,
     pub clock: ClockKind,
-    pub policy: VictimKind,
+    /// The victim policy, as `--policy` names it (d-choices with its d resolved).
+    pub policy: String,
     pub capacity_bytes: u64,
     pub physical_bytes: u64,
     pub op: f64,
@@ -384,7 +385,15 @@ fn build_report(
         ftl: cfg.ftl.name().to_string(),
         workload: p.pattern.name(),
         clock: cfg.clock,
-        policy: cfg.gc.policy,
+        policy: match cfg.gc.policy {
+            VictimKind::DChoices(0) => format!(
+                "d-choices:{}",
+                crate::ftl::default_choices(
+                    u32::try_from(cfg.geometry.lines()).unwrap_or(u32::MAX)
+                )
+            ),
+            p => p.name(),
+        },
         capacity_bytes: if dev.capabilities().infinite_space {
             cfg.logical_bytes()
         } else {
@@ -461,7 +470,7 @@ fn print_table(r: &Report) {
             ),
         ),
         ("lines", format!("{} × {}", r.lines, mib(r.line_bytes))),
-        ("GC victim policy", r.policy.name()),
+        ("GC victim policy", r.policy.clone()),
         ("requests", r.ops.to_string()),
         ("device time", format!("{:.4} s", r.elapsed_s)),
         (
