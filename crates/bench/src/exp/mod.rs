@@ -195,6 +195,7 @@ impl Volume {
                 host_read_bytes: s.host_read_bytes,
                 nand_write_bytes: s.nand_write_bytes,
                 device_gc_runs: s.gc_runs,
+                device_gc_idle_runs: s.ftl.gc_idle_runs,
                 device_gc_pages_moved: s.gc_pages_moved,
                 device_gc_node_pages_moved: s.ftl.gc_node_pages_moved,
                 write_p99_us: s.latency.write.p99_us,
@@ -231,6 +232,8 @@ pub struct SsdSummary {
     pub host_read_bytes: u64,
     pub nand_write_bytes: u64,
     pub device_gc_runs: u64,
+    /// Of those, the victims idle-time GC collected between requests (`--ssd-set gc_idle=`).
+    pub device_gc_idle_runs: u64,
     /// Pages device GC moved, and of those the pages written as node blocks (D2FS: the
     /// coupled FTL's node stream; 0 on other FTLs).
     pub device_gc_pages_moved: u64,
