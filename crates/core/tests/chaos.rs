@@ -14,8 +14,9 @@
 //! acknowledgements run.
 //!
 //! `CHAOS_SEED=N` picks the delays' seed (default 1) and `CHAOS_THREADS=N` the application
-//! threads (default 6; 16 gives a 16-core machine's writers); a failure prints the seed it
-//! ran with. Delays depend on the scheduler too, so a seed does not replay a failure exactly:
+//! threads (default 6; 16 gives a 16-core machine's writers), `CHAOS_MLOGS=N` the mlogs of
+//! the `f2fs` and `scale` runs (16 is what mkfs gives a 16-core machine; the RAM volume
+//! grows until they fit); a failure prints the seed it ran with. Delays depend on the scheduler too, so a seed does not replay a failure exactly:
 //! run the file in a loop to hunt one.
 
 use flashlog_core::*;
@@ -203,14 +204,30 @@ fn ram(mib: u64) -> Arc<dyn BlockDevice> {
     Arc::new(RamDevice::new((mib << 20) / 4096))
 }
 
+/// The mlog count of a RAM run: `CHAOS_MLOGS` if set (a 16-core machine's mkfs gives 16, as
+/// `CHAOS_THREADS=16` gives its writers), else `mlogs`; and a RAM volume of at least `mib`
+/// that mkfs accepts for that count (doubled until the mlogs' heads and reserves fit; the
+/// device is sparse).
+fn ram_volume(mib: u64, mlogs: u32) -> (Arc<dyn BlockDevice>, u32) {
+    let mlogs = env_or("CHAOS_MLOGS", u64::from(mlogs)) as u32;
+    let mut mib = mib;
+    while flashlog_format::sb::Geometry::compute((mib << 20) / 4096, 1, mlogs).is_err() {
+        assert!(mib < 1 << 20, "no volume size fits {mlogs} mlogs");
+        mib *= 2;
+    }
+    (ram(mib), mlogs)
+}
+
 #[test]
 fn chaos_f2fs() {
-    run("f2fs", ram(128), 2, MlogMap::Thread);
+    let (dev, mlogs) = ram_volume(128, 2);
+    run("f2fs", dev, mlogs, MlogMap::Thread);
 }
 
 #[test]
 fn chaos_scale() {
-    run("scale", ram(256), 4, MlogMap::Ino);
+    let (dev, mlogs) = ram_volume(256, 4);
+    run("scale", dev, mlogs, MlogMap::Ino);
 }
 
 #[test]
