@@ -65,6 +65,11 @@ pub fn waf_random(rho: f64) -> f64 {
 /// the line, and from 1,024 units on the model moves by under 1 % (its b → ∞ limit).
 pub const MEAN_FIELD_MAX_UNITS: u32 = 1024;
 
+/// Most bucket updates `waf_d_choices` spends (about a second): its steps grow with the
+/// line size and with ρ (the explicit step shrinks as 1/(1+ρ)); past this it answers NaN
+/// (no model) instead of running on. On 1,024-unit lines ρ up to 1 fits (0.4-0.9 s).
+pub const MEAN_FIELD_MAX_WORK: u64 = 1 << 28;
+
 /// Write amplification of d-choices victim selection (randomized greedy: the fewest valid
 /// pages of `d` lines drawn uniformly; d = 1 is random selection, d → ∞ greedy) under
 /// uniform random writes, lines of `b` units at overprovisioning ρ: the fixed point of the
@@ -78,12 +83,14 @@ pub const MEAN_FIELD_MAX_UNITS: u32 = 1024;
 /// and a line sealed full comes back (b). WAF = b / (b − E[J]).
 ///
 /// The explicit steps (1/(2(1+ρ)) host writes per line, so no share goes negative through
-/// deaths) keep both invariants exact, the number of lines and the valid units
-/// (U/N = b/(1+ρ)): the fixed point depends on them, and a step that lost either drifts to
+/// deaths) keep both invariants, the number of lines and the valid units (U/N = b/(1+ρ)),
+/// to rounding: the fixed point depends on them, and a step that lost either drifts to
 /// another ρ. So a step's victims take what a bucket holds and pass the rest up (a greedy
-/// step wants more of the lowest bucket than it has), and their amount is set from their
-/// own E[J] (a short fixed-point iteration) so that GC puts back exactly the units that died.
-/// It runs at least 10 line lifetimes and stops when WAF moves by under 1e-9 over one.
+/// step wants more of the lowest bucket than it has), and their amount is iterated with
+/// their own E[J] until GC puts back the units that died. It starts from every line at the
+/// mean (no empty lines to use up first), runs at least 10 line lifetimes and stops when WAF
+/// moves by under 1e-9 over one; NaN if that takes more than `MEAN_FIELD_MAX_WORK`
+/// (ρ in the tens and more, where WAF is near 1 anyway).
 pub fn waf_d_choices(b: u32, rho: f64, d: u32) -> f64 {
     if rho <= 0.0 || !rho.is_finite() || b == 0 {
         return f64::INFINITY;
@@ -91,16 +98,33 @@ pub fn waf_d_choices(b: u32, rho: f64, d: u32) -> f64 {
     let b = b.min(MEAN_FIELD_MAX_UNITS) as usize;
     let d = d.clamp(1, 1 << 20) as i32;
     let bf = b as f64;
+    // Every line at the mean b/(1+ρ), split between the two counts around it.
     let mut x = vec![0.0; b + 1];
-    x[b] = 1.0 / (1.0 + rho);
-    x[0] = 1.0 - x[b];
+    let mean = bf / (1.0 + rho);
+    let lo = (mean.floor() as usize).min(b);
+    if lo == b {
+        x[b] = 1.0;
+    } else {
+        x[lo + 1] = mean - lo as f64;
+        x[lo] = 1.0 - x[lo + 1];
+    }
     let dt = 0.5 / (1.0 + rho);
     // A line lives at most b host writes per line (it is taken once all b units died).
-    let life = (bf / dt).ceil() as u64;
-    let (min_steps, window, max_steps) = (10 * life, life.max(1000), 200 * life);
+    let life = (bf / dt).ceil().min(u64::MAX as f64 / 1000.0) as u64;
+    let (min_steps, window) = (10 * life, life.max(1000));
+    // Each step passes over the buckets about four times, plus once per victim iteration.
+    if min_steps.saturating_mul(4 * (b as u64 + 1)) > MEAN_FIELD_MAX_WORK {
+        return f64::NAN;
+    }
+    let mut work = 0u64;
+    let max_steps = 200 * life;
     let (mut s, mut p, mut taken) = (vec![0.0; b + 1], vec![0.0; b], vec![0.0; b]);
     let (mut ev, mut last) = (0.0f64, f64::NAN);
     for step in 1..=max_steps {
+        work += 4 * (b as u64 + 1);
+        if work > MEAN_FIELD_MAX_WORK {
+            return f64::NAN; // not settled within the work bound
+        }
         let mbar: f64 = x.iter().enumerate().map(|(j, v)| j as f64 * v).sum();
         let drawable: f64 = x[..b].iter().sum();
         if mbar <= 0.0 || drawable <= 0.0 {
@@ -114,7 +138,8 @@ pub fn waf_d_choices(b: u32, rho: f64, d: u32) -> f64 {
             p[j] = s[j].min(1.0).powi(d) - s[j + 1].min(1.0).powi(d);
         }
         let mut total = 0.0;
-        for _ in 0..3 {
+        for _ in 0..100 {
+            work += b as u64;
             let amount = dt / (bf - ev);
             let (mut carry, mut units) = (0.0, 0.0);
             total = 0.0;
@@ -128,7 +153,12 @@ pub fn waf_d_choices(b: u32, rho: f64, d: u32) -> f64 {
             if total <= 0.0 {
                 return f64::INFINITY;
             }
-            ev = units / total;
+            let next = units / total;
+            let settled = (next - ev).abs() <= 1e-13 * bf;
+            ev = next;
+            if settled {
+                break;
+            }
         }
         // Deaths move share down one valid count (from the old shares: `x[j + 1]` is read
         // before it changes); victims leave, full lines come back.
@@ -142,7 +172,7 @@ pub fn waf_d_choices(b: u32, rho: f64, d: u32) -> f64 {
         if step >= min_steps && step % window == 0 {
             let waf = bf / (bf - ev);
             if (waf - last).abs() < 1e-9 * waf {
-                break;
+                return waf;
             }
             last = waf;
         }
@@ -313,6 +343,14 @@ mod tests {
         }
         assert_eq!(waf_d_choices(128, 0.0, 2), f64::INFINITY);
         assert_eq!(waf_d_choices(0, 0.25, 2), f64::INFINITY);
+        // Far from any device (steps grow with ρ): no model rather than a long wait.
+        assert!(waf_d_choices(4, 1e300, 1).is_nan());
+        assert!(waf_d_choices(1024, 1e17, 1).is_nan());
+        assert!(waf_d_choices(1024, 20.0, 8).is_nan());
+        // Low ρ, where the victims' amount must be iterated to balance the units that died:
+        // three fixed iterations gave 36.30 here (review, 2026-11-29).
+        let w = waf_d_choices(128, 0.01, 30);
+        assert!((w - 39.60).abs() < 0.01, "{w}");
     }
 
     #[test]

@@ -415,6 +415,7 @@ fn build_report(
         // The closed form models page mapping under uniform random writes only, without
         // idle GC (the free lines it keeps depend on the idle time).
         model_waf: if cfg.gc.idle_ns == 0
+            && p.pattern.is_write()
             && matches!(
                 cfg.ftl,
                 crate::config::FtlKind::Page | crate::config::FtlKind::Interval(_)

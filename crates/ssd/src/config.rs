@@ -163,7 +163,7 @@ pub enum VictimKind {
     CostBenefitFlash,
     /// Oldest sealed line (MQSim's `FIFO`).
     Fifo,
-    /// A sealed line drawn uniformly (MQSim's `RANDOM`).
+    /// A sealed line with an invalid unit drawn uniformly (MQSim's `RANDOM_P`).
     Random,
     /// Fewest valid pages of `d` lines drawn uniformly (MQSim's `RGA`, "randomized greedy");
     /// 0: log2 of the line count, MQSim's default.
@@ -643,6 +643,12 @@ impl SsdConfig {
         }
         if self.gc.threshold_lines < 1 {
             return bad("gc.threshold_lines must be at least 1".into());
+        }
+        if self.gc.idle_ns > 0 && matches!(self.ftl, FtlKind::Zoned(_) | FtlKind::Coupled(_)) {
+            return bad(format!(
+                "gc_idle: the {} FTL has no idle-time GC (the page and interval FTLs have)",
+                self.ftl.name()
+            ));
         }
         if let Some(f) = self.gc.idle_free {
             if !(f > 0.0 && f < 1.0) {

@@ -177,11 +177,13 @@ impl Engine {
             }
             i += seg;
         }
-        if self.flash.timing.early_completion() {
-            Ok(done)
+        let done = if self.flash.timing.early_completion() {
+            done
         } else {
-            Ok(done.max(last_prog))
-        }
+            done.max(last_prog)
+        };
+        self.flash.last_done = self.flash.last_done.max(done);
+        Ok(done)
     }
 
     /// Host read of several extents `(lpn, blocks)` all submitted at `t` (in flight together);
@@ -228,6 +230,7 @@ impl Engine {
                 done = done.max(self.read_unit(g, k, t0));
             }
         }
+        self.flash.last_done = self.flash.last_done.max(done);
         Ok((done, redirected))
     }
 
@@ -250,7 +253,13 @@ impl Engine {
         self.flash.counters.host_discard_blocks =
             self.flash.counters.host_discard_blocks.saturating_add(n);
         self.ftl.discard(&mut self.flash, lpn, n, t)?;
-        Ok(t + self.flash.timing.fw_trim())
+        Ok(self.completed(t + self.flash.timing.fw_trim()))
+    }
+
+    /// Record a request's completion (idle GC's quiet time) and return it.
+    fn completed(&mut self, done: u64) -> u64 {
+        self.flash.last_done = self.flash.last_done.max(done);
+        done
     }
 
     /// Discard several extents `(lpn, n)` in one request (NVMe DSM): one command, one
@@ -265,7 +274,7 @@ impl Engine {
                 self.flash.counters.host_discard_blocks.saturating_add(n);
             self.ftl.discard(&mut self.flash, lpn, n, t)?;
         }
-        Ok(t + self.flash.timing.fw_trim())
+        Ok(self.completed(t + self.flash.timing.fw_trim()))
     }
 
     /// Flush at `t`; returns when every accepted write is programmed.
@@ -275,7 +284,8 @@ impl Engine {
         let t = t.max(self.flash.firmware_until);
         self.flash.counters.host_flush_ops += 1;
         self.ftl.flush(&mut self.flash, t);
-        Ok(self.flash.timing.flush(t))
+        let done = self.flash.timing.flush(t);
+        Ok(self.completed(done))
     }
 
     /// The host acknowledged every upcall up to `upto` (D2FS).

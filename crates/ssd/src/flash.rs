@@ -66,6 +66,10 @@ pub struct Flash {
     /// The controller is busy with firmware work (IPLFS map compaction) until then: requests
     /// submitted earlier start only then (the I/O stall of compaction).
     pub firmware_until: u64,
+    /// Latest completion of any host request so far (idle GC's "quiet since": a write
+    /// completed early from the buffer, or a read's last link transfer, ends after the dies
+    /// are free).
+    pub last_done: u64,
     b: u32,
     dies: u32,
     spu: u32,
@@ -88,6 +92,7 @@ impl Flash {
             relocations: Vec::new(),
             dropped: Vec::new(),
             firmware_until: 0,
+            last_done: 0,
             b,
             dies: g.dies(),
             spu: g.slots_per_unit(),

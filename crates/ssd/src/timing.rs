@@ -260,8 +260,8 @@ impl NandTiming {
         end
     }
 
-    /// When the NAND side last has work: every die idle and every buffered unit programmed
-    /// (idle GC's "quiet since").
+    /// When the NAND side last has work: every die idle and every buffered unit whose
+    /// program was issued done (idle GC's "quiet since", with the requests' completions).
     pub fn quiet_from(&self) -> u64 {
         let wb = self.wbuf.as_ref().map_or(0, |w| w.last_release());
         self.max_busy.max(wb)

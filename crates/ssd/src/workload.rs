@@ -179,6 +179,14 @@ pub fn check_phase(dev: &SsdDevice, p: &Phase) -> Result<(), String> {
         if !dev.is_virtual() {
             return Err("idle gaps between bursts need the virtual clock (--clock virtual)".into());
         }
+        // The device clock is u64 ns: keep the phase's idle time far from its end.
+        let gaps = p.total_bytes.div_ceil(p.bs) / g.every;
+        if g.idle_ns.checked_mul(gaps).is_none_or(|t| t > 1 << 60) {
+            return Err(format!(
+                "{gaps} idle gaps of {} ns exceed the device clock (2^60 ns, 36 years, in all)",
+                g.idle_ns
+            ));
+        }
     }
     Ok(())
 }

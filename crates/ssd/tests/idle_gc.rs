@@ -21,6 +21,24 @@ struct Run {
 fn run(settings: &[&str], idle_ms: Option<u64>) -> Run {
     let mut cfg = SsdConfig::preset("test").unwrap();
     cfg.op = 0.25;
+    let gaps = idle_ms.map(|ms| Gaps {
+        every: (1 << 20) / 4096,
+        idle_ns: ms * 1_000_000,
+    });
+    run_on(cfg, settings, gaps, 8, (256 << 20, 256 << 20), true)
+}
+
+/// `run` on any configuration: `warm` bytes of warm-up, in the same bursts or (not
+/// `warm_in_bursts`) back to back, then `bytes` measured, 4 KiB writes at `qd`, in bursts
+/// with `gaps`.
+fn run_on(
+    mut cfg: SsdConfig,
+    settings: &[&str],
+    gaps: Option<Gaps>,
+    qd: u32,
+    (warm, bytes): (u64, u64),
+    warm_in_bursts: bool,
+) -> Run {
     for kv in settings {
         cfg.set_kv(kv).unwrap();
     }
@@ -40,15 +58,18 @@ fn run(settings: &[&str], idle_ms: Option<u64>) -> Run {
     run_phase(&dev, &fill, None).unwrap();
     let mut p = Phase {
         pattern: Pattern::RandWrite,
-        total_bytes: 256 << 20,
+        total_bytes: bytes,
         bs: 4096,
-        gaps: idle_ms.map(|ms| Gaps {
-            every: (1 << 20) / 4096,
-            idle_ns: ms * 1_000_000,
-        }),
+        qd,
+        gaps,
         ..fill
     };
-    run_phase(&dev, &p, None).unwrap();
+    let warm = Phase {
+        gaps: if warm_in_bursts { p.gaps } else { None },
+        total_bytes: warm,
+        ..p.clone()
+    };
+    run_phase(&dev, &warm, None).unwrap();
     dev.reset_stats();
     p.seed = 2;
     run_phase(&dev, &p, None).unwrap();
@@ -92,6 +113,52 @@ fn idle_gc_moves_the_cleaning_into_the_gaps_and_pays_for_it_in_write_amplificati
     assert!(on.waf > off.waf * 1.2, "WAF {} against {}", on.waf, off.waf);
 }
 
+/// Quiet means every earlier request complete. On a device that completes writes from its
+/// buffer (970pro-like), a host writing one 4 KiB block at a time with gaps 2 us shorter
+/// than `gc_idle` after each completion never meets idle GC: that write completes ~5.6 us
+/// after it was submitted and its program unit is not full, so the dies were idle long
+/// before (quiet counted from the last submission and the dies alone started victims 3.6 us
+/// early, review of 2026-11-29); gaps twice as long do. On the `test` preset, gaps shorter
+/// than `gc_idle` (20 ms against 50 ms) never do either.
+#[test]
+fn idle_gc_waits_for_the_whole_idle_time_after_the_last_completion() {
+    let mut pro = SsdConfig::preset("970pro-like").unwrap();
+    pro = pro.with_capacity(512 << 20).unwrap();
+    pro.op = 0.25;
+    let idle = 1_000_000;
+    let one_block = |idle_ns| Some(Gaps { every: 1, idle_ns });
+    // Warmed up back to back with 2 capacities: free lines at the foreground threshold, far
+    // under the target.
+    let short = run_on(
+        pro.clone(),
+        &["gc_idle=1ms"],
+        one_block(idle - 2_000),
+        1,
+        (1 << 30, 8 << 20),
+        false,
+    );
+    let long = run_on(
+        pro,
+        &["gc_idle=1ms"],
+        one_block(2 * idle),
+        1,
+        (1 << 30, 8 << 20),
+        false,
+    );
+    eprintln!(
+        "970pro-like: gaps of 998 us: {} of {} GC runs idle; of 2 ms: {} of {}",
+        short.idle_runs, short.gc_runs, long.idle_runs, long.gc_runs
+    );
+    assert_eq!(short.idle_runs, 0, "idle GC began before 1 ms of quiet");
+    assert!(long.idle_runs > 0, "idle GC never ran in 2 ms gaps");
+    let test = run(&["gc_idle=50ms"], Some(20));
+    assert!(test.gc_runs > 0);
+    assert_eq!(
+        test.idle_runs, 0,
+        "idle GC ran in gaps shorter than gc_idle"
+    );
+}
+
 #[test]
 fn idle_gc_never_runs_for_a_host_that_never_pauses() {
     let off = run(&["gc_idle=off"], None);
@@ -133,4 +200,14 @@ fn idle_settings_are_checked() {
     cfg.set_kv("gc_idle_free=10%").unwrap();
     assert_eq!(cfg.gc.idle_free, Some(0.1));
     cfg.validate().unwrap();
+    // The FTLs without idle GC refuse it rather than ignore it.
+    for ftl in ["ftl=zoned", "ftl=coupled"] {
+        let mut c = cfg.clone();
+        c.set_kv(ftl).unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("no idle-time GC"), "{ftl}: {e}");
+    }
+    let mut c = cfg.clone();
+    c.set_kv("ftl=interval").unwrap();
+    c.validate().unwrap();
 }

@@ -193,7 +193,10 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
             0 => records,
             n => n,
         };
-        let per_thread_ops = total_ops.div_ceil(threads as u64);
+        // Split exactly: the first `total_ops % threads` threads take one more.
+        let thread_ops = |t: usize| {
+            total_ops / threads as u64 + u64::from((t as u64) < total_ops % threads as u64)
+        };
         let (ops, secs, rlat, err) = run_workers(threads, ctx.duration(), |t, stop, rlat| {
             let mut rng = Rng::new(ctx.args.seed + wi as u64, t as u64);
             let mut ulat = Lat::default();
@@ -201,7 +204,8 @@ fn run_policy(ctx: &Ctx, p: &crate::policy::PolicySpec) -> Result<Vec<YcsbResult
             let mut rec = vec![0u8; RECORD as usize];
             let val = pattern(RECORD as usize, t as u64);
             let (mut n, mut log_off, mut pending) = (0u64, 0u64, 0u64);
-            while n < per_thread_ops && !stop.load(Ordering::Relaxed) {
+            let my_ops = thread_ops(t);
+            while n < my_ops && !stop.load(Ordering::Relaxed) {
                 let k = zipf.next(&mut rng);
                 let (file, off) = (
                     table[(k % TABLE_FILES) as usize],

@@ -619,7 +619,8 @@ fn reclaimable(lines: &LineTable, l: LineId) -> bool {
 
 /// A reclaimable line drawn uniformly (rejection sampling over the line numbers, so every
 /// one is equally likely whatever the others' states). After 64 misses, when such lines are
-/// a small share of all, the first one at or after a random start.
+/// a small share of all, the first one at or after a random start: not uniform then (a line
+/// after a long run of others is likelier), but such a device has almost nothing to collect.
 fn random_reclaimable(lines: &LineTable, rng: &mut Rng) -> Option<LineId> {
     let n = lines.lines();
     if lines.sealed_count() == 0 || n == 0 {
@@ -633,7 +634,7 @@ fn random_reclaimable(lines: &LineTable, rng: &mut Rng) -> Option<LineId> {
     }
     let start = rng.below(u64::from(n)) as u32;
     (0..n)
-        .map(|i| LineId((start + i) % n))
+        .map(|i| LineId(((u64::from(start) + u64::from(i)) % u64::from(n)) as u32))
         .find(|&l| reclaimable(lines, l))
 }
 

@@ -11,7 +11,8 @@
 //! and fails) collects until two lines are free; with pacing it should not run in steady state.
 //!
 //! Idle GC (`gc.idle_ns`, off by default; FEMU's background GC): at each request, if the
-//! device has been quiet (no request, every die idle) for `idle_ns` before it, the victims
+//! device has been quiet (every earlier request complete, every die idle) for `idle_ns`
+//! before it, the victims
 //! it would have collected in that gap are collected now, at the times they would have
 //! started: the first `idle_ns` after the quiet began, each next one when the previous one's
 //! dies are idle, as long as one starts before the request arrived, fewer lines are free
@@ -262,7 +263,11 @@ impl PageFtl {
 
     /// Idle GC before a request submitted at `t` (see the module header).
     fn idle_gc(&mut self, flash: &mut Flash, t: u64) -> Result<(), FtlError> {
-        let quiet = flash.timing.quiet_from().max(self.last_request);
+        let quiet = flash
+            .timing
+            .quiet_from()
+            .max(flash.last_done)
+            .max(self.last_request);
         self.last_request = self.last_request.max(t);
         if self.idle_ns == 0 {
             return Ok(());
