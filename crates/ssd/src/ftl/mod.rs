@@ -548,18 +548,24 @@ impl VictimPolicy for CostBenefit {
         "cost-benefit"
     }
     fn select(&mut self, lines: &LineTable, now_seq: u64) -> Option<LineId> {
-        let b = f64::from(lines.slots_per_line());
-        let mut best: Option<(f64, LineId)> = None;
-        for l in lines.sealed_lines() {
-            let u = f64::from(lines.vpc(l)) / b;
-            let age = (now_seq.saturating_sub(lines.sealed_at(l)) + 1) as f64;
-            let score = (1.0 - u) * age / (1.0 + u);
-            if best.is_none_or(|(s, _)| score > s) {
-                best = Some((score, l));
-            }
-        }
-        best.map(|(_, l)| l)
+        best_by_age(lines, now_seq, |u| (1.0 - u) / (1.0 + u))
     }
+}
+
+/// The reclaimable line with the highest `age · benefit(u)` (u: its valid share; age: host
+/// writes since it was sealed, plus one), the first on ties: the cost-benefit family.
+fn best_by_age(lines: &LineTable, now_seq: u64, benefit: impl Fn(f64) -> f64) -> Option<LineId> {
+    let b = f64::from(lines.slots_per_line());
+    let mut best: Option<(f64, LineId)> = None;
+    for l in lines.sealed_lines().filter(|&l| reclaimable(lines, l)) {
+        let u = f64::from(lines.vpc(l)) / b;
+        let age = (now_seq.saturating_sub(lines.sealed_at(l)) + 1) as f64;
+        let score = age * benefit(u);
+        if best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, l));
+        }
+    }
+    best.map(|(_, l)| l)
 }
 
 /// Cost-benefit for flash (Kawaguchi, Nishioka and Motoda, USENIX '95): largest
@@ -573,21 +579,13 @@ impl VictimPolicy for CostBenefitFlash {
         "cost-benefit-flash"
     }
     fn select(&mut self, lines: &LineTable, now_seq: u64) -> Option<LineId> {
-        let b = f64::from(lines.slots_per_line());
-        let mut best: Option<(f64, LineId)> = None;
-        for l in lines.sealed_lines().filter(|&l| reclaimable(lines, l)) {
-            let u = f64::from(lines.vpc(l)) / b;
-            let age = (now_seq.saturating_sub(lines.sealed_at(l)) + 1) as f64;
-            let score = if u == 0.0 {
+        best_by_age(lines, now_seq, |u| {
+            if u == 0.0 {
                 f64::INFINITY
             } else {
-                (1.0 - u) * age / (2.0 * u)
-            };
-            if best.is_none_or(|(s, _)| score > s) {
-                best = Some((score, l));
+                (1.0 - u) / (2.0 * u)
             }
-        }
-        best.map(|(_, l)| l)
+        })
     }
 }
 
