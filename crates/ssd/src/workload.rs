@@ -3,8 +3,9 @@
 //!
 //! Owns: the address generators and the two drivers. On a virtual clock a single thread keeps
 //! `qd` requests in flight by always submitting the next request at the earliest completion
-//! time among the outstanding ones (so submissions are in time order, as the model wants). On a
-//! wall clock `qd` threads issue blocking requests through the `BlockDevice` trait.
+//! time among the outstanding ones (so submissions are in time order, as the model wants),
+//! optionally in bursts with idle time between them (`Gaps`). On a wall clock `qd` threads
+//! issue blocking requests through the `BlockDevice` trait.
 //!
 //! Invariants: every request lies inside the phase's range and the device; a phase issues
 //! exactly `ceil(total_bytes / bs)` requests; the same seed gives the same addresses.
