@@ -788,11 +788,16 @@ fn emu_summary(bd: &BenchDevice, fs: &flashlog_core::Counters) {
     let (_, written) = bd.dev.bytes();
     let msg = match bd.ssd_stats() {
         Some(s) => format!(
-            "emulated device summary: host wrote {:.1} MiB, NAND wrote {:.1} MiB, WAF {:.3}; device GC: {} runs, {} pages moved; upcalls sent {}, acked {}; applied by the file system {} ({} block moves)",
+            "emulated device summary: host wrote {:.1} MiB, NAND wrote {:.1} MiB, WAF {:.3}; device GC: {} runs{}, {} pages moved; upcalls sent {}, acked {}; applied by the file system {} ({} block moves)",
             mib(s.host_write_bytes),
             mib(s.nand_write_bytes),
             s.waf,
             s.gc_runs,
+            if s.ftl.gc_idle_runs > 0 {
+                format!(" ({} in idle time)", s.ftl.gc_idle_runs)
+            } else {
+                String::new()
+            },
             s.gc_pages_moved,
             s.ftl.upcalls_sent,
             s.ftl.upcalls_acked,
