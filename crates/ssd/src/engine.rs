@@ -182,8 +182,7 @@ impl Engine {
         } else {
             done.max(last_prog)
         };
-        self.flash.last_done = self.flash.last_done.max(done);
-        Ok(done)
+        Ok(self.completed(done))
     }
 
     /// Host read of several extents `(lpn, blocks)` all submitted at `t` (in flight together);
@@ -230,8 +229,7 @@ impl Engine {
                 done = done.max(self.read_unit(g, k, t0));
             }
         }
-        self.flash.last_done = self.flash.last_done.max(done);
-        Ok((done, redirected))
+        Ok((self.completed(done), redirected))
     }
 
     fn read_unit(&mut self, ru: u64, blocks: u64, t0: u64) -> u64 {

@@ -171,11 +171,10 @@ pub struct PageFtl {
     emergency_runs: u64,
     background_runs: u64,
     background_ns: u64,
-    /// Idle GC: quiet time before it starts (0: off), free lines it stops at, the latest
-    /// request seen, victims collected.
+    /// Idle GC: quiet time before it starts (0: off), free lines it stops at, victims
+    /// collected.
     idle_ns: u64,
     idle_free_lines: u32,
-    last_request: u64,
     idle_runs: u64,
 }
 
@@ -204,7 +203,6 @@ impl PageFtl {
             background_ns: 0,
             idle_ns: cfg.gc.idle_ns,
             idle_free_lines: idle_free_lines(cfg),
-            last_request: 0,
             idle_runs: 0,
         }
     }
@@ -263,15 +261,12 @@ impl PageFtl {
 
     /// Idle GC before a request submitted at `t` (see the module header).
     fn idle_gc(&mut self, flash: &mut Flash, t: u64) -> Result<(), FtlError> {
-        let quiet = flash
-            .timing
-            .quiet_from()
-            .max(flash.last_done)
-            .max(self.last_request);
-        self.last_request = self.last_request.max(t);
         if self.idle_ns == 0 {
             return Ok(());
         }
+        // Every earlier request's completion (`last_done`, never before its submission) and
+        // the NAND work it left.
+        let quiet = flash.timing.quiet_from().max(flash.last_done);
         let b = flash.slots_per_line();
         let mut start = quiet.saturating_add(self.idle_ns);
         while start < t && flash.lines.free_count() < self.idle_free_lines {
